@@ -1,0 +1,165 @@
+"""The networks a policy is made of: a tanh-squashed Gaussian actor and twin Q critics.
+
+The actor is split into a ``trunk`` (feature layers) and a ``head`` (mean and log-std),
+so fine-tuning on the robot can freeze the trunk and train only the head. Both networks
+take *normalized* observations; normalization and scaling to the robot's action bounds
+live in the engine, never in a client.
+
+Parameter names are part of the bundle format (``trunk.0.weight``, ``head.mu.weight``,
+...): :func:`actor_parameter_shapes` derives them from the architecture so a loader
+can verify a weights file without building a network.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+Activation = Literal["relu", "tanh", "elu", "silu"]
+
+LOG_STD_MIN = -5.0
+LOG_STD_MAX = 2.0
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "silu": nn.SiLU,
+}
+
+
+@dataclass(frozen=True)
+class ActorArchitecture:
+    """What the actor looks like; stored in the bundle manifest."""
+
+    obs_dim: int
+    act_dim: int
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: Activation = "relu"
+    kind: Literal["mlp_gaussian"] = "mlp_gaussian"
+
+    def __post_init__(self) -> None:
+        if self.obs_dim <= 0 or self.act_dim <= 0:
+            raise ValueError(
+                f"ActorArchitecture dims must be positive, got obs_dim={self.obs_dim} act_dim={self.act_dim}"
+            )
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(
+                f"hidden_sizes must be non-empty and positive, got {self.hidden_sizes}"
+            )
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}"
+            )
+
+
+def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    last = in_dim
+    for h in hidden:
+        layers += [nn.Linear(last, h), _ACTIVATIONS[activation]()]
+        last = h
+    return nn.Sequential(*layers)
+
+
+class GaussianHead(nn.Module):
+    """Mean and clamped log-std of the pre-tanh Gaussian."""
+
+    def __init__(self, in_dim: int, act_dim: int) -> None:
+        super().__init__()
+        self.mu = nn.Linear(in_dim, act_dim)
+        self.log_std = nn.Linear(in_dim, act_dim)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_std = torch.clamp(self.log_std(features), LOG_STD_MIN, LOG_STD_MAX)
+        return self.mu(features), log_std
+
+
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy over normalized observations; actions in [-1, 1]."""
+
+    def __init__(self, arch: ActorArchitecture) -> None:
+        super().__init__()
+        self.arch = arch
+        self.trunk = _mlp(arch.obs_dim, arch.hidden_sizes, arch.activation)
+        self.head = GaussianHead(arch.hidden_sizes[-1], arch.act_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(mu, log_std)`` of the pre-squash Gaussian."""
+        return self.head(self.trunk(obs))  # type: ignore[no-any-return]
+
+    def sample(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(action in [-1, 1], log_prob)``; deterministic gives ``tanh(mu)``.
+
+        The log-probability includes the tanh change of variables, computed in the
+        numerically stable form ``2 (log 2 - u - softplus(-2u))``.
+        """
+        mu, log_std = self(obs)
+        std = log_std.exp()
+        if deterministic:
+            u = mu
+        else:
+            noise = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
+            u = mu + std * noise
+        log_prob = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
+        return torch.tanh(u), log_prob
+
+
+def gaussian_log_prob(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Sum over action dims of log N(u; mu, exp(log_std))."""
+    z = (u - mu) / log_std.exp()
+    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def squash_correction(u: torch.Tensor) -> torch.Tensor:
+    """Sum over action dims of log |d tanh(u) / du|."""
+    return (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+
+
+class QNetwork(nn.Module):
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], activation: str
+    ) -> None:
+        super().__init__()
+        self.body = _mlp(obs_dim + act_dim, hidden, activation)
+        self.out = nn.Linear(hidden[-1], 1)
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self.out(self.body(torch.cat([obs, act], dim=-1))).squeeze(-1)  # type: ignore[no-any-return]
+
+
+class TwinCritic(nn.Module):
+    """Two independent Q networks (clipped double-Q); actions are normalized [-1, 1]."""
+
+    def __init__(self, arch: ActorArchitecture) -> None:
+        super().__init__()
+        self.q1 = QNetwork(arch.obs_dim, arch.act_dim, arch.hidden_sizes, arch.activation)
+        self.q2 = QNetwork(arch.obs_dim, arch.act_dim, arch.hidden_sizes, arch.activation)
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q1(obs, act), self.q2(obs, act)
+
+
+def actor_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]]:
+    """Every tensor name and shape an actor with ``arch`` has (the bundle's weight schema)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    last = arch.obs_dim
+    for i, h in enumerate(arch.hidden_sizes):
+        idx = 2 * i  # Sequential interleaves Linear and activation modules
+        shapes[f"trunk.{idx}.weight"] = (h, last)
+        shapes[f"trunk.{idx}.bias"] = (h,)
+        last = h
+    for part in ("mu", "log_std"):
+        shapes[f"head.{part}.weight"] = (arch.act_dim, last)
+        shapes[f"head.{part}.bias"] = (arch.act_dim,)
+    return shapes

@@ -1,0 +1,268 @@
+"""What a robot is, as far as every layer is concerned.
+
+A :class:`RobotSpec` names the joints, the control period, where each quantity sits in
+the observation vector, and the physical limits. The simulated arm builds one, the
+policy bundle records its fingerprint, the serving edge refuses sessions whose
+fingerprint differs, and the safety supervisor turns it into ``SafetyLimits``. It is
+the single description of the robot; nothing copies its fields by hand.
+
+Invariant: a constructed spec is internally consistent (lengths agree, low < high,
+limits positive); anything else raises :class:`~tether.errors.SpecError` at construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from tether.errors import SpecError
+
+Vec3 = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Sphere:
+    """A spherical obstacle in the robot's base frame (metres)."""
+
+    center: Vec3
+    radius: float
+    name: str = "obstacle"
+    kind: Literal["sphere"] = "sphere"
+
+    def __post_init__(self) -> None:
+        _check_vec3("Sphere.center", self.center)
+        if not (math.isfinite(self.radius) and self.radius > 0):
+            raise SpecError(f"Sphere.radius must be a positive finite number, got {self.radius}")
+
+
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box in the robot's base frame (metres): an obstacle or a workspace."""
+
+    low: Vec3
+    high: Vec3
+    name: str = "box"
+    kind: Literal["box"] = "box"
+
+    def __post_init__(self) -> None:
+        _check_vec3("Box.low", self.low)
+        _check_vec3("Box.high", self.high)
+        bad = [i for i in range(3) if not self.low[i] < self.high[i]]
+        if bad:
+            raise SpecError(
+                f"Box {self.name!r} needs low < high on every axis; axes {bad} have "
+                f"low={self.low} high={self.high}"
+            )
+
+    def contains(self, point: np.ndarray, margin: float = 0.0) -> bool:
+        p = np.asarray(point, dtype=np.float64)
+        return bool(
+            np.all(p >= np.asarray(self.low) + margin)
+            and np.all(p <= np.asarray(self.high) - margin)
+        )
+
+
+Obstacle = Sphere | Box
+
+
+@dataclass(frozen=True)
+class ObservationLayout:
+    """Where each quantity lives in the flat observation vector, as ``(start, stop)``."""
+
+    joint_position: tuple[int, int]
+    joint_velocity: tuple[int, int]
+    end_effector: tuple[int, int]
+    target: tuple[int, int]
+
+    def slices(self) -> dict[str, slice]:
+        return {
+            "joint_position": slice(*self.joint_position),
+            "joint_velocity": slice(*self.joint_velocity),
+            "end_effector": slice(*self.end_effector),
+            "target": slice(*self.target),
+        }
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """Names, units, observation layout and limits of one robot.
+
+    Actions are normalized torques in ``[-1, 1]``; action ``1.0`` on joint ``i`` is
+    ``torque_limit_nm[i]`` newton-metres.
+    """
+
+    name: str
+    joint_names: tuple[str, ...]
+    control_period_s: float
+    observation_names: tuple[str, ...]
+    layout: ObservationLayout
+    joint_position_low_rad: tuple[float, ...]
+    joint_position_high_rad: tuple[float, ...]
+    joint_velocity_limit_rad_s: tuple[float, ...]
+    joint_acceleration_limit_rad_s2: tuple[float, ...]
+    torque_limit_nm: tuple[float, ...]
+    home_position_rad: tuple[float, ...]
+    workspace: Box
+    obstacles: tuple[Obstacle, ...] = ()
+    action_names: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        if n == 0:
+            raise SpecError("RobotSpec.joint_names must name at least one joint, got none")
+        if not (math.isfinite(self.control_period_s) and self.control_period_s > 0):
+            raise SpecError(
+                f"RobotSpec.control_period_s must be positive, got {self.control_period_s}"
+            )
+        if not self.action_names:
+            object.__setattr__(self, "action_names", tuple(f"{j}_torque" for j in self.joint_names))
+        if len(self.action_names) != n:
+            raise SpecError(
+                f"RobotSpec.action_names needs {n} entries (one per joint), got {len(self.action_names)}"
+            )
+        per_joint = {
+            "joint_position_low_rad": self.joint_position_low_rad,
+            "joint_position_high_rad": self.joint_position_high_rad,
+            "joint_velocity_limit_rad_s": self.joint_velocity_limit_rad_s,
+            "joint_acceleration_limit_rad_s2": self.joint_acceleration_limit_rad_s2,
+            "torque_limit_nm": self.torque_limit_nm,
+            "home_position_rad": self.home_position_rad,
+        }
+        for fname, values in per_joint.items():
+            if len(values) != n:
+                raise SpecError(
+                    f"RobotSpec.{fname} needs {n} entries (one per joint), got {len(values)}"
+                )
+            if not all(math.isfinite(v) for v in values):
+                raise SpecError(f"RobotSpec.{fname} must be finite, got {values}")
+        for fname in (
+            "joint_velocity_limit_rad_s",
+            "joint_acceleration_limit_rad_s2",
+            "torque_limit_nm",
+        ):
+            if any(v <= 0 for v in per_joint[fname]):
+                raise SpecError(
+                    f"RobotSpec.{fname} must be positive on every joint, got {per_joint[fname]}"
+                )
+        for i, (lo, hi) in enumerate(
+            zip(self.joint_position_low_rad, self.joint_position_high_rad, strict=True)
+        ):
+            if not lo < hi:
+                raise SpecError(
+                    f"RobotSpec joint {self.joint_names[i]!r}: position low ({lo}) must be below high ({hi})"
+                )
+            home = self.home_position_rad[i]
+            if not lo <= home <= hi:
+                raise SpecError(
+                    f"RobotSpec joint {self.joint_names[i]!r}: home {home} is outside [{lo}, {hi}]"
+                )
+        lay = self.layout
+        for fname, (start, stop), want in (
+            ("joint_position", lay.joint_position, n),
+            ("joint_velocity", lay.joint_velocity, n),
+            ("end_effector", lay.end_effector, 3),
+            ("target", lay.target, 3),
+        ):
+            if stop - start != want or start < 0 or stop > len(self.observation_names):
+                raise SpecError(
+                    f"RobotSpec.layout.{fname} must span {want} entries inside the "
+                    f"{len(self.observation_names)}-long observation, got ({start}, {stop})"
+                )
+
+    @property
+    def n_joints(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def obs_dim(self) -> int:
+        return len(self.observation_names)
+
+    @property
+    def act_dim(self) -> int:
+        return len(self.joint_names)
+
+    def fingerprint(self) -> str:
+        """A short hash of what a client and a policy must agree on: dims and names."""
+        return fingerprint_of(self.observation_names, self.action_names, self.joint_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict; :meth:`from_dict` inverts it exactly."""
+        out: dict[str, Any] = _to_jsonable(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RobotSpec:
+        try:
+            lay = data["layout"]
+            obstacles: list[Obstacle] = []
+            for ob in data.get("obstacles", []):
+                if ob.get("kind") == "sphere":
+                    obstacles.append(
+                        Sphere(tuple(ob["center"]), float(ob["radius"]), ob.get("name", "obstacle"))
+                    )
+                elif ob.get("kind") == "box":
+                    obstacles.append(
+                        Box(tuple(ob["low"]), tuple(ob["high"]), ob.get("name", "box"))
+                    )
+                else:
+                    raise SpecError(
+                        f"obstacle kind must be 'sphere' or 'box', got {ob.get('kind')!r}"
+                    )
+            ws = data["workspace"]
+            return cls(
+                name=str(data["name"]),
+                joint_names=tuple(data["joint_names"]),
+                control_period_s=float(data["control_period_s"]),
+                observation_names=tuple(data["observation_names"]),
+                layout=ObservationLayout(
+                    joint_position=tuple(lay["joint_position"]),
+                    joint_velocity=tuple(lay["joint_velocity"]),
+                    end_effector=tuple(lay["end_effector"]),
+                    target=tuple(lay["target"]),
+                ),
+                joint_position_low_rad=_floats(data["joint_position_low_rad"]),
+                joint_position_high_rad=_floats(data["joint_position_high_rad"]),
+                joint_velocity_limit_rad_s=_floats(data["joint_velocity_limit_rad_s"]),
+                joint_acceleration_limit_rad_s2=_floats(data["joint_acceleration_limit_rad_s2"]),
+                torque_limit_nm=_floats(data["torque_limit_nm"]),
+                home_position_rad=_floats(data["home_position_rad"]),
+                workspace=Box(tuple(ws["low"]), tuple(ws["high"]), ws.get("name", "workspace")),
+                obstacles=tuple(obstacles),
+                action_names=tuple(data.get("action_names", ())),
+            )
+        except KeyError as exc:
+            raise SpecError(f"robot spec is missing the field {exc.args[0]!r}") from exc
+
+
+def fingerprint_of(
+    observation_names: Sequence[str], action_names: Sequence[str], joint_names: Sequence[str] = ()
+) -> str:
+    """The fingerprint a client sends when it opens a session (see ``RobotSpec.fingerprint``)."""
+    payload = json.dumps(
+        {"obs": list(observation_names), "act": list(action_names), "joints": list(joint_names)},
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _floats(values: Sequence[Any]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def _check_vec3(name: str, v: Sequence[float]) -> None:
+    if len(v) != 3 or not all(math.isfinite(float(x)) for x in v):
+        raise SpecError(f"{name} must be three finite numbers, got {v}")
+
+
+def _to_jsonable(obj: Any) -> Any:
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: _to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    if isinstance(obj, tuple | list):
+        return [_to_jsonable(v) for v in obj]
+    return obj
