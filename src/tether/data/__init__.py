@@ -1,0 +1,1 @@
+"""tether.data (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tether.learning (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tether.policy (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tether.runtime (see docs/architecture.md)."""

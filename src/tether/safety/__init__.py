@@ -1,0 +1,1 @@
+"""tether.safety (see docs/architecture.md)."""

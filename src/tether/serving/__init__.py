@@ -1,0 +1,1 @@
+"""tether.serving (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tether.sim (see docs/architecture.md)."""
