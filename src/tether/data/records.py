@@ -53,5 +53,5 @@ class TransitionBatch(NamedTuple):
     safety_checks: np.ndarray  # (B,) int64
     human: np.ndarray  # (B,) bool: the executed action came from a person, not the policy
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return int(self.rewards.shape[0])
