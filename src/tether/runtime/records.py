@@ -1,0 +1,161 @@
+"""What a ``tether run`` leaves behind, as typed records and one JSON-lines file per kind.
+
+The run directory is the contract between the running system, the live dashboard and
+``tether report``: the system appends records while it runs, the dashboard reads the
+latest snapshot, the report reads everything afterwards. Each record is a frozen
+dataclass written as one JSON object per line, so a run killed mid-write loses at most
+its last line and every earlier line stays readable (a torn last line is skipped).
+
+    runs/<timestamp>/
+      config.yaml          the resolved configuration
+      events.jsonl         RunEvent: promotions, rejections, rollbacks, degradation, drift, crashes
+      episodes.jsonl       EpisodeRecord: one per finished episode per robot
+      snapshots.jsonl      SystemSnapshot: the system and every robot, every few seconds
+      latency_ms.npy       round-trip latency samples of every robot (ms), written at the end
+      experience/          the experience log (tether.data)
+      final_bundle/        the live bundle at shutdown
+      report.html, plots/  made by ``tether report``
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+EVENTS_FILE = "events.jsonl"
+EPISODES_FILE = "episodes.jsonl"
+SNAPSHOTS_FILE = "snapshots.jsonl"
+LATENCY_FILE = "latency_ms.npy"
+CONFIG_FILE = "config.yaml"
+EXPERIENCE_DIR = "experience"
+FINAL_BUNDLE_DIR = "final_bundle"
+REPORT_FILE = "report.html"
+PLOTS_DIR = "plots"
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Something that happened to the system, with the numbers that explain it.
+
+    ``kind`` is one of: ``start``, ``stop``, ``drift`` (dynamics changed; ``details`` has
+    the new knobs), ``candidate`` (the learner published one), ``promotion``,
+    ``rejection`` (``details`` names the gate stage and its numbers), ``rollback``,
+    ``degradation`` (``details`` has ``from``/``to`` level and the reason),
+    ``learner_crash``, ``learner_restart``.
+    """
+
+    t_s: float
+    kind: str
+    message: str
+    version: int | None = None
+    robot_id: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One finished episode of one simulated robot.
+
+    ``role`` is ``learning`` (follows the live version) or ``baseline`` (pinned to the
+    initial version). ``violations`` and ``contacts`` are measured by MuJoCo.
+    """
+
+    t_s: float
+    robot_id: str
+    role: str
+    episode: int
+    episode_return: float
+    success: bool
+    steps: int
+    interventions: int
+    backups: int
+    policy_version: int
+    violations: int
+    contacts: int
+    drift_phase: str
+
+
+@dataclass(frozen=True)
+class RobotSnapshot:
+    """A robot's moving statistics at one moment (for the dashboard)."""
+
+    robot_id: str
+    role: str
+    control_rate_hz: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    return_avg: float
+    success_rate: float
+    interventions: int
+    episodes: int
+    policy_version: int
+
+
+@dataclass(frozen=True)
+class SystemSnapshot:
+    """The whole system at one moment: what the dashboard draws and the report plots."""
+
+    t_s: float
+    live_version: int
+    live_version_age_s: float
+    degradation_level: str
+    candidates_passed: int
+    candidates_rejected: int
+    last_rejection: str
+    rollbacks: int
+    learner_updates_per_s: float
+    learner_updates_total: int
+    replay_size: int
+    experience_log_bytes: int
+    robots: tuple[RobotSnapshot, ...]
+
+
+RecordT = TypeVar("RecordT", RunEvent, EpisodeRecord, SystemSnapshot)
+
+
+class JsonlWriter(Generic[RecordT]):
+    """Appends records to a JSON-lines file, one flushed line per record, thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fh = path.open("a", encoding="utf-8")
+
+    def append(self, record: RecordT) -> None:
+        line = json.dumps(asdict(record), separators=(",", ":"), allow_nan=False)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+
+def read_jsonl(path: Path, kind: type[RecordT]) -> Iterator[RecordT]:
+    """Yield records from ``path``; a torn last line (a killed writer) is skipped."""
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            yield _build(kind, raw)
+
+
+def _build(kind: type[RecordT], raw: dict[str, Any]) -> RecordT:
+    if kind is SystemSnapshot:
+        robots = tuple(RobotSnapshot(**r) for r in raw.pop("robots", []))
+        return SystemSnapshot(robots=robots, **raw)
+    return kind(**raw)
