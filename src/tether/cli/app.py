@@ -16,7 +16,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     # "export",
     # "inspect",
     # "pretrain",
-    # "report",
+    "report",
     # "run",
     # "serve",
 )

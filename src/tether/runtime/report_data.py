@@ -1,0 +1,132 @@
+"""Loads a run directory into one typed ``RunData`` for the summary and the plots.
+
+Invariant: loading never fails on the run's own files. A file that is absent is named in
+``missing``; a file that is present but cannot be read (a record of another shape, a
+corrupt array) is named with the reason in ``unreadable``; a torn last JSON line is
+skipped by ``read_jsonl``. Everything readable is still used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from tether.runtime.records import (
+    EPISODES_FILE,
+    EVENTS_FILE,
+    LATENCY_FILE,
+    SNAPSHOTS_FILE,
+    EpisodeRecord,
+    RecordT,
+    RunEvent,
+    SystemSnapshot,
+    read_jsonl,
+)
+from tether.runtime.report_config import ReportError
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the report reads from one run directory, sorted by time."""
+
+    run_dir: Path
+    events: tuple[RunEvent, ...]
+    episodes: tuple[EpisodeRecord, ...]
+    snapshots: tuple[SystemSnapshot, ...]
+    latency_ms: npt.NDArray[np.float64]
+    missing: tuple[str, ...]
+    unreadable: tuple[str, ...]
+
+    @property
+    def start_s(self) -> float:
+        """The run's start: its ``start`` event, else its earliest record, else 0."""
+        starts = [e.t_s for e in self.events if e.kind == "start"]
+        if starts:
+            return min(starts)
+        times = self._times()
+        return min(times) if times else 0.0
+
+    @property
+    def end_s(self) -> float:
+        """The run's end: its last ``stop`` event, else (a killed run) its latest record."""
+        stops = [e.t_s for e in self.events if e.kind == "stop"]
+        if stops:
+            return max(stops)
+        times = self._times()
+        return max(times) if times else self.start_s
+
+    @property
+    def drift_times_s(self) -> tuple[float, ...]:
+        return tuple(e.t_s for e in self.events if e.kind == "drift")
+
+    def _times(self) -> list[float]:
+        return (
+            [e.t_s for e in self.events]
+            + [e.t_s for e in self.episodes]
+            + [s.t_s for s in self.snapshots]
+        )
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read ``run_dir``; raises ``ReportError`` only if it is not a directory."""
+    if not run_dir.is_dir():
+        raise ReportError(
+            f"run directory {str(run_dir)!r}: expected a directory written by `tether run`, "
+            "found nothing there; pass the runs/<timestamp>/ folder of a run"
+        )
+    missing: list[str] = []
+    unreadable: list[str] = []
+    events = _read_records(run_dir, EVENTS_FILE, RunEvent, missing, unreadable)
+    episodes = _read_records(run_dir, EPISODES_FILE, EpisodeRecord, missing, unreadable)
+    snapshots = _read_records(run_dir, SNAPSHOTS_FILE, SystemSnapshot, missing, unreadable)
+    latency = _read_latency(run_dir / LATENCY_FILE, missing, unreadable)
+    return RunData(
+        run_dir=run_dir,
+        events=tuple(sorted(events, key=lambda r: r.t_s)),
+        episodes=tuple(sorted(episodes, key=lambda r: r.t_s)),
+        snapshots=tuple(sorted(snapshots, key=lambda r: r.t_s)),
+        latency_ms=latency,
+        missing=tuple(missing),
+        unreadable=tuple(unreadable),
+    )
+
+
+def _read_records(
+    run_dir: Path,
+    name: str,
+    kind: type[RecordT],
+    missing: list[str],
+    unreadable: list[str],
+) -> list[RecordT]:
+    path = run_dir / name
+    if not path.exists():
+        missing.append(name)
+        return []
+    records: list[RecordT] = []
+    try:
+        # Collected one by one so that the lines before a bad one are kept.
+        for record in read_jsonl(path, kind):
+            records.append(record)
+    except (TypeError, ValueError, OSError) as exc:
+        unreadable.append(
+            f"{name}: expected {kind.__name__} lines, stopped after {len(records)} "
+            f"records at a line that is not one ({exc})"
+        )
+    return records
+
+
+def _read_latency(path: Path, missing: list[str], unreadable: list[str]) -> npt.NDArray[np.float64]:
+    empty = np.zeros(0, dtype=np.float64)
+    if not path.exists():
+        missing.append(path.name)
+        return empty
+    try:
+        # allow_pickle=False: a run directory is data, never code (invariant 6).
+        values = np.asarray(np.load(path, allow_pickle=False), dtype=np.float64).ravel()
+    except (TypeError, ValueError, OSError, EOFError) as exc:
+        unreadable.append(f"{path.name}: expected a .npy array of latencies in ms ({exc})")
+        return empty
+    return values[np.isfinite(values)]

@@ -1,0 +1,235 @@
+"""The numbers a run is judged by, as one typed ``RunSummary``.
+
+Per role (``learning`` robots follow the live version, the ``baseline`` is pinned to the
+first one): the pre-drift return (mean episode return before the first ``drift`` event),
+the post-drift return (mean over the episodes that end in the last
+``post_drift_fraction`` of the run, and after the first drift), their ratio, success
+rates, interventions, and the violations and contacts MuJoCo measured (a safe run has 0).
+Plus every promotion, rejection and rollback with its reason.
+
+Invariant: a number that the run's data cannot support is ``None`` with a line in
+``notes`` saying why, never a made-up 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tether.runtime.degradation_view import level_style
+from tether.runtime.records import EpisodeRecord, RunEvent
+from tether.runtime.report_config import ReportConfig, ReportError
+from tether.runtime.report_data import RunData, load_run
+
+GATE_EVENT_KINDS = ("promotion", "rejection", "rollback")
+
+
+@dataclass(frozen=True)
+class RoleSummary:
+    """One role's episodes (all its robots together), before and after the drift."""
+
+    role: str
+    robots: tuple[str, ...]
+    episodes: int
+    pre_drift_episodes: int
+    post_drift_episodes: int
+    pre_drift_return: float | None
+    post_drift_return: float | None
+    recovery_ratio: float | None
+    success_rate: float | None
+    pre_drift_success_rate: float | None
+    post_drift_success_rate: float | None
+    interventions: int
+    backups: int
+    violations: int
+    contacts: int
+
+
+@dataclass(frozen=True)
+class GateEvent:
+    """A promotion, rejection or rollback, with the reason the system gave."""
+
+    t_s: float
+    kind: str
+    version: int | None
+    reason: str
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What ``tether report`` tables and what acceptance tests assert on."""
+
+    run_dir: Path
+    start_s: float
+    end_s: float
+    first_drift_s: float | None
+    drift_times_s: tuple[float, ...]
+    post_drift_from_s: float
+    roles: tuple[RoleSummary, ...]
+    promotions: tuple[GateEvent, ...]
+    rejections: tuple[GateEvent, ...]
+    rollbacks: tuple[GateEvent, ...]
+    degradation_transitions: int
+    worst_degradation_level: str | None
+    final_live_version: int | None
+    latency_samples: int
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    missing: tuple[str, ...]
+    unreadable: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def violations(self) -> int:
+        """Joint-limit violations MuJoCo measured, all robots together."""
+        return sum(r.violations for r in self.roles)
+
+    @property
+    def contacts(self) -> int:
+        """Obstacle contacts MuJoCo measured, all robots together."""
+        return sum(r.contacts for r in self.roles)
+
+    def role(self, name: str) -> RoleSummary:
+        """The summary of role ``name``; raises ``ReportError`` if the run had no such robots."""
+        for summary in self.roles:
+            if summary.role == name:
+                return summary
+        found = ", ".join(r.role for r in self.roles) or "no episodes at all"
+        raise ReportError(
+            f"role {name!r}: expected episodes of that role in {self.run_dir}/episodes.jsonl, "
+            f"found {found}; check the run's robot roles or that it ran long enough"
+        )
+
+
+def summarize_run(run_dir: Path, config: ReportConfig | None = None) -> RunSummary:
+    """Read ``run_dir`` and summarize it (see the module docstring for each number)."""
+    return summarize(load_run(run_dir), config or ReportConfig())
+
+
+def summarize(data: RunData, config: ReportConfig) -> RunSummary:
+    notes: list[str] = []
+    drifts = data.drift_times_s
+    first_drift = drifts[0] if drifts else None
+    if first_drift is None:
+        notes.append("no drift event in events.jsonl: pre-drift return and ratio undefined")
+    start, end = data.start_s, data.end_s
+    post_from = start + (1.0 - config.post_drift_fraction) * (end - start)
+    if first_drift is not None and first_drift > post_from:
+        notes.append(
+            f"the first drift ({first_drift:.1f} s) is inside the final "
+            f"{config.post_drift_fraction:.0%} of the run: post-drift uses only episodes after it"
+        )
+        post_from = first_drift
+    roles = tuple(
+        _role_summary(
+            role, [e for e in data.episodes if e.role == role], first_drift, post_from, notes
+        )
+        for role in sorted({e.role for e in data.episodes}, key=role_order)
+    )
+    gate = [e for e in data.events if e.kind in GATE_EVENT_KINDS]
+    levels = [s.degradation_level for s in data.snapshots] + _degradation_targets(data.events)
+    latency = data.latency_ms
+    return RunSummary(
+        run_dir=data.run_dir,
+        start_s=start,
+        end_s=end,
+        first_drift_s=first_drift,
+        drift_times_s=drifts,
+        post_drift_from_s=post_from,
+        roles=roles,
+        promotions=_gate_events(gate, "promotion"),
+        rejections=_gate_events(gate, "rejection"),
+        rollbacks=_gate_events(gate, "rollback"),
+        degradation_transitions=sum(1 for e in data.events if e.kind == "degradation"),
+        worst_degradation_level=max(levels, key=lambda n: level_style(n).rank) if levels else None,
+        final_live_version=data.snapshots[-1].live_version if data.snapshots else None,
+        latency_samples=int(latency.size),
+        latency_p50_ms=float(np.percentile(latency, 50)) if latency.size else None,
+        latency_p99_ms=float(np.percentile(latency, 99)) if latency.size else None,
+        missing=data.missing,
+        unreadable=data.unreadable,
+        notes=tuple(notes),
+    )
+
+
+def role_order(role: str) -> tuple[int, str]:
+    """Sort key of roles: learning robots first, the baseline they are compared with next."""
+    # Learning robots first, the baseline they are compared with second, anything else after.
+    return ({"learning": 0, "baseline": 1}.get(role, 2), role)
+
+
+def _role_summary(
+    role: str,
+    episodes: Sequence[EpisodeRecord],
+    first_drift: float | None,
+    post_from: float,
+    notes: list[str],
+) -> RoleSummary:
+    pre = [e for e in episodes if first_drift is not None and e.t_s < first_drift]
+    post = [e for e in episodes if e.t_s >= post_from]
+    pre_return = _mean([e.episode_return for e in pre])
+    post_return = _mean([e.episode_return for e in post])
+    if first_drift is not None and not pre:
+        notes.append(f"{role}: no episode ended before the first drift: pre-drift return undefined")
+    if not post:
+        notes.append(
+            f"{role}: no episode ended after {post_from:.1f} s: post-drift return undefined"
+        )
+    ratio: float | None = None
+    if pre_return is not None and post_return is not None:
+        if pre_return > 0.0:
+            ratio = post_return / pre_return
+        else:
+            # A ratio against a non-positive reference reads backwards (a worse, more
+            # negative return would give a ratio above 1), so it is not reported.
+            notes.append(
+                f"{role}: pre-drift return {pre_return:.3g} is not positive: "
+                "recovery ratio undefined, compare the returns themselves"
+            )
+    return RoleSummary(
+        role=role,
+        robots=tuple(sorted({e.robot_id for e in episodes})),
+        episodes=len(episodes),
+        pre_drift_episodes=len(pre),
+        post_drift_episodes=len(post),
+        pre_drift_return=pre_return,
+        post_drift_return=post_return,
+        recovery_ratio=ratio,
+        success_rate=_mean([float(e.success) for e in episodes]),
+        pre_drift_success_rate=_mean([float(e.success) for e in pre]),
+        post_drift_success_rate=_mean([float(e.success) for e in post]),
+        interventions=sum(e.interventions for e in episodes),
+        backups=sum(e.backups for e in episodes),
+        violations=sum(e.violations for e in episodes),
+        contacts=sum(e.contacts for e in episodes),
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _gate_events(events: Sequence[RunEvent], kind: str) -> tuple[GateEvent, ...]:
+    return tuple(
+        GateEvent(
+            t_s=e.t_s,
+            kind=e.kind,
+            version=e.version,
+            reason=e.message,
+            stage=str(e.details["stage"]) if "stage" in e.details else None,
+        )
+        for e in events
+        if e.kind == kind
+    )
+
+
+def _degradation_targets(events: Sequence[RunEvent]) -> list[str]:
+    return [str(e.details["to"]) for e in events if e.kind == "degradation" and "to" in e.details]

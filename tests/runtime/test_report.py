@@ -1,0 +1,371 @@
+"""The run report: exact summary numbers from a synthetic run, its HTML and PNGs, and
+the incomplete run directories a killed run leaves behind.
+
+The synthetic run is written with the real ``JsonlWriter``: a baseline robot whose return
+halves at the drift and never comes back, and a learning robot that recovers to 95 %.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tether.cli.app import app
+from tether.runtime.records import (
+    EPISODES_FILE,
+    EVENTS_FILE,
+    LATENCY_FILE,
+    SNAPSHOTS_FILE,
+    EpisodeRecord,
+    JsonlWriter,
+    RobotSnapshot,
+    RunEvent,
+    SystemSnapshot,
+)
+from tether.runtime.report import ReportConfig, ReportError, build_report, summarize_run
+from tether.runtime.report_plots import moving_average
+
+DRIFT_S = 100.0
+END_S = 400.0
+PRE_RETURN = 100.0
+LEARNING_POST_RETURN = 95.0
+BASELINE_POST_RETURN = 50.0
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _episode(t: float, robot: str, role: str, i: int, ret: float, success: bool) -> EpisodeRecord:
+    after = t >= DRIFT_S
+    return EpisodeRecord(
+        t_s=t,
+        robot_id=robot,
+        role=role,
+        episode=i,
+        episode_return=ret,
+        success=success,
+        steps=200,
+        interventions=2 if after and role == "learning" else 0,
+        backups=1 if after else 0,
+        policy_version=1,
+        violations=0,
+        contacts=0,
+        drift_phase="drifted" if after else "nominal",
+    )
+
+
+def _learning_return(t: float) -> float:
+    if t < DRIFT_S:
+        return PRE_RETURN
+    # Right after the drift it is as bad as the baseline, then it relearns.
+    return BASELINE_POST_RETURN if t < 200.0 else LEARNING_POST_RETURN
+
+
+def _baseline_return(t: float) -> float:
+    return PRE_RETURN if t < DRIFT_S else BASELINE_POST_RETURN
+
+
+def _snapshot(t: float, version: int, level: str) -> SystemSnapshot:
+    robots = tuple(
+        RobotSnapshot(
+            robot_id=rid,
+            role=role,
+            control_rate_hz=49.8,
+            latency_p50_ms=1.2,
+            latency_p99_ms=3.4,
+            return_avg=_learning_return(t) if role == "learning" else _baseline_return(t),
+            success_rate=0.5,
+            interventions=int(t // 10),
+            episodes=int(t // 10),
+            policy_version=version if role == "learning" else 1,
+        )
+        for rid, role in (("arm-0", "learning"), ("arm-1", "baseline"))
+    )
+    return SystemSnapshot(
+        t_s=t,
+        live_version=version,
+        live_version_age_s=t % 50,
+        degradation_level=level,
+        candidates_passed=version - 1,
+        candidates_rejected=1 if t >= 170 else 0,
+        last_rejection="safety: 3 interventions > 0" if t >= 170 else "",
+        rollbacks=1 if t >= 260 else 0,
+        learner_updates_per_s=120.0,
+        learner_updates_total=int(t * 120),
+        replay_size=int(t * 100),
+        experience_log_bytes=int(t * 10_000),
+        robots=robots,
+    )
+
+
+def _write_run(run_dir: Path) -> None:
+    events: JsonlWriter[RunEvent] = JsonlWriter(run_dir / EVENTS_FILE)
+    for event in (
+        RunEvent(0.0, "start", "run started", version=1),
+        RunEvent(DRIFT_S, "drift", "actuator gain 1.0 -> 0.6", details={"actuator_gain": 0.6}),
+        RunEvent(
+            110.0, "degradation", "interventions", details={"from": "NORMAL", "to": "RESTRICTED"}
+        ),
+        RunEvent(140.0, "degradation", "recovered", details={"from": "RESTRICTED", "to": "NORMAL"}),
+        RunEvent(150.0, "promotion", "gate passed: return +12 %", version=2),
+        RunEvent(
+            170.0, "rejection", "3 interventions <in eval>", version=3, details={"stage": "safety"}
+        ),
+        RunEvent(230.0, "promotion", "gate passed: return +30 %", version=4),
+        RunEvent(
+            260.0, "rollback", "live return fell 40 %", version=2, details={"stage": "monitor"}
+        ),
+        RunEvent(END_S, "stop", "duration reached"),
+    ):
+        events.append(event)
+    events.close()
+
+    episodes: JsonlWriter[EpisodeRecord] = JsonlWriter(run_dir / EPISODES_FILE)
+    for i, t in enumerate(np.arange(10.0, END_S + 1, 10.0)):
+        t = float(t)
+        # Learning succeeds before the drift and in every other episode at the end.
+        episodes.append(
+            _episode(
+                t,
+                "arm-0",
+                "learning",
+                i,
+                _learning_return(t),
+                t < DRIFT_S or (t >= 300 and i % 2 == 0),
+            )
+        )
+        episodes.append(_episode(t, "arm-1", "baseline", i, _baseline_return(t), t < DRIFT_S))
+    episodes.close()
+
+    snapshots: JsonlWriter[SystemSnapshot] = JsonlWriter(run_dir / SNAPSHOTS_FILE)
+    for t in np.arange(0.0, END_S + 1, 5.0):
+        t = float(t)
+        version = 1 if t < 150 else 2 if t < 230 else 4 if t < 260 else 2
+        level = "RESTRICTED" if 110 <= t < 140 else "NORMAL"
+        snapshots.append(_snapshot(t, version, level))
+    snapshots.close()
+
+    latency = np.random.default_rng(0).gamma(4.0, 0.4, size=5000)
+    np.save(run_dir / LATENCY_FILE, latency)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "runs" / "20261130-021500"
+    _write_run(path)
+    return path
+
+
+def test_summary_numbers_are_exact(run_dir: Path) -> None:
+    s = summarize_run(run_dir)
+    assert (s.start_s, s.end_s, s.first_drift_s) == (0.0, END_S, DRIFT_S)
+    assert s.post_drift_from_s == 300.0
+    assert [r.role for r in s.roles] == ["learning", "baseline"]
+
+    learning = s.role("learning")
+    assert learning.robots == ("arm-0",)
+    assert (learning.episodes, learning.pre_drift_episodes, learning.post_drift_episodes) == (
+        40,
+        9,
+        11,
+    )
+    assert learning.pre_drift_return == PRE_RETURN
+    assert learning.post_drift_return == LEARNING_POST_RETURN
+    assert learning.recovery_ratio == pytest.approx(0.95)
+    assert learning.pre_drift_success_rate == 1.0
+    # Episodes at t = 300..400 have indices 29..39; the even ones (30, 32, ..., 38) succeed.
+    assert learning.post_drift_success_rate == pytest.approx(5 / 11)
+    assert learning.success_rate == pytest.approx((9 + 5) / 40)
+    assert learning.interventions == 2 * 31
+    assert learning.backups == 31
+
+    baseline = s.role("baseline")
+    assert baseline.pre_drift_return == PRE_RETURN
+    assert baseline.post_drift_return == BASELINE_POST_RETURN
+    assert baseline.recovery_ratio == pytest.approx(0.5)
+    assert baseline.post_drift_success_rate == 0.0
+    assert baseline.interventions == 0
+
+    assert (s.violations, s.contacts) == (0, 0)
+    assert [(e.version, e.reason) for e in s.promotions] == [
+        (2, "gate passed: return +12 %"),
+        (4, "gate passed: return +30 %"),
+    ]
+    assert [(e.version, e.stage) for e in s.rejections] == [(3, "safety")]
+    assert [(e.version, e.stage, e.reason) for e in s.rollbacks] == [
+        (2, "monitor", "live return fell 40 %")
+    ]
+    assert s.degradation_transitions == 2
+    assert s.worst_degradation_level == "RESTRICTED"
+    assert s.final_live_version == 2
+    assert s.latency_samples == 5000
+    expected = np.load(run_dir / LATENCY_FILE)
+    assert s.latency_p99_ms == pytest.approx(float(np.percentile(expected, 99)))
+    assert s.missing == ()
+    assert s.unreadable == ()
+    assert s.notes == ()
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert data.rstrip(b"\0")[-8:-4] == b"IEND", f"{path} is truncated"
+    return width, height
+
+
+def test_report_references_every_plot_and_each_is_a_png(run_dir: Path) -> None:
+    html_path = build_report(run_dir)
+    assert html_path == run_dir / "report.html"
+    html = html_path.read_text(encoding="utf-8")
+    referenced = set(re.findall(r'<img src="([^"]+)"', html))
+    written = {f"plots/{p.name}" for p in (run_dir / "plots").glob("*.png")}
+    assert (
+        referenced
+        == written
+        == {"plots/returns.png", "plots/latency.png", "plots/versions.png", "plots/safety.png"}
+    )
+    for name in referenced:
+        width, height = _png_size(run_dir / name)
+        assert width >= 600
+        assert height >= 300
+    # The summary table and the gate events are in the page, reasons escaped.
+    assert "95%" in html
+    assert "50%" in html
+    assert "3 interventions &lt;in eval&gt;" in html
+    assert "<in eval>" not in html
+    assert "live return fell 40 %" in html
+    assert "incomplete" not in html
+
+
+def test_report_is_rebuilt_in_place(run_dir: Path) -> None:
+    first = build_report(run_dir).read_text(encoding="utf-8")
+    second = build_report(run_dir).read_text(encoding="utf-8")
+    assert first == second
+    assert not list(run_dir.glob("*.tmp"))
+
+
+def test_torn_last_lines_are_skipped(run_dir: Path) -> None:
+    before = summarize_run(run_dir)
+    # A run killed mid-write leaves half a line at the end of each JSONL file.
+    for name in (EVENTS_FILE, EPISODES_FILE, SNAPSHOTS_FILE):
+        with (run_dir / name).open("a", encoding="utf-8") as fh:
+            fh.write('{"t_s": 401.0, "robot_id": "arm-0", "ro')
+    after = summarize_run(run_dir)
+    assert after == before
+    assert build_report(run_dir).exists()
+
+
+def test_killed_run_without_snapshots_latency_or_stop(run_dir: Path) -> None:
+    (run_dir / SNAPSHOTS_FILE).unlink()
+    (run_dir / LATENCY_FILE).unlink()
+    lines = (run_dir / EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    (run_dir / EVENTS_FILE).write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+
+    s = summarize_run(run_dir)
+    assert s.missing == (SNAPSHOTS_FILE, LATENCY_FILE)
+    assert s.end_s == END_S  # the last episode, with no stop event
+    assert s.latency_p50_ms is None
+    assert s.final_live_version is None
+    assert s.role("learning").recovery_ratio == pytest.approx(0.95)
+
+    html = build_report(run_dir).read_text(encoding="utf-8")
+    assert "incomplete" in html
+    assert "missing <code>latency_ms.npy</code>" in html
+    assert "missing <code>snapshots.jsonl</code>" in html
+    assert "plots/latency.png" not in html
+    for name in re.findall(r'<img src="([^"]+)"', html):
+        _png_size(run_dir / name)
+
+
+def test_empty_run_directory_gives_a_report_of_what_is_missing(tmp_path: Path) -> None:
+    s = summarize_run(tmp_path)
+    assert s.missing == (EVENTS_FILE, EPISODES_FILE, SNAPSHOTS_FILE, LATENCY_FILE)
+    assert s.roles == ()
+    assert any("no drift event" in n for n in s.notes)
+    html = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "<img" not in html
+    assert html.count("missing <code>") == 4
+    with pytest.raises(ReportError, match="'learning'"):
+        s.role("learning")
+
+
+def test_no_run_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="expected a directory written by `tether run`"):
+        build_report(tmp_path / "nope")
+
+
+def test_a_record_of_another_shape_keeps_the_lines_before_it(run_dir: Path) -> None:
+    with (run_dir / EPISODES_FILE).open("a", encoding="utf-8") as fh:
+        fh.write('{"t_s": 401.0, "robot": "arm-0"}\n')
+    s = summarize_run(run_dir)
+    assert len(s.unreadable) == 1
+    assert s.unreadable[0].startswith(EPISODES_FILE)
+    assert "stopped after 80 records" in s.unreadable[0]
+    assert s.role("learning").episodes == 40
+
+
+def test_violations_and_contacts_are_counted(run_dir: Path) -> None:
+    writer: JsonlWriter[EpisodeRecord] = JsonlWriter(run_dir / EPISODES_FILE)
+    unsafe = _episode(395.0, "arm-1", "baseline", 99, 50.0, False)
+    writer.append(EpisodeRecord(**{**unsafe.__dict__, "violations": 3, "contacts": 1}))
+    writer.close()
+    s = summarize_run(run_dir)
+    assert (s.violations, s.contacts) == (3, 1)
+    assert (s.role("baseline").violations, s.role("learning").violations) == (3, 0)
+    assert '<td class="bad">3</td>' in build_report(run_dir).read_text(encoding="utf-8")
+
+
+def test_non_positive_pre_drift_return_has_no_ratio(tmp_path: Path) -> None:
+    writer: JsonlWriter[EpisodeRecord] = JsonlWriter(tmp_path / EPISODES_FILE)
+    writer.append(_episode(50.0, "arm-0", "learning", 0, -20.0, False))
+    writer.append(_episode(390.0, "arm-0", "learning", 1, -40.0, False))
+    writer.close()
+    events: JsonlWriter[RunEvent] = JsonlWriter(tmp_path / EVENTS_FILE)
+    events.append(RunEvent(DRIFT_S, "drift", "payload +0.5 kg"))
+    events.close()
+    learning = summarize_run(tmp_path).role("learning")
+    # -40 / -20 = 2.0 would read as a 200 % recovery of a run that got worse.
+    assert (learning.pre_drift_return, learning.post_drift_return) == (-20.0, -40.0)
+    assert learning.recovery_ratio is None
+    assert any("not positive" in n for n in summarize_run(tmp_path).notes)
+
+
+def test_post_window_never_reaches_before_a_late_drift(run_dir: Path) -> None:
+    s = summarize_run(run_dir, ReportConfig(post_drift_fraction=0.9))
+    assert s.post_drift_from_s == DRIFT_S
+    assert s.role("baseline").post_drift_return == BASELINE_POST_RETURN
+    assert any("post-drift uses only episodes after it" in n for n in s.notes)
+
+
+@given(
+    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
+    window=st.integers(1, 20),
+)
+def test_moving_average_is_the_trailing_mean(values: list[float], window: int) -> None:
+    got = moving_average(values, window)
+    want = [np.mean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+
+
+def test_cli_regenerates_the_report_and_prints_the_summary(run_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(run_dir)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"report: {run_dir / 'report.html'}" in result.output
+    assert "learning" in result.output
+    assert "baseline" in result.output
+    assert "95%" in result.output
+    assert "50%" in result.output
+    assert (run_dir / "report.html").exists()
+
+
+def test_cli_names_a_missing_run_directory(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
+    assert result.exit_code == 1
+    assert "expected a directory written by `tether run`" in result.output
