@@ -1,0 +1,84 @@
+"""Hyper-parameters of SAC, in one validated model (CleanRL-style: read it top to bottom).
+
+Every field has a default, a unit and a help line; the CLI and YAML loading are built
+from this model, so a hyper-parameter exists in exactly one place.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SACConfig(BaseModel):
+    """Soft Actor-Critic: twin critics, automatic entropy tuning, Polyak target networks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(
+        default=0.99, gt=0.0, le=1.0, description="Discount factor per control step (1)"
+    )
+    tau: float = Field(
+        default=0.005,
+        gt=0.0,
+        le=1.0,
+        description="Polyak rate of the target critics per update (1)",
+    )
+    batch_size: int = Field(
+        default=256, ge=1, le=65536, description="Mini-batch size per update (transitions)"
+    )
+    actor_lr: float = Field(
+        default=3e-4, gt=0.0, description="Adam learning rate of the actor (1/update)"
+    )
+    critic_lr: float = Field(
+        default=3e-4, gt=0.0, description="Adam learning rate of the critics (1/update)"
+    )
+    alpha_lr: float = Field(
+        default=3e-4,
+        gt=0.0,
+        description="Adam learning rate of the log entropy coefficient (1/update)",
+    )
+    hidden_sizes: tuple[int, ...] = Field(
+        default=(256, 256),
+        min_length=1,
+        description="Hidden layer widths of actor and critics (units)",
+    )
+    activation: Literal["relu", "tanh", "elu", "silu"] = Field(
+        default="relu", description="Hidden activation of actor and critics (name)"
+    )
+    initial_alpha: float = Field(
+        default=1.0, gt=0.0, description="Initial entropy coefficient before tuning (1)"
+    )
+    autotune_alpha: bool = Field(
+        default=True, description="Tune the entropy coefficient toward target_entropy (flag)"
+    )
+    target_entropy: float | None = Field(
+        default=None, description="Target policy entropy; None means -act_dim (nats)"
+    )
+    actor_update_interval: int = Field(
+        default=1, ge=1, description="Update the actor and alpha every N critic updates (updates)"
+    )
+    freeze_trunk: bool = Field(
+        default=False,
+        description="Fine-tuning: keep the actor trunk fixed, train head and critics (flag)",
+    )
+    lr_scale: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Multiplier on every learning rate, e.g. 0.2 when fine-tuning (1)",
+    )
+    seed: int = Field(
+        default=0, ge=0, description="Seed of network initialization and sampling noise (1)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SACConfig:
+        if any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must all be positive, got {self.hidden_sizes}")
+        return self
+
+    def fine_tuning(self, lr_scale: float = 0.2) -> SACConfig:
+        """The same hyper-parameters for on-robot fine-tuning: frozen trunk, scaled-down rates."""
+        return self.model_copy(update={"freeze_trunk": True, "lr_scale": lr_scale})
