@@ -12,6 +12,7 @@ import torch
 
 from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.shared_weights import SharedWeights, SharedWeightsError
+from tether.policy.tensors import state_sha256
 
 ARCH = ActorArchitecture(obs_dim=6, act_dim=2, hidden_sizes=(64, 64))
 N_WEIGHT_SETS = 32  # version v carries weight set v % N_WEIGHT_SETS
@@ -130,6 +131,22 @@ def test_snapshot_survives_later_publications() -> None:
         assert shared.latest_version() == 5
         assert shared.read_if_newer(5) is None
         assert shared.publications == 5
+
+
+def test_snapshot_names_its_version_for_the_engine() -> None:
+    with SharedWeights.create(ARCH) as shared:
+        state = weight_set(2)
+        shared.publish(9, state, parent=4, promote_directly=True)
+        snap = shared.read()
+        assert snap is not None
+        assert snap.promote_directly
+        info = snap.version_info()
+        assert (info.id, info.parent) == (9, 4)
+        assert info.weights_sha256 == state_sha256(state)
+        shared.publish(10, state, parent=9)
+        later = shared.read()
+        assert later is not None
+        assert not later.promote_directly
 
 
 def test_degradation_level_round_trips() -> None:

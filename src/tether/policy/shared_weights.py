@@ -34,13 +34,15 @@ from multiprocessing import shared_memory
 import numpy as np
 import torch
 
-from tether.errors import TetherError
+from tether.policy.errors import PolicyError
+from tether.policy.manifest import VersionInfo
 from tether.policy.networks import ActorArchitecture, actor_parameter_shapes
+from tether.policy.tensors import state_sha256
 
 _MAGIC = 0x7E7E_5EED_0001
 # Header fields (int64 indices).
 _H_MAGIC, _H_PUBLISHED, _H_DEGRADATION, _H_COUNT, _H_PARAMS = 0, 1, 2, 3, 4
-_SLOT_FIELDS = 4  # seq, version, parent, published_ns
+_SLOT_FIELDS = 5  # seq, version, parent, published_ns, flags
 _H_SLOTS = 8
 _HEADER_INTS = _H_SLOTS + 2 * _SLOT_FIELDS
 _HEADER_BYTES = _HEADER_INTS * 8
@@ -48,7 +50,7 @@ _NO_PARENT = -1
 _SPIN_BEFORE_YIELD = 64
 
 
-class SharedWeightsError(TetherError):
+class SharedWeightsError(PolicyError, ValueError):
     """A shared-weights block that does not match the actor it is used with."""
 
 
@@ -60,6 +62,17 @@ class WeightsSnapshot:
     parent: int | None
     published_ns: int  # time.monotonic_ns() at publication (system-wide clock on Linux)
     state: dict[str, torch.Tensor]
+    # The writer's configuration asked to skip the promotion gate: UNSAFE on hardware.
+    promote_directly: bool = False
+
+    def version_info(self, name: str | None = None) -> VersionInfo:
+        """The :class:`VersionInfo` ``PolicyEngine.swap_weights`` expects for this snapshot."""
+        return VersionInfo(
+            id=self.version,
+            name=name if name is not None else f"learner-v{self.version}",
+            weights_sha256=state_sha256(self.state),
+            parent=self.parent,
+        )
 
 
 class SharedWeights:
@@ -137,9 +150,18 @@ class SharedWeights:
     # --- writer -------------------------------------------------------------------------
 
     def publish(
-        self, version: int, state: dict[str, torch.Tensor], *, parent: int | None = None
+        self,
+        version: int,
+        state: dict[str, torch.Tensor],
+        *,
+        parent: int | None = None,
+        promote_directly: bool = False,
     ) -> None:
-        """Copy ``state`` into the idle slot, then make it the published one (single writer)."""
+        """Copy ``state`` into the idle slot, then make it the published one (single writer).
+
+        ``promote_directly`` marks the version as meant to go live without the promotion
+        gate; readers decide whether to honour it (unsafe on hardware).
+        """
         if version < 0:
             raise SharedWeightsError(f"version must be >= 0, got {version}")
         missing = self._shapes.keys() - state.keys()
@@ -168,6 +190,7 @@ class SharedWeights:
         self._set_field(slot, 1, version)
         self._set_field(slot, 2, _NO_PARENT if parent is None else parent)
         self._set_field(slot, 3, time.monotonic_ns())
+        self._set_field(slot, 4, int(promote_directly))
         self._set_field(slot, 0, seq + 2)
         self._header[_H_PUBLISHED] = slot
         self._header[_H_COUNT] += 1
@@ -191,6 +214,7 @@ class SharedWeights:
                 version = self._field(slot, 1)
                 parent = self._field(slot, 2)
                 published_ns = self._field(slot, 3)
+                flags = self._field(slot, 4)
                 flat = self._slots[slot].copy()
                 if self._field(slot, 0) == seq_before:
                     return WeightsSnapshot(
@@ -198,6 +222,7 @@ class SharedWeights:
                         parent=None if parent == _NO_PARENT else parent,
                         published_ns=published_ns,
                         state=self._unflatten(flat),
+                        promote_directly=bool(flags & 1),
                     )
             # The writer lapped us (two publications during one copy): try the new slot.
             spins += 1
