@@ -1,0 +1,98 @@
+"""The canary stage: the candidate acts in a fraction of episodes, under tightened limits.
+
+The router (``tether.serving.rollout``) gives the canary its share of episodes; the
+server serves those steps with ``SafetyLimits.tightened(config.safety_tightening)``.
+This module collects the finished episodes of the canary and of the live version over
+the same period and decides with a non-inferiority test (``tether.serving.comparison``):
+return and success may not be shown worse than live by more than their margins, and
+the intervention rate may not be shown higher by more than its margin, at the one-sided
+confidence ``z``. Invariant: no verdict before ``episodes`` canary episodes and
+``min_live_episodes`` live ones.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.serving.comparison import compare_episodes, not_worse
+from tether.serving.gate_records import EpisodeOutcome, GateStage, StageVerdict
+
+
+class CanaryConfig(BaseModel):
+    """Share, length and pass criteria of the canary stage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="Share of episodes the canary acts in (ratio)"
+    )
+    episodes: int = Field(20, ge=1, description="Canary episodes before the verdict (episodes)")
+    min_live_episodes: int = Field(
+        20, ge=1, description="Live episodes in the same period needed to compare (episodes)"
+    )
+    safety_tightening: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="Factor passed to SafetyLimits.tightened() for canary steps (ratio)",
+    )
+    z: float = Field(
+        1.645, ge=0.0, description="One-sided confidence multiplier; 1.645 is 95% (std errors)"
+    )
+    return_margin: float = Field(
+        5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
+    )
+    success_margin: float = Field(
+        0.1, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
+    )
+    intervention_margin: float = Field(
+        0.02, ge=0.0, le=1.0, description="Allowed excess of interventions per step (ratio)"
+    )
+
+
+class CanaryEvaluator:
+    """Collects canary and live episodes of one period and judges them."""
+
+    def __init__(self, *, candidate: int, baseline: int, config: CanaryConfig) -> None:
+        self.candidate = candidate
+        self.baseline = baseline
+        self.config = config
+        self._cand: list[EpisodeOutcome] = []
+        self._live: list[EpisodeOutcome] = []
+
+    def add(self, outcome: EpisodeOutcome) -> StageVerdict | None:
+        """Count one finished episode; returns the verdict when enough are in."""
+        if self.ready:
+            return None
+        if outcome.version == self.candidate:
+            self._cand.append(outcome)
+        elif outcome.version == self.baseline:
+            self._live.append(outcome)
+        return self.verdict() if self.ready else None
+
+    @property
+    def ready(self) -> bool:
+        return (
+            len(self._cand) >= self.config.episodes
+            and len(self._live) >= self.config.min_live_episodes
+        )
+
+    def verdict(self) -> StageVerdict:
+        if not self._cand or not self._live:
+            raise ValueError(
+                f"canary of version {self.candidate} has {len(self._cand)} canary and "
+                f"{len(self._live)} live episodes; it needs at least one of each to judge"
+            )
+        c = self.config
+        margins = (
+            ("return", c.return_margin),
+            ("success", c.success_margin),
+            ("intervention_rate", c.intervention_margin),
+        )
+        return StageVerdict(
+            stage=GateStage.CANARY,
+            candidate=self.candidate,
+            baseline=self.baseline,
+            measurements=compare_episodes(not_worse, self._cand, self._live, margins, z=c.z),
+            samples=len(self._cand) + len(self._live),
+        )

@@ -1,0 +1,85 @@
+"""The records the promotion gate writes: one verdict per stage, with the numbers behind it.
+
+The offline and simulation stages run in the learner (``tether.learning.gate``), the
+shadow and canary stages in the server (``tether.serving.rollout``); both write these
+records, so an operator sees one history per candidate no matter where a stage ran.
+Every verdict names its stage, the candidate and the version it was compared with, and
+each number with the threshold it was held to — a rejection is never just "failed".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class GateStage(StrEnum):
+    OFFLINE = "offline"  # recent real transitions: finite, trust region, critic value
+    SIMULATION = "simulation"  # episodes on the built-in arm under domain randomization
+    SHADOW = "shadow"  # live observations, actions computed but never executed
+    CANARY = "canary"  # acts for a fraction of episodes under tightened limits
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One number a stage was judged on: ``value`` must be ``<=`` or ``>=`` ``threshold``."""
+
+    name: str
+    value: float
+    threshold: float
+    direction: str  # "<=" or ">=": how value must relate to threshold to pass
+
+    @property
+    def passed(self) -> bool:
+        if self.direction == "<=":
+            return self.value <= self.threshold
+        return self.value >= self.threshold
+
+    def describe(self) -> str:
+        mark = "ok" if self.passed else "FAIL"
+        return (
+            f"{self.name}={self.value:.4g} (must be {self.direction} {self.threshold:.4g}, {mark})"
+        )
+
+
+@dataclass(frozen=True)
+class StageVerdict:
+    """The outcome of one gate stage for one candidate."""
+
+    stage: GateStage
+    candidate: int
+    baseline: int  # the live version it was compared with
+    measurements: tuple[Measurement, ...]
+    samples: int  # transitions, episodes or steps the numbers come from
+
+    @property
+    def passed(self) -> bool:
+        return all(m.passed for m in self.measurements)
+
+    def describe(self) -> str:
+        verdict = "passed" if self.passed else "failed"
+        numbers = "; ".join(m.describe() for m in self.measurements)
+        return (
+            f"{self.stage.value} stage {verdict} for version {self.candidate} vs "
+            f"{self.baseline} over {self.samples} samples: {numbers}"
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One finished episode as the rollout and rollback logic see it."""
+
+    version: int
+    episode_return: float
+    success: bool
+    steps: int
+    interventions: int  # steps whose action the supervisor changed or replaced
+    backups: int  # steps served by a backup action
+
+    @property
+    def intervention_rate(self) -> float:
+        return self.interventions / self.steps if self.steps else 0.0
+
+    @property
+    def backup_rate(self) -> float:
+        return self.backups / self.steps if self.steps else 0.0

@@ -1,0 +1,203 @@
+"""The shadow stage: a candidate computes actions on live observations, none is executed.
+
+For ``steps`` observations the candidate's deterministic action is computed beside the
+live one and handed to the supervisor *as if* it were to be sent; how often the
+supervisor would have intervened, how far the candidate's actions are from the live
+policy's, and whether any was non-finite decide the verdict. Invariant: nothing the
+candidate computes here leaves this module — the supervisor's corrected action is
+discarded, only its verdict is counted. :class:`ShadowRunner` moves the work off the
+control path (a bounded queue; full → dropped and counted, never blocking a batch).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.safety.verdict import SafetyVerdict
+from tether.serving.gate_records import GateStage, Measurement, StageVerdict
+from tether.serving.registry import EngineLike
+
+
+class ShadowConfig(BaseModel):
+    """Pass criteria of the shadow stage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(500, ge=1, description="Live observations the candidate must see (steps)")
+    max_intervention_rate: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of steps where the supervisor would have changed the "
+        "candidate's action (ratio)",
+    )
+    max_mean_divergence: float = Field(
+        0.25,
+        ge=0.0,
+        description="Largest mean RMS difference between candidate and live actions "
+        "(normalized action units)",
+    )
+    queue_batches: int = Field(
+        64, ge=1, description="Batches waiting for the shadow thread before new ones drop (batches)"
+    )
+
+
+class ActingEngine(EngineLike, Protocol):
+    def act(self, observations: np.ndarray, deterministic: Any) -> Any: ...
+
+
+class Supervises(Protocol):
+    """What shadow evaluation needs of ``tether.safety.Supervisor``."""
+
+    def filter(
+        self,
+        observation: np.ndarray,
+        proposed_action: np.ndarray,
+        previous_action: np.ndarray | None,
+    ) -> tuple[np.ndarray, SafetyVerdict]: ...
+
+
+class ShadowEvaluator:
+    """Accumulates the shadow numbers of one candidate against the live version."""
+
+    def __init__(
+        self,
+        candidate: ActingEngine,
+        supervisor: Supervises,
+        *,
+        baseline: int,
+        config: ShadowConfig,
+    ) -> None:
+        self.candidate = candidate
+        self._supervisor = supervisor
+        self._baseline = baseline
+        self.config = config
+        self._steps = 0
+        self._interventions = 0
+        self._non_finite = 0
+        self._divergence_sum = 0.0
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    def observe(
+        self,
+        observations: np.ndarray,
+        live_actions: np.ndarray,
+        previous_actions: np.ndarray | None = None,
+    ) -> StageVerdict | None:
+        """Evaluate one batch; returns the verdict once ``config.steps`` are reached."""
+        if self.done:
+            return None
+        out = self.candidate.act(observations, deterministic=True)
+        proposed = np.asarray(out.actions, dtype=np.float32)
+        for i in range(proposed.shape[0]):
+            previous = None if previous_actions is None else previous_actions[i]
+            finite = bool(np.isfinite(proposed[i]).all())
+            self._non_finite += int(not finite)
+            _, verdict = self._supervisor.filter(observations[i], proposed[i], previous)
+            self._interventions += int(verdict.intervened)
+            if finite:
+                diff = proposed[i].astype(np.float64) - live_actions[i]
+                self._divergence_sum += float(np.sqrt(np.mean(diff * diff)))
+            else:
+                self._divergence_sum += float("inf")
+            self._steps += 1
+        return self.verdict() if self.done else None
+
+    @property
+    def done(self) -> bool:
+        return self._steps >= self.config.steps
+
+    def verdict(self) -> StageVerdict:
+        n = max(self._steps, 1)
+        return StageVerdict(
+            stage=GateStage.SHADOW,
+            candidate=self.candidate.version.id,
+            baseline=self._baseline,
+            measurements=(
+                Measurement("non_finite_actions", float(self._non_finite), 0.0, "<="),
+                Measurement(
+                    "would_intervene_rate",
+                    self._interventions / n,
+                    self.config.max_intervention_rate,
+                    "<=",
+                ),
+                Measurement(
+                    "mean_action_divergence",
+                    self._divergence_sum / n,
+                    self.config.max_mean_divergence,
+                    "<=",
+                ),
+            ),
+            samples=self._steps,
+        )
+
+
+_Batch = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+class ShadowRunner:
+    """Runs a :class:`ShadowEvaluator` in its own thread, fed without ever blocking.
+
+    ``on_verdict`` is called once, from the runner's thread, when the stage finishes.
+    """
+
+    def __init__(
+        self, evaluator: ShadowEvaluator, on_verdict: Callable[[StageVerdict], None]
+    ) -> None:
+        self.evaluator = evaluator
+        self._on_verdict = on_verdict
+        self._queue: queue.Queue[_Batch | None] = queue.Queue(evaluator.config.queue_batches)
+        self.dropped_batches = 0
+        self._thread = threading.Thread(target=self._run, name="tether-shadow", daemon=True)
+        self._thread.start()
+
+    def offer(
+        self,
+        observations: np.ndarray,
+        live_actions: np.ndarray,
+        previous_actions: np.ndarray | None = None,
+    ) -> bool:
+        """Queue one batch (copied); False when the queue is full and it was dropped."""
+        item = (
+            np.array(observations, dtype=np.float32),
+            np.array(live_actions, dtype=np.float32),
+            None if previous_actions is None else np.array(previous_actions, dtype=np.float32),
+        )
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped_batches += 1
+            return False
+        return True
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        # Make room for the sentinel: pending work of a stopped stage is worthless.
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self.evaluator.done:
+                return
+            verdict = self.evaluator.observe(*item)
+            if verdict is not None:
+                self._on_verdict(verdict)
+                return

@@ -1,0 +1,91 @@
+"""Shared fixtures of the versions tests: real bundles and engines for the built-in arm.
+
+Every engine here is a real ``PolicyEngine`` over a real bundle written by
+``init_bundle``; "bad" candidates are real bundles whose weights were changed on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tether.policy.bundle import PolicyBundle, load_bundle, save_derived_bundle
+from tether.policy.config import EngineConfig
+from tether.policy.engine import PolicyEngine
+from tether.policy.initialize import init_bundle
+from tether.safety.limits import SafetyLimits
+from tether.safety.supervisor import Supervisor
+from tether.sim import ArmKinematics, arm_spec
+from tether.spec import RobotSpec
+
+HIDDEN = (32, 32)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def spec() -> RobotSpec:
+    return arm_spec()
+
+
+def make_engine(bundle: PolicyBundle) -> PolicyEngine:
+    return PolicyEngine(bundle, EngineConfig(execution="eager", num_threads=1))
+
+
+def derived(
+    base: PolicyBundle,
+    path: Path,
+    version_id: int,
+    name: str,
+    change: Callable[[str, torch.Tensor], torch.Tensor],
+) -> PolicyBundle:
+    """A new bundle from ``base`` whose every tensor went through ``change(name, t)``."""
+    state = {k: change(k, v.clone()) for k, v in base.actor_state.items()}
+    return save_derived_bundle(
+        path, base, actor_state=state, version_id=version_id, version_name=name
+    )
+
+
+def negated(name: str, t: torch.Tensor) -> torch.Tensor:
+    """Negates the mean head: tanh(-mu) = -tanh(mu), so every action flips sign."""
+    return -t if name.startswith("head.mu.") else t
+
+
+def nudged(name: str, t: torch.Tensor) -> torch.Tensor:
+    """A tiny change of the mean head's bias: a new version that acts almost the same."""
+    return t + 1e-3 if name == "head.mu.bias" else t
+
+
+@pytest.fixture
+def base_bundle(tmp_path: Path, spec: RobotSpec) -> PolicyBundle:
+    init_bundle(tmp_path / "base", spec, hidden_sizes=HIDDEN, seed=0, version_id=1)
+    return load_bundle(tmp_path / "base")
+
+
+@pytest.fixture
+def supervisor(spec: RobotSpec) -> Supervisor:
+    return Supervisor(SafetyLimits.from_spec(spec), kinematics=ArmKinematics())
+
+
+def arm_observations(spec: RobotSpec, n: int, seed: int) -> np.ndarray:
+    """Observations of the arm at rest-ish states spread over its declared ranges."""
+    rng = np.random.default_rng(seed)
+    lay = spec.layout
+    obs = np.zeros((n, spec.obs_dim), dtype=np.float32)
+    lo = np.asarray(spec.joint_position_low_rad)
+    hi = np.asarray(spec.joint_position_high_rad)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    obs[:, slice(*lay.joint_position)] = mid + 0.5 * half * rng.uniform(-1, 1, (n, len(lo)))
+    vmax = np.asarray(spec.joint_velocity_limit_rad_s)
+    obs[:, slice(*lay.joint_velocity)] = 0.1 * vmax * rng.uniform(-1, 1, (n, len(vmax)))
+    ws_lo, ws_hi = np.asarray(spec.workspace.low), np.asarray(spec.workspace.high)
+    for span in (lay.end_effector, lay.target):
+        obs[:, slice(*span)] = rng.uniform(ws_lo, ws_hi, (n, 3))
+    return obs
