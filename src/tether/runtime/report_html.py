@@ -16,9 +16,9 @@ from tether.runtime.report_summary import RunSummary
 from tether.runtime.report_table import (
     GATE_COLUMNS,
     ROLE_COLUMNS,
+    fact_rows,
     gate_events,
     gate_row,
-    number,
     role_row,
 )
 
@@ -26,8 +26,8 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #212121; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
-th, td { border: 1px solid #cfd8dc; padding: 0.3em 0.6em; text-align: right; }
-th { background: #eceff1; } td.text { text-align: left; }
+th, td { border: 1px solid #cfd8dc; padding: 0.3em 0.6em; text-align: left; }
+th { background: #eceff1; }
 td.bad { background: #ffcdd2; font-weight: bold; }
 .warn { background: #fff3e0; border-left: 4px solid #ef6c00; padding: 0.5em 1em; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eceff1; }
@@ -67,29 +67,7 @@ def render_html(
 
 
 def _facts(s: RunSummary) -> str:
-    drifts = ", ".join(f"{t:.1f} s" for t in s.drift_times_s) or "none"
-    latency = (
-        f"p50 {number(s.latency_p50_ms)} ms, p99 {number(s.latency_p99_ms)} ms "
-        f"over {s.latency_samples} steps"
-    )
-    final = "—" if s.final_live_version is None else f"v{s.final_live_version}"
-    rows = (
-        ("run time", f"{s.start_s:.1f} s to {s.end_s:.1f} s ({s.duration_s:.1f} s)"),
-        ("drift events", drifts),
-        ("post-drift window", f"from {s.post_drift_from_s:.1f} s"),
-        ("final live version", final),
-        (
-            "promotions / rejections / rollbacks",
-            f"{len(s.promotions)} / {len(s.rejections)} / {len(s.rollbacks)}",
-        ),
-        (
-            "degradation",
-            f"{s.degradation_transitions} transitions, worst {s.worst_degradation_level or '—'}",
-        ),
-        ("round-trip latency", latency),
-        ("violations / contacts (MuJoCo)", f"{s.violations} / {s.contacts}"),
-    )
-    return _table(("", ""), rows, bad_columns=())
+    return _table(("", ""), fact_rows(s), bad_columns=())
 
 
 def _problems(s: RunSummary) -> str:
@@ -158,16 +136,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], bad_columns: Se
     for row in rows:
         cells = []
         for i, cell in enumerate(row):
-            cls = (
-                "bad"
-                if i in bad_columns and cell != "0"
-                else ("text" if not _numeric(cell) else "")
-            )
-            attr = f' class="{cls}"' if cls else ""
+            attr = ' class="bad"' if i in bad_columns and cell != "0" else ""
             cells.append(f"<td{attr}>{escape(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return "<table>" + head + "".join(body) + "</table>"
-
-
-def _numeric(cell: str) -> bool:
-    return cell[:1].isdigit() or cell[:1] in "-—"

@@ -68,17 +68,56 @@ def gate_row(e: GateEvent) -> tuple[str, ...]:
     return (f"{e.t_s:.1f}", e.kind, version, e.stage or UNDEFINED, e.reason)
 
 
+def fact_rows(s: RunSummary) -> tuple[tuple[str, str], ...]:
+    """The run as a whole, as (what, value) pairs."""
+    drifts = ", ".join(f"{t:.1f} s" for t in s.drift_times_s) or "none"
+    latency = (
+        f"p50 {number(s.latency_p50_ms)} ms, p99 {number(s.latency_p99_ms)} ms "
+        f"over {s.latency_samples} steps"
+    )
+    final = UNDEFINED if s.final_live_version is None else f"v{s.final_live_version}"
+    rows = (
+        ("run time", f"{s.start_s:.1f} s to {s.end_s:.1f} s ({s.duration_s:.1f} s)"),
+        ("drift events", drifts),
+        ("post-drift window", f"from {s.post_drift_from_s:.1f} s"),
+        ("final live version", final),
+        (
+            "promotions / rejections / rollbacks",
+            f"{len(s.promotions)} / {len(s.rejections)} / {len(s.rollbacks)}",
+        ),
+        (
+            "degradation",
+            f"{s.degradation_transitions} transitions, worst {s.worst_degradation_level or UNDEFINED}",
+        ),
+        ("round-trip latency", latency),
+        ("violations / contacts (MuJoCo)", f"{s.violations} / {s.contacts}"),
+    )
+    return rows
+
+
 def rich_summary(summary: RunSummary) -> Table:
-    """The per-role summary as a rich table (violations and contacts red when not 0)."""
+    """The per-role summary for a terminal: one row per quantity, one column per role, so
+    it fits 80 columns however many numbers there are (violations and contacts red when not 0)."""
     table = Table(
         title=f"run {summary.run_dir.name}: {summary.duration_s:.0f} s", title_justify="left"
     )
-    for column in ROLE_COLUMNS:
-        table.add_column(column, justify="left" if column in ("role", "robots") else "right")
-    for role in summary.roles:
-        cells = [escape(cell) for cell in role_row(role)]
-        for i in (-2, -1):
-            if cells[i] != "0":
-                cells[i] = f"[bold red]{cells[i]}[/]"
-        table.add_row(*cells)
+    rows = [role_row(r) for r in summary.roles]
+    table.add_column(ROLE_COLUMNS[0])
+    for row in rows:
+        table.add_column(escape(row[0]), justify="right")
+    for i, quantity in enumerate(ROLE_COLUMNS[1:], start=1):
+        cells = [escape(row[i]) for row in rows]
+        if quantity in ("violations", "contacts"):
+            cells = [c if c == "0" else f"[bold red]{c}[/]" for c in cells]
+        table.add_row(quantity, *cells)
+    return table
+
+
+def rich_facts(summary: RunSummary) -> Table:
+    """The run-wide facts (drift, gate events, latency, safety) for a terminal."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for what, value in fact_rows(summary):
+        table.add_row(escape(what), escape(value))
     return table
