@@ -1,0 +1,275 @@
+"""The degradation machine: NORMAL → RESTRICTED → PAUSED → TAKEOVER and back.
+
+Events (supervisor verdicts, watchdog misses, robot faults, gate rejections) are counted
+in a sliding window. The level is the most degraded one whose thresholds the counts
+reach; moving there is immediate. Moving back is one level per quiet period (no
+trigger for ``quiet_period_s``), never out of TAKEOVER: only :meth:`resume` with an
+operator name leaves it, and it forgets the window so old events cannot re-trigger.
+
+Invariants: every level change is a :class:`DegradationTransition` in the bounded
+history, counted per policy version, and passed to every listener; the machine's
+clock is injected, so tests drive time instead of sleeping. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+
+from tether.safety.degradation_config import DegradationConfig
+from tether.safety.errors import DegradationError
+from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind, WindowCounts
+from tether.safety.limits import SafetyLimits
+from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+
+Listener = Callable[[DegradationTransition], None]
+_SINGLE_CHECKS = tuple(c for c in SafetyCheck if c is not SafetyCheck.NONE)
+
+
+class DegradationMachine:
+    """See the module docstring. ``clock`` returns monotonic seconds."""
+
+    def __init__(
+        self,
+        config: DegradationConfig | None = None,
+        *,
+        limits: SafetyLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or DegradationConfig()
+        self._limits = limits
+        self._tightened = (
+            None if limits is None else limits.tightened(self.config.restricted_tighten_factor)
+        )
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._level = DegradationLevel.NORMAL
+        self._events: deque[tuple[float, EventKind, SafetyCheck]] = deque()
+        self._by_kind: Counter[EventKind] = Counter()
+        self._by_check: Counter[SafetyCheck] = Counter()
+        self._calm_since: float | None = None
+        self._version: int | None = None
+        self._history: deque[DegradationTransition] = deque(maxlen=self.config.history_size)
+        self._per_version: Counter[tuple[int | None, DegradationLevel]] = Counter()
+        self._listeners: list[Listener] = []
+
+    # ---- inputs -------------------------------------------------------------------------
+
+    def observe(self, verdict: SafetyVerdict, *, policy_version: int | None = None) -> None:
+        """Count what the supervisor did to one action."""
+        if verdict.checks & SafetyCheck.TAKEOVER:
+            return  # the backup in control is the consequence, not a new symptom
+        if verdict.source is ActionSource.BACKUP:
+            kinds = [EventKind.BACKUP_ACTION]
+            if verdict.checks & SafetyCheck.NON_FINITE:
+                kinds.append(EventKind.NAN_OUTPUT)
+            self._record(kinds, SafetyCheck.NONE, policy_version)
+        elif verdict.source is ActionSource.CLIPPED:
+            self._record([EventKind.INTERVENTION], verdict.checks, policy_version)
+
+    def report(self, kind: EventKind, *, policy_version: int | None = None) -> None:
+        """Count an event from outside the supervisor (watchdog miss, robot fault, gate)."""
+        self._record([kind], SafetyCheck.NONE, policy_version)
+
+    def set_policy_version(self, version: int) -> None:
+        """The version now serving; transitions name it."""
+        with self._lock:
+            self._version = version
+
+    def escalate(self, level: DegradationLevel, *, reason: str) -> None:
+        """Move to ``level`` now if it is more degraded (an operator's pause, an e-stop)."""
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            now = self._clock()
+            self._advance(now, fired)
+            if level > self._level:
+                self._move(level, f"escalated: {reason}", now, None, None, fired)
+                self._calm_since = None
+        self._notify(fired)
+
+    def resume(self, *, operator: str, reason: str = "operator resume") -> DegradationTransition:
+        """Leave TAKEOVER for ``config.resume_level``; the caller has authenticated ``operator``."""
+        if not operator.strip():
+            raise DegradationError(
+                "resume needs the authenticated operator's name, got an empty string; "
+                "pass operator=<who resumed>"
+            )
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            if self._level is not DegradationLevel.TAKEOVER:
+                raise DegradationError(
+                    f"resume is only valid in TAKEOVER, but the level is {self._level.name}; "
+                    "lower levels recover by themselves after the quiet period"
+                )
+            now = self._clock()
+            # Events before the resume led to the takeover; counting them again would
+            # send the robot straight back into it.
+            self._events.clear()
+            self._by_kind.clear()
+            self._by_check.clear()
+            self._move(self.config.resume_level, reason, now, None, operator, fired)
+            self._calm_since = now
+        self._notify(fired)
+        return fired[0]
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener`` with every future transition (after the state changed)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    # ---- queries ------------------------------------------------------------------------
+
+    @property
+    def level(self) -> DegradationLevel:
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            self._advance(self._clock(), fired)
+            level = self._level
+        self._notify(fired)
+        return level
+
+    def may_publish(self) -> bool:
+        """Whether the learner may publish a new version (only at NORMAL)."""
+        return self.level is DegradationLevel.NORMAL
+
+    def may_train(self) -> bool:
+        """Whether the learner may keep updating (NORMAL and RESTRICTED)."""
+        return self.level <= DegradationLevel.RESTRICTED
+
+    def policy_in_control(self) -> bool:
+        """False in TAKEOVER: serving sends the supervisor's backup action instead."""
+        return self.level < DegradationLevel.TAKEOVER
+
+    def limits_for(self, level: DegradationLevel) -> SafetyLimits:
+        """The limits the supervisor enforces at ``level``: tightened below NORMAL."""
+        if self._limits is None or self._tightened is None:
+            raise DegradationError(
+                "limits_for needs the base limits; construct DegradationMachine(limits=...)"
+            )
+        return self._limits if level is DegradationLevel.NORMAL else self._tightened
+
+    def counts(self) -> WindowCounts:
+        with self._lock:
+            self._evict(self._clock())
+            return WindowCounts(
+                window_s=self.config.window_s,
+                by_kind=tuple((k, self._by_kind[k]) for k in EventKind),
+                interventions_by_check=tuple(
+                    (str(c.name), self._by_check[c]) for c in _SINGLE_CHECKS if self._by_check[c]
+                ),
+            )
+
+    def history(self) -> tuple[DegradationTransition, ...]:
+        with self._lock:
+            return tuple(self._history)
+
+    def transitions_for(self, policy_version: int | None) -> dict[DegradationLevel, int]:
+        """How many times each level was entered while ``policy_version`` was serving."""
+        with self._lock:
+            return {level: n for (v, level), n in self._per_version.items() if v == policy_version}
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _record(
+        self, kinds: list[EventKind], checks: SafetyCheck, policy_version: int | None
+    ) -> None:
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            now = self._clock()
+            if policy_version is not None:
+                self._version = policy_version
+            for kind in kinds:
+                self._events.append((now, kind, checks))
+                self._by_kind[kind] += 1
+            for c in _SINGLE_CHECKS:
+                if checks & c:
+                    self._by_check[c] += 1
+            self._advance(now, fired)
+        self._notify(fired)
+
+    def _evict(self, now: float) -> None:
+        horizon = now - self.config.window_s
+        while self._events and self._events[0][0] <= horizon:
+            _, kind, checks = self._events.popleft()
+            self._by_kind[kind] -= 1
+            for c in _SINGLE_CHECKS:
+                if checks & c:
+                    self._by_check[c] -= 1
+
+    def _target(self) -> tuple[DegradationLevel, str, EventKind | None]:
+        """The most degraded level the window's counts reach, and why."""
+        for level, t in reversed(self.config.by_level()):
+            for kind in EventKind:
+                need = t.threshold(kind)
+                if need and self._by_kind[kind] >= need:
+                    return (
+                        level,
+                        f"{self._by_kind[kind]} {kind.value} events in {self.config.window_s} s "
+                        f"(threshold {need})",
+                        kind,
+                    )
+            for name, need in t.per_check.items():
+                have = self._by_check[SafetyCheck[name]]
+                if need and have >= need:
+                    return (
+                        level,
+                        f"{have} {name} interventions in {self.config.window_s} s "
+                        f"(threshold {need})",
+                        EventKind.INTERVENTION,
+                    )
+        return DegradationLevel.NORMAL, "", None
+
+    def _advance(self, now: float, fired: list[DegradationTransition]) -> None:
+        self._evict(now)
+        target, why, trigger = self._target()
+        if target > self._level:
+            self._move(target, why, now, trigger, None, fired)
+        if target >= self._level:
+            self._calm_since = None
+            return
+        if self._calm_since is None:
+            self._calm_since = now
+        quiet = self.config.quiet_period_s
+        # One level per quiet period; a late call catches up with the levels it missed.
+        while (
+            self._level is not DegradationLevel.TAKEOVER
+            and self._level > target
+            and now - self._calm_since >= quiet
+        ):
+            self._calm_since += quiet
+            self._move(
+                DegradationLevel(self._level - 1),
+                f"quiet for {quiet} s",
+                self._calm_since,
+                None,
+                None,
+                fired,
+            )
+
+    def _move(
+        self,
+        level: DegradationLevel,
+        reason: str,
+        at: float,
+        trigger: EventKind | None,
+        operator: str | None,
+        fired: list[DegradationTransition],
+    ) -> None:
+        record = DegradationTransition(
+            self._level, level, reason, at, self._version, trigger, operator
+        )
+        self._level = level
+        self._history.append(record)
+        self._per_version[(self._version, level)] += 1
+        fired.append(record)
+
+    def _notify(self, fired: list[DegradationTransition]) -> None:
+        if not fired:
+            return
+        with self._lock:
+            listeners = list(self._listeners)
+        for record in fired:
+            for listener in listeners:
+                listener(record)

@@ -1,0 +1,73 @@
+"""What the supervisor did to one action, as a small typed record.
+
+A :class:`SafetyVerdict` travels with every executed action: into the reply, the
+metrics, the recorded transition and the degradation machine. Invariant: the verdict
+of an action returned untouched has ``source=POLICY``, no check bits, zero correction
+norm and no joints; any change to the action sets at least one bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntFlag, StrEnum
+
+
+class ActionSource(StrEnum):
+    """Who produced the executed action."""
+
+    POLICY = "policy"  # the policy's action, unchanged
+    CLIPPED = "clipped"  # the policy's action, corrected by the supervisor
+    BACKUP = "backup"  # a backup action replaced the policy's (invalid input, stale, takeover)
+    HUMAN = "human"  # a person's override, reported by the robot (set by serving)
+
+
+class SafetyCheck(IntFlag):
+    """One bit per check; a bit is set when that check changed or replaced the action."""
+
+    NONE = 0
+    INVALID_SHAPE = 1 << 0  # proposed action has the wrong shape
+    NON_FINITE = 1 << 1  # proposed action holds NaN or +-Inf
+    INVALID_OBSERVATION = 1 << 2  # observation has the wrong shape or is not finite
+    INVALID_PREVIOUS = 1 << 3  # previous action unusable: rate limit taken from standstill
+    STALE = 1 << 4  # the command is older than the staleness limit
+    TORQUE = 1 << 5  # beyond the per-joint torque limit
+    POSITION = 1 << 6  # would not stop inside the position limits (braking distance)
+    VELOCITY = 1 << 7  # would exceed the joint velocity limit
+    ACCELERATION = 1 << 8  # would exceed the joint acceleration limit
+    RATE = 1 << 9  # changes the command more than allowed per control step
+    WORKSPACE = 1 << 10  # end effector would leave the workspace box
+    OBSTACLE = 1 << 11  # a collision sphere would come too close to an obstacle
+    TAKEOVER = 1 << 12  # the degradation level put the backup in control
+
+
+# Checks that replace the action with a backup rather than correct it.
+REPLACING_CHECKS = (
+    SafetyCheck.INVALID_SHAPE
+    | SafetyCheck.NON_FINITE
+    | SafetyCheck.INVALID_OBSERVATION
+    | SafetyCheck.STALE
+    | SafetyCheck.TAKEOVER
+)
+
+
+@dataclass(frozen=True)
+class SafetyVerdict:
+    """The supervisor's account of one action.
+
+    ``correction_norm`` is the Euclidean distance between the proposed and the executed
+    action (normalized torque units); when the proposal was unusable (wrong shape or
+    not finite) it is the norm of the executed action instead, so it stays finite.
+    ``joints`` are the indices whose value changed.
+    """
+
+    source: ActionSource
+    checks: SafetyCheck
+    correction_norm: float
+    joints: tuple[int, ...]
+
+    @property
+    def intervened(self) -> bool:
+        return self.source is not ActionSource.POLICY
+
+
+PASSED = SafetyVerdict(ActionSource.POLICY, SafetyCheck.NONE, 0.0, ())

@@ -1,0 +1,106 @@
+"""Shared builders for the safety tests: a 7-joint synthetic robot and a planar arm.
+
+``PlanarArm`` is a tiny analytic kinematics (two links in the x-z plane) so the
+Cartesian checks can be tested without MuJoCo; the physics test uses the real
+``tether.sim.ArmKinematics``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tether.safety import LimitsConfig, SafetyLimits
+from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
+
+N_JOINTS = 7
+# Upper bound of the acceleration a full action causes in the synthetic robot (rad/s²):
+# three times the braking deceleration, so the worst-case gains differ on each side.
+GAIN_HI = 60.0
+
+
+def seven_joint_spec() -> RobotSpec:
+    n = N_JOINTS
+    names = (
+        tuple(f"q{i}" for i in range(n))
+        + tuple(f"qd{i}" for i in range(n))
+        + ("ee_x", "ee_y", "ee_z", "t_x", "t_y", "t_z")
+    )
+    return RobotSpec(
+        name="synthetic-7",
+        joint_names=tuple(f"j{i}" for i in range(n)),
+        control_period_s=0.01,
+        observation_names=names,
+        layout=ObservationLayout((0, n), (n, 2 * n), (2 * n, 2 * n + 3), (2 * n + 3, 2 * n + 6)),
+        joint_position_low_rad=(-2.8, -1.7, -2.8, -3.0, -2.8, -0.1, -2.8),
+        joint_position_high_rad=(2.8, 1.7, 2.8, -0.1, 2.8, 3.7, 2.8),
+        joint_velocity_limit_rad_s=(2.1, 2.1, 2.1, 2.1, 2.6, 2.6, 2.6),
+        joint_acceleration_limit_rad_s2=(20.0,) * n,
+        torque_limit_nm=(87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0),
+        home_position_rad=(0.0, -0.5, 0.0, -2.0, 0.0, 1.5, 0.8),
+        workspace=Box((-1.0, -1.0, 0.0), (1.0, 1.0, 1.2)),
+        obstacles=(Sphere((0.5, 0.0, 0.3), 0.1),),
+    )
+
+
+def seven_joint_limits(config: LimitsConfig | None = None) -> SafetyLimits:
+    return SafetyLimits.from_spec(
+        seven_joint_spec(),
+        config or LimitsConfig(max_action_change_per_step=0.5),
+        acceleration_per_action_rad_s2=(GAIN_HI,) * N_JOINTS,
+    )
+
+
+def observation(limits: SafetyLimits, q: np.ndarray, v: np.ndarray, size: int = 20) -> np.ndarray:
+    obs = np.zeros(size, dtype=np.float32)
+    obs[slice(*limits.layout.joint_position)] = q
+    obs[slice(*limits.layout.joint_velocity)] = v
+    return obs
+
+
+class PlanarArm:
+    """Two links in the x-z plane from a base at height ``base_z``; no gravity torque.
+
+    Joint 0 pitches the first link from vertical, joint 1 the second relative to it.
+    """
+
+    def __init__(self, lengths: tuple[float, float] = (0.4, 0.3), base_z: float = 0.1) -> None:
+        self.l1, self.l2 = lengths
+        self.base_z = base_z
+        self.radius = 0.04
+
+    def _joints(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        base = np.array([0.0, 0.0, self.base_z])
+        elbow = base + self.l1 * np.array([np.sin(q[0]), 0.0, np.cos(q[0])])
+        tip = elbow + self.l2 * np.array([np.sin(q[0] + q[1]), 0.0, np.cos(q[0] + q[1])])
+        return base, elbow, tip
+
+    def end_effector(self, q: np.ndarray) -> np.ndarray:
+        return self._joints(q)[2]
+
+    def collision_spheres(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        base, elbow, tip = self._joints(q)
+        t = np.linspace(0.0, 1.0, 6)[:, None]
+        centers = np.vstack([base + t * (elbow - base), elbow + t[1:] * (tip - elbow)])
+        return centers, np.full(len(centers), self.radius)
+
+    def gravity_torque(self, q: np.ndarray) -> np.ndarray:
+        return np.zeros(2)
+
+
+def planar_spec() -> RobotSpec:
+    names = ("q0", "q1", "qd0", "qd1", "ee_x", "ee_y", "ee_z", "t_x", "t_y", "t_z")
+    return RobotSpec(
+        name="planar-2",
+        joint_names=("shoulder", "elbow"),
+        control_period_s=0.01,
+        observation_names=names,
+        layout=ObservationLayout((0, 2), (2, 4), (4, 7), (7, 10)),
+        joint_position_low_rad=(-2.5, -2.5),
+        joint_position_high_rad=(2.5, 2.5),
+        joint_velocity_limit_rad_s=(2.0, 2.0),
+        joint_acceleration_limit_rad_s2=(20.0, 20.0),
+        torque_limit_nm=(10.0, 10.0),
+        home_position_rad=(0.0, 0.0),
+        workspace=Box((-0.6, -0.3, 0.0), (0.6, 0.3, 0.9)),
+        obstacles=(Sphere((0.45, 0.0, 0.45), 0.08),),
+    )
