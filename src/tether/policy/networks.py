@@ -57,6 +57,11 @@ class ActorArchitecture:
             )
 
 
+def activation_module(name: str) -> nn.Module:
+    """A fresh activation module for ``name`` (one of :data:`Activation`)."""
+    return _ACTIVATIONS[name]()
+
+
 def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str) -> nn.Sequential:
     layers: list[nn.Module] = []
     last = in_dim
@@ -162,4 +167,18 @@ def actor_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]
     for part in ("mu", "log_std"):
         shapes[f"head.{part}.weight"] = (arch.act_dim, last)
         shapes[f"head.{part}.bias"] = (arch.act_dim,)
+    return shapes
+
+
+def critic_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]]:
+    """Every tensor name and shape of a :class:`TwinCritic` for ``arch`` (training section)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for q in ("q1", "q2"):
+        last = arch.obs_dim + arch.act_dim
+        for i, h in enumerate(arch.hidden_sizes):
+            shapes[f"{q}.body.{2 * i}.weight"] = (h, last)
+            shapes[f"{q}.body.{2 * i}.bias"] = (h,)
+            last = h
+        shapes[f"{q}.out.weight"] = (1, last)
+        shapes[f"{q}.out.bias"] = (1,)
     return shapes

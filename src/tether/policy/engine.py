@@ -1,0 +1,282 @@
+"""``PolicyEngine``: a batch of raw observations in, bounded actions and log-probs out.
+
+Normalization, the network, sampling and scaling to the action bounds all happen here,
+so a client can never apply the wrong statistics. Invariants:
+
+- every ``act()`` reads the live ``(path, version)`` pair exactly once, so one batch never
+  mixes weight versions, and ``swap_weights`` (validated first) takes effect at the next
+  call without ever blocking a running one;
+- a row's deterministic action is bit-identical whatever batch it arrives in (see
+  :mod:`tether.policy.paths`);
+- inputs with the wrong shape, dtype or non-finite values are refused with
+  :class:`ObservationError` before anything runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from tether.policy.bundle import PolicyBundle
+from tether.policy.config import EngineConfig
+from tether.policy.errors import (
+    BundleTensorError,
+    EngineConfigError,
+    ObservationError,
+    WeightSwapError,
+)
+from tether.policy.manifest import VersionInfo
+from tether.policy.networks import actor_parameter_shapes, gaussian_log_prob, squash_correction
+from tether.policy.paths import ForwardPath, PathKind, build_path
+from tether.policy.selection import PathMeasurement, choose_path
+from tether.policy.tensors import StateDict, check_state, state_sha256
+from tether.policy.transforms import normalize_observation, scale_action
+
+
+class EngineOutput(NamedTuple):
+    """One batch's result; every row was computed with ``version``."""
+
+    actions: np.ndarray  # (B, act_dim) float32, inside the bundle's action bounds
+    log_probs: np.ndarray  # (B,) float32, log-density of the squashed action
+    version: VersionInfo
+
+
+class PolicyEngine:
+    """Runs a bundle's actor on batches; see the module docstring for its guarantees."""
+
+    def __init__(self, bundle: PolicyBundle, config: EngineConfig | None = None) -> None:
+        self._config = cfg = config if config is not None else EngineConfig()
+        self._bundle = bundle
+        self._arch = bundle.architecture
+        self._device = _resolve_device(cfg.device)
+        if torch.get_num_threads() > cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        m = bundle.manifest
+        var = np.asarray(m.normalizer.var, dtype=np.float64)
+        self._mean = torch.tensor(m.normalizer.mean, dtype=torch.float32, device=self._device)
+        self._inv_std = torch.tensor(
+            1.0 / np.sqrt(var + m.normalizer.epsilon), dtype=torch.float32, device=self._device
+        )
+        self._clip = float(m.normalizer.clip)
+        self._low_np = np.asarray(m.action.low, dtype=np.float32)
+        self._high_np = np.asarray(m.action.high, dtype=np.float32)
+        self._low = torch.from_numpy(self._low_np).to(self._device)
+        self._high = torch.from_numpy(self._high_np).to(self._device)
+        self._half_range = (self._high - self._low) / 2
+        self._generator = torch.Generator(device=self._device)
+        if cfg.seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(cfg.seed)
+        self._lock = threading.Lock()
+        padded_max = _padded(cfg.max_batch_size, cfg.row_block)
+        self._pinned_in: torch.Tensor | None = None
+        self._pinned_out: torch.Tensor | None = None
+        if self._device.type == "cuda":
+            self._pinned_in = torch.empty((padded_max, self._arch.obs_dim), pin_memory=True)
+            self._pinned_out = torch.empty((padded_max, self._arch.act_dim + 1), pin_memory=True)
+        self._measurements: tuple[PathMeasurement, ...] = ()
+        kind: PathKind
+        if cfg.execution == "auto":
+            kind, self._measurements = choose_path(self, bundle.actor_state)
+        else:
+            kind = cfg.execution
+            if self._device.type != "cpu" and kind in ("int8", "numpy"):
+                raise EngineConfigError(
+                    f"execution {kind!r} runs on cpu only, but device is {cfg.device!r}; "
+                    "use 'eager' or 'jit' on cuda"
+                )
+        self._kind: PathKind = kind
+        self._live: tuple[ForwardPath, VersionInfo] = (
+            self.build_path(kind, bundle.actor_state),
+            bundle.version,
+        )
+
+    # -- what the engine serves -------------------------------------------------------
+    @property
+    def bundle(self) -> PolicyBundle:
+        return self._bundle
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def version(self) -> VersionInfo:
+        return self._live[1]
+
+    @property
+    def obs_dim(self) -> int:
+        return self._arch.obs_dim
+
+    @property
+    def act_dim(self) -> int:
+        return self._arch.act_dim
+
+    @property
+    def action_low(self) -> np.ndarray:
+        return self._low_np.copy()
+
+    @property
+    def action_high(self) -> np.ndarray:
+        return self._high_np.copy()
+
+    @property
+    def execution(self) -> PathKind:
+        """The execution path in use (the one 'auto' picked, if it was 'auto')."""
+        return self._kind
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def measurements(self) -> tuple[PathMeasurement, ...]:
+        """What 'auto' measured at construction (empty if the path was configured)."""
+        return self._measurements
+
+    # -- inference --------------------------------------------------------------------
+    def act(
+        self, observations: np.ndarray, deterministic: bool | np.ndarray = False
+    ) -> EngineOutput:
+        """Actions within the bundle's bounds and their log-probs for raw observations."""
+        n = self._check_observations(observations)
+        det = self._check_deterministic(deterministic, n)
+        path, version = self._live  # read once: this whole batch uses this version
+        with self._lock, torch.inference_mode():
+            actions, log_probs = self.run(path, observations, det)
+        return EngineOutput(actions, log_probs, version)
+
+    def run(
+        self, path: ForwardPath, observations: np.ndarray, deterministic: np.ndarray | bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One unchecked pass of ``observations`` through ``path`` (callers hold the lock)."""
+        n = observations.shape[0]
+        x = self._to_device(observations)
+        x = normalize_observation(x, self._mean, self._inv_std, self._clip)
+        pad = _padded(n, self._config.row_block) - n
+        if pad:
+            x = torch.cat([x, x.new_zeros((pad, x.shape[1]))])
+        mu, log_std = path(x)
+        mu, log_std = mu[:n], log_std[:n]
+        if isinstance(deterministic, bool) and deterministic:
+            u = mu
+        else:
+            noise = torch.randn(
+                mu.shape, generator=self._generator, dtype=mu.dtype, device=mu.device
+            )
+            u = mu + log_std.exp() * noise
+            if not isinstance(deterministic, bool):
+                mask = torch.from_numpy(deterministic).to(mu.device)[:, None]
+                u = torch.where(mask, mu, u)
+        log_prob = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
+        actions = scale_action(torch.tanh(u), self._low, self._half_range, self._high)
+        return self._to_host(actions, log_prob)
+
+    def swap_weights(self, version: VersionInfo, actor_state: StateDict) -> None:
+        """Serve ``actor_state`` as ``version`` from the next ``act()``; validated first."""
+        try:
+            check_state(
+                actor_state, actor_parameter_shapes(self._arch), f"weights of version {version.id}"
+            )
+        except BundleTensorError as exc:
+            raise WeightSwapError(str(exc)) from exc
+        found = state_sha256(actor_state)
+        if found != version.weights_sha256:
+            raise WeightSwapError(
+                f"weights of version {version.id} ({version.name!r}) hash to {found} but the "
+                f"version names {version.weights_sha256}; build the VersionInfo with "
+                "tether.policy.state_sha256(actor_state)"
+            )
+        cpu_state = {k: v.detach().to("cpu", copy=True) for k, v in actor_state.items()}
+        path = self.build_path(self._kind, cpu_state)
+        self._live = (path, version)  # one assignment: readers see old or new pair, never a mix
+
+    def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath:
+        """An execution path of this engine's architecture and device for ``actor_state``."""
+        return build_path(
+            kind, self._arch, actor_state, row_block=self._config.row_block, device=self._device
+        )
+
+    # -- helpers ----------------------------------------------------------------------
+    def _check_observations(self, obs: object) -> int:
+        if not isinstance(obs, np.ndarray):
+            raise ObservationError(
+                f"observations must be a numpy array of shape (B, {self.obs_dim}), got {type(obs).__name__}"
+            )
+        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise ObservationError(
+                f"observations must have shape (B, {self.obs_dim}), got {obs.shape}; "
+                "add a batch axis with obs[None] for one row"
+            )
+        n = obs.shape[0]
+        if not 1 <= n <= self._config.max_batch_size:
+            raise ObservationError(
+                f"observations must have between 1 and {self._config.max_batch_size} rows "
+                f"(max_batch_size), got {n}"
+            )
+        if obs.dtype != np.float32:
+            raise ObservationError(
+                f"observations must be float32, got {obs.dtype}; convert with .astype(np.float32)"
+            )
+        finite = np.isfinite(obs)
+        if not finite.all():
+            rows = sorted({int(r) for r in np.nonzero(~finite)[0]})
+            raise ObservationError(f"observations must be finite; rows {rows[:10]} hold NaN or Inf")
+        return int(n)
+
+    @staticmethod
+    def _check_deterministic(det: object, n: int) -> np.ndarray | bool:
+        if isinstance(det, bool | np.bool_):
+            return bool(det)
+        if isinstance(det, np.ndarray) and det.dtype == np.bool_ and det.shape == (n,):
+            return np.ascontiguousarray(det)
+        shown = det.shape if isinstance(det, np.ndarray) else type(det).__name__
+        dtype = det.dtype if isinstance(det, np.ndarray) else ""
+        raise ObservationError(
+            f"deterministic must be a bool or a bool array of shape ({n},), got {shown} {dtype}"
+        )
+
+    def _to_device(self, observations: np.ndarray) -> torch.Tensor:
+        host = torch.from_numpy(np.ascontiguousarray(observations))
+        if self._pinned_in is None:
+            return host
+        staging = self._pinned_in[: host.shape[0]]
+        staging.copy_(host)
+        return staging.to(self._device, non_blocking=True)
+
+    def _to_host(
+        self, actions: torch.Tensor, log_prob: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self._pinned_out is None:
+            return actions.numpy().copy(), log_prob.numpy().copy()
+        n = actions.shape[0]
+        out = self._pinned_out[:n]
+        out[:, : self.act_dim].copy_(actions, non_blocking=True)
+        out[:, self.act_dim].copy_(log_prob, non_blocking=True)
+        torch.cuda.current_stream(self._device).synchronize()
+        host = out.numpy()
+        return host[:, : self.act_dim].copy(), host[:, self.act_dim].copy()
+
+
+def _padded(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+def _resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EngineConfigError(
+                f"device {name!r} requested but torch sees no CUDA device "
+                f"(torch {torch.__version__}); use device='cpu'"
+            )
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise EngineConfigError(
+                f"device {name!r} requested but only {torch.cuda.device_count()} CUDA devices exist"
+            )
+    return device

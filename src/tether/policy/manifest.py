@@ -1,0 +1,484 @@
+"""The bundle manifest: what a policy expects, what it produces, and which weights it is.
+
+``manifest.json`` is the only metadata file of a bundle. This module turns it into typed
+frozen records and back. Invariant: a :class:`BundleManifest` that exists is internally
+consistent (dims agree with the architecture, names unique, normalizer finite with
+positive variance, action low < high, robot spec matching its fingerprint); anything else
+raises a :class:`~tether.policy.errors.BundleSpecError` or ``BundleFormatError`` that
+names the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tether.errors import SpecError
+from tether.policy.errors import BundleFormatError, BundleSpecError
+from tether.policy.networks import ActorArchitecture
+from tether.spec import RobotSpec
+
+FORMAT_NAME = "tether.policy-bundle"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+WEIGHTS_FILE = "weights.safetensors"
+TRAINING_FILE = "training.safetensors"
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One published weight version: every reply and recorded transition names it."""
+
+    id: int
+    name: str
+    weights_sha256: str
+    parent: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.id < 0:
+            raise BundleSpecError(f"version.id must be >= 0, got {self.id}")
+        if self.parent is not None and self.parent < 0:
+            raise BundleSpecError(f"version.parent must be >= 0 or null, got {self.parent}")
+        if not _SHA256.match(self.weights_sha256):
+            raise BundleSpecError(
+                f"version.weights_sha256 must be 64 lowercase hex digits, got {self.weights_sha256!r}"
+            )
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """Names of the observation entries, in vector order."""
+
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check_names("observation.names", self.names)
+
+    @property
+    def dim(self) -> int:
+        return len(self.names)
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """Names and bounds of the action entries; the engine scales tanh outputs into them."""
+
+    names: tuple[str, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_names("action.names", self.names)
+        n = len(self.names)
+        for field_name, values in (("action.low", self.low), ("action.high", self.high)):
+            _check_finite(field_name, values, n)
+        bad = [i for i in range(n) if not self.low[i] < self.high[i]]
+        if bad:
+            raise BundleSpecError(
+                f"action bounds need low < high on every entry; entries {bad} have "
+                f"low={[self.low[i] for i in bad]} high={[self.high[i] for i in bad]}"
+            )
+
+    @property
+    def dim(self) -> int:
+        return len(self.names)
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """Observation statistics: ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)``."""
+
+    mean: tuple[float, ...]
+    var: tuple[float, ...]
+    clip: float = 10.0
+    epsilon: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if len(self.var) != len(self.mean):
+            raise BundleSpecError(
+                f"normalizer.var has {len(self.var)} entries but normalizer.mean has "
+                f"{len(self.mean)}; both need one per observation entry"
+            )
+        _check_finite("normalizer.mean", self.mean, len(self.mean))
+        _check_finite("normalizer.var", self.var, len(self.mean))
+        bad = [i for i, v in enumerate(self.var) if not v > 0]
+        if bad:
+            raise BundleSpecError(
+                f"normalizer.var must be positive on every entry; entries {bad} are "
+                f"{[self.var[i] for i in bad]}"
+            )
+        for field_name, value in (("clip", self.clip), ("epsilon", self.epsilon)):
+            if not (math.isfinite(value) and value > 0):
+                raise BundleSpecError(
+                    f"normalizer.{field_name} must be positive and finite, got {value}"
+                )
+
+    @property
+    def dim(self) -> int:
+        return len(self.mean)
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """A file of the bundle, its sha256 and its exact size."""
+
+    file: str
+    sha256: str
+    size_bytes: int
+
+    def __post_init__(self) -> None:
+        if "/" in self.file or "\\" in self.file or self.file in ("", ".", ".."):
+            raise BundleSpecError(
+                f"bundle file names must be plain names inside the bundle, got {self.file!r}"
+            )
+        if not _SHA256.match(self.sha256):
+            raise BundleSpecError(
+                f"sha256 of {self.file} must be 64 lowercase hex digits, got {self.sha256!r}"
+            )
+        if self.size_bytes <= 0:
+            raise BundleSpecError(f"size of {self.file} must be positive, got {self.size_bytes}")
+
+
+@dataclass(frozen=True)
+class TrainingMetadata:
+    """How the weights were produced; informative only, serving never reads it."""
+
+    algorithm: str = "none"
+    source: str = ""
+    env_steps: int = 0
+    gradient_updates: int = 0
+    seed: int | None = None
+    metrics: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.env_steps < 0 or self.gradient_updates < 0:
+            raise BundleSpecError(
+                "training_metadata env_steps and gradient_updates must be >= 0, got "
+                f"{self.env_steps} and {self.gradient_updates}"
+            )
+        bad = [k for k, v in self.metrics if not math.isfinite(v)]
+        if bad:
+            raise BundleSpecError(f"training_metadata.metrics must be finite; {bad} are not")
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """Everything ``manifest.json`` records, validated as a whole."""
+
+    version: VersionInfo
+    observation: ObservationSpec
+    action: ActionSpec
+    normalizer: Normalizer
+    architecture: ActorArchitecture
+    weights: FileDigest
+    created_at: str
+    training: FileDigest | None = None
+    robot_fingerprint: str | None = None
+    robot_spec: RobotSpec | None = None
+    metadata: TrainingMetadata = TrainingMetadata()
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        arch = self.architecture
+        for what, found, want in (
+            ("observation.names", self.observation.dim, arch.obs_dim),
+            ("normalizer.mean", self.normalizer.dim, arch.obs_dim),
+            ("action.names", self.action.dim, arch.act_dim),
+        ):
+            if found != want:
+                raise BundleSpecError(
+                    f"{what} has {found} entries but the architecture needs {want}"
+                )
+        if self.version.weights_sha256 != self.weights.sha256:
+            raise BundleSpecError(
+                f"version.weights_sha256 {self.version.weights_sha256} differs from "
+                f"weights.sha256 {self.weights.sha256}"
+            )
+        try:
+            datetime.fromisoformat(self.created_at)
+        except ValueError as exc:
+            raise BundleSpecError(
+                f"created_at must be an ISO 8601 time, got {self.created_at!r}"
+            ) from exc
+        spec = self.robot_spec
+        if spec is not None:
+            if self.robot_fingerprint != spec.fingerprint():
+                raise BundleSpecError(
+                    f"robot.fingerprint {self.robot_fingerprint!r} differs from the recorded "
+                    f"robot spec's fingerprint {spec.fingerprint()!r}"
+                )
+            if spec.observation_names != self.observation.names:
+                raise BundleSpecError(
+                    "observation.names differ from the robot spec's observation_names: "
+                    f"{list(self.observation.names)} vs {list(spec.observation_names)}"
+                )
+            if spec.action_names != self.action.names:
+                raise BundleSpecError(
+                    "action.names differ from the robot spec's action_names: "
+                    f"{list(self.action.names)} vs {list(spec.action_names)}"
+                )
+
+    def to_json(self) -> str:
+        """The manifest as JSON text; :func:`manifest_from_json` inverts it exactly."""
+        arch = self.architecture
+        doc: dict[str, Any] = {
+            "format": FORMAT_NAME,
+            "format_version": self.format_version,
+            "created_at": self.created_at,
+            "version": {
+                "id": self.version.id,
+                "name": self.version.name,
+                "parent": self.version.parent,
+            },
+            "observation": {"dim": self.observation.dim, "names": list(self.observation.names)},
+            "action": {
+                "dim": self.action.dim,
+                "names": list(self.action.names),
+                "low": list(self.action.low),
+                "high": list(self.action.high),
+            },
+            "normalizer": {
+                "mean": list(self.normalizer.mean),
+                "var": list(self.normalizer.var),
+                "clip": self.normalizer.clip,
+                "epsilon": self.normalizer.epsilon,
+            },
+            "architecture": {
+                "kind": arch.kind,
+                "obs_dim": arch.obs_dim,
+                "act_dim": arch.act_dim,
+                "hidden_sizes": list(arch.hidden_sizes),
+                "activation": arch.activation,
+            },
+            "weights": _digest_json(self.weights),
+            "training": None if self.training is None else _digest_json(self.training),
+            "robot": {
+                "fingerprint": self.robot_fingerprint,
+                "spec": None if self.robot_spec is None else self.robot_spec.to_dict(),
+            },
+            "training_metadata": {
+                "algorithm": self.metadata.algorithm,
+                "source": self.metadata.source,
+                "env_steps": self.metadata.env_steps,
+                "gradient_updates": self.metadata.gradient_updates,
+                "seed": self.metadata.seed,
+                "metrics": dict(self.metadata.metrics),
+            },
+        }
+        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest:
+    """Parse and validate manifest JSON; errors name ``source`` and the field."""
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise BundleFormatError(
+            f"{source}: not valid JSON ({exc}); rewrite it with save_bundle"
+        ) from exc
+    r = _Reader(source)
+    root = r.obj(doc, "")
+    fmt = r.get(root, "format", str)
+    if fmt != FORMAT_NAME:
+        raise BundleFormatError(f"{source}: field 'format' must be {FORMAT_NAME!r}, found {fmt!r}")
+    fv = r.get(root, "format_version", int)
+    if fv != FORMAT_VERSION:
+        raise BundleFormatError(
+            f"{source}: field 'format_version' must be {FORMAT_VERSION}, found {fv}; "
+            "re-export the bundle with this tether version"
+        )
+    try:
+        ver = r.obj(root.get("version"), "version")
+        obs = r.obj(root.get("observation"), "observation")
+        act = r.obj(root.get("action"), "action")
+        norm = r.obj(root.get("normalizer"), "normalizer")
+        arch = r.obj(root.get("architecture"), "architecture")
+        robot = r.obj(root.get("robot"), "robot")
+        meta = r.obj(root.get("training_metadata"), "training_metadata")
+        weights = _digest_from(r, r.obj(root.get("weights"), "weights"), "weights")
+        training_doc = root.get("training")
+        training = (
+            None
+            if training_doc is None
+            else _digest_from(r, r.obj(training_doc, "training"), "training")
+        )
+        obs_names = tuple(r.get_list(obs, "names", str, "observation"))
+        act_names = tuple(r.get_list(act, "names", str, "action"))
+        _check_dim(source, "observation.dim", r.get(obs, "dim", int, "observation"), len(obs_names))
+        _check_dim(source, "action.dim", r.get(act, "dim", int, "action"), len(act_names))
+        spec_doc = robot.get("spec")
+        robot_spec = None
+        if spec_doc is not None:
+            try:
+                robot_spec = RobotSpec.from_dict(r.obj(spec_doc, "robot.spec"))
+            except (SpecError, TypeError, ValueError) as exc:
+                raise BundleSpecError(
+                    f"{source}: field 'robot.spec' is not a valid robot spec: {exc}"
+                ) from exc
+        fingerprint = robot.get("fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise BundleFormatError(
+                f"{source}: field 'robot.fingerprint' must be a string or null, found {fingerprint!r}"
+            )
+        seed = meta.get("seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise BundleFormatError(
+                f"{source}: field 'training_metadata.seed' must be an int or null, found {seed!r}"
+            )
+        metrics = r.obj(meta.get("metrics", {}), "training_metadata.metrics")
+        parent = ver.get("parent")
+        if parent is not None and (not isinstance(parent, int) or isinstance(parent, bool)):
+            raise BundleFormatError(
+                f"{source}: field 'version.parent' must be an int or null, found {parent!r}"
+            )
+        try:
+            architecture = ActorArchitecture(
+                obs_dim=r.get(arch, "obs_dim", int, "architecture"),
+                act_dim=r.get(arch, "act_dim", int, "architecture"),
+                hidden_sizes=tuple(r.get_list(arch, "hidden_sizes", int, "architecture")),
+                activation=r.get(arch, "activation", str, "architecture"),
+                kind=r.get(arch, "kind", str, "architecture"),
+            )
+        except ValueError as exc:
+            raise BundleSpecError(f"{source}: field 'architecture': {exc}") from exc
+        if architecture.kind != "mlp_gaussian":
+            raise BundleSpecError(
+                f"{source}: field 'architecture.kind' must be 'mlp_gaussian', found {architecture.kind!r}"
+            )
+        return BundleManifest(
+            format_version=fv,
+            created_at=r.get(root, "created_at", str),
+            version=VersionInfo(
+                id=r.get(ver, "id", int, "version"),
+                name=r.get(ver, "name", str, "version"),
+                weights_sha256=weights.sha256,
+                parent=parent,
+            ),
+            observation=ObservationSpec(obs_names),
+            action=ActionSpec(
+                act_names,
+                tuple(r.get_list(act, "low", float, "action")),
+                tuple(r.get_list(act, "high", float, "action")),
+            ),
+            normalizer=Normalizer(
+                mean=tuple(r.get_list(norm, "mean", float, "normalizer")),
+                var=tuple(r.get_list(norm, "var", float, "normalizer")),
+                clip=r.get(norm, "clip", float, "normalizer"),
+                epsilon=r.get(norm, "epsilon", float, "normalizer"),
+            ),
+            architecture=architecture,
+            weights=weights,
+            training=training,
+            robot_fingerprint=fingerprint,
+            robot_spec=robot_spec,
+            metadata=TrainingMetadata(
+                algorithm=r.get(meta, "algorithm", str, "training_metadata"),
+                source=r.get(meta, "source", str, "training_metadata"),
+                env_steps=r.get(meta, "env_steps", int, "training_metadata"),
+                gradient_updates=r.get(meta, "gradient_updates", int, "training_metadata"),
+                seed=seed,
+                metrics=tuple(
+                    (str(k), r.number(v, f"training_metadata.metrics.{k}"))
+                    for k, v in metrics.items()
+                ),
+            ),
+        )
+    except BundleSpecError as exc:
+        if str(exc).startswith(source):
+            raise
+        raise BundleSpecError(f"{source}: {exc}") from exc
+
+
+class _Reader:
+    """Typed field access on parsed JSON; every failure names the source and the field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def _fail(self, path: str, want: str, found: Any) -> BundleFormatError:
+        shown = repr(found)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return BundleFormatError(
+            f"{self.source}: field {path!r} must be {want}, found {shown}; "
+            "the manifest is damaged or was not written by save_bundle"
+        )
+
+    def obj(self, value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self._fail(path or "<root>", "an object", value)
+        return value
+
+    def number(self, value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._fail(path, "a number", value)
+        return float(value)
+
+    def _one(self, value: Any, kind: type, path: str) -> Any:
+        if kind is float:
+            return self.number(value, path)
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self._fail(path, "an integer", value)
+        if kind is str and not isinstance(value, str):
+            raise self._fail(path, "a string", value)
+        return value
+
+    def get(self, d: dict[str, Any], key: str, kind: type, prefix: str = "") -> Any:
+        path = f"{prefix}.{key}" if prefix else key
+        if key not in d:
+            raise self._fail(path, f"present ({kind.__name__})", "nothing")
+        return self._one(d[key], kind, path)
+
+    def get_list(self, d: dict[str, Any], key: str, kind: type, prefix: str) -> list[Any]:
+        path = f"{prefix}.{key}"
+        value = d.get(key)
+        if not isinstance(value, list):
+            raise self._fail(path, f"a list of {kind.__name__}", value)
+        return [self._one(v, kind, f"{path}[{i}]") for i, v in enumerate(value)]
+
+
+def _digest_json(d: FileDigest) -> dict[str, Any]:
+    return {"file": d.file, "sha256": d.sha256, "size_bytes": d.size_bytes}
+
+
+def _digest_from(r: _Reader, d: dict[str, Any], prefix: str) -> FileDigest:
+    return FileDigest(
+        file=r.get(d, "file", str, prefix),
+        sha256=r.get(d, "sha256", str, prefix),
+        size_bytes=r.get(d, "size_bytes", int, prefix),
+    )
+
+
+def _check_dim(source: str, field_name: str, dim: int, n_names: int) -> None:
+    if dim != n_names:
+        raise BundleSpecError(
+            f"{source}: field {field_name!r} is {dim} but {n_names} names are listed"
+        )
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite constant {name} is not allowed")
+
+
+def _check_names(field_name: str, names: tuple[str, ...]) -> None:
+    if not names:
+        raise BundleSpecError(f"{field_name} must list at least one name, got none")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BundleSpecError(f"{field_name} must be unique; {dupes} appear more than once")
+
+
+def _check_finite(field_name: str, values: tuple[float, ...], n: int) -> None:
+    if len(values) != n:
+        raise BundleSpecError(f"{field_name} needs {n} entries, got {len(values)}")
+    bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
+    if bad:
+        raise BundleSpecError(
+            f"{field_name} must be finite; entries {bad} are {[values[i] for i in bad]}"
+        )
