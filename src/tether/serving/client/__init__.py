@@ -1,0 +1,19 @@
+"""The robot side of the edge: clients, the control-loop session, the watchdog, a sim robot.
+
+``PolicyClient`` (blocking) and ``AsyncPolicyClient`` (asyncio) call ``GetAction`` and
+``Describe`` and open ``Control`` sessions whose ``step`` never blocks past the control
+deadline: on a miss the session's watchdog returns a flagged backup action instead.
+"""
+
+from tether.serving.client.options import ClientOptions
+from tether.serving.client.records import ActionResult, PolicyVersionInfo, ServerTimingsInfo
+from tether.serving.client.sync import ControlSession, PolicyClient
+
+__all__ = [
+    "ActionResult",
+    "ClientOptions",
+    "ControlSession",
+    "PolicyClient",
+    "PolicyVersionInfo",
+    "ServerTimingsInfo",
+]

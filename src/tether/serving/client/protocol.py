@@ -1,0 +1,102 @@
+"""Control-session messages shared by the blocking and the asyncio session.
+
+One place builds the open and step messages and decides what a reply means, so both
+clients behave identically: a reply for another step (late, after a watchdog miss) is
+stale and skipped; a ``StepError`` becomes the watchdog's backup, never an exception in
+the control loop.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from tether.serving.client.records import ActionResult
+from tether.v1 import policy_pb2 as pb
+
+
+@dataclass(frozen=True)
+class RobotIdentity:
+    """What a robot declares when it opens a session (see ``SessionOpen``)."""
+
+    robot_id: str
+    spec_fingerprint: str
+    obs_dim: int
+    act_dim: int
+    joint_names: tuple[str, ...]
+
+    def open_message(self) -> pb.ControlStep:
+        return pb.ControlStep(
+            open=pb.SessionOpen(
+                robot_id=self.robot_id,
+                spec_fingerprint=self.spec_fingerprint,
+                obs_dim=self.obs_dim,
+                act_dim=self.act_dim,
+                joint_names=list(self.joint_names),
+            )
+        )
+
+
+class EpisodeCounter:
+    """Episode id and step index of the next step; a finished episode starts a new one."""
+
+    def __init__(self) -> None:
+        self.episode_id = uuid.uuid4().hex
+        self.step_index = 0
+
+    def start(self, episode_id: str | None = None) -> None:
+        self.episode_id = episode_id or uuid.uuid4().hex
+        self.step_index = 0
+
+    def advance(self, episode_over: bool) -> None:
+        if episode_over:
+            self.start()
+        else:
+            self.step_index += 1
+
+
+def step_message(
+    counter: EpisodeCounter,
+    observation: np.ndarray,
+    *,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    executed_action: np.ndarray | None,
+    deterministic: bool,
+    watchdog_misses: int,
+) -> pb.ControlStep:
+    return pb.ControlStep(
+        step=pb.StepData(
+            observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            episode_id=counter.episode_id,
+            step_index=counter.step_index,
+            executed_action=[]
+            if executed_action is None
+            else np.asarray(executed_action, dtype=np.float32).ravel().tolist(),
+            client_timestamp_ns=time.monotonic_ns(),
+            deterministic=deterministic,
+            watchdog_misses=watchdog_misses,
+        )
+    )
+
+
+def answers(reply: pb.ControlReply, counter: EpisodeCounter) -> bool:
+    """Whether ``reply`` answers the step now waiting (not a late one)."""
+    return reply.episode_id == counter.episode_id and reply.step_index == counter.step_index
+
+
+def result_of(reply: pb.ControlReply) -> ActionResult | str:
+    """The action in ``reply``, or the reason it has none."""
+    kind = reply.WhichOneof("kind")
+    if kind == "action":
+        return ActionResult.from_proto(reply.action)
+    if kind == "error":
+        return f"step refused by the server (status {reply.error.code}): {reply.error.message}"
+    return f"unexpected reply kind {kind!r} for a step"

@@ -1,0 +1,56 @@
+"""The robot-side watchdog: an action within the control deadline, whatever happens.
+
+When the server's reply does not arrive within the control deadline (or the step
+failed), the session asks the watchdog for a backup action — by default the safety
+layer's own backup (hold position against gravity), computed locally from the robot
+spec — flags it ``from_watchdog`` and counts the miss. The running miss count travels to
+the server in the next step, so the server sees its robots' misses in its metrics.
+
+Invariant: ``fallback`` does no I/O and never waits, so the control loop keeps its rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tether.serving.client.records import ActionResult
+from tether.spec import RobotSpec
+
+# (observation, previous executed action or None) -> action to execute instead.
+BackupPolicy = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+
+
+def safety_backup(spec: RobotSpec) -> BackupPolicy:
+    """The supervisor's backup action for ``spec`` (hold against gravity, within limits)."""
+    from tether.safety.limits import SafetyLimits
+    from tether.safety.supervisor import Supervisor
+    from tether.serving.supervision import kinematics_for
+
+    supervisor = Supervisor(SafetyLimits.from_spec(spec), kinematics=kinematics_for(spec))
+
+    def backup(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
+        action, _ = supervisor.backup_action(observation, previous)
+        return action
+
+    return backup
+
+
+class Watchdog:
+    """Counts misses and produces flagged backup actions."""
+
+    def __init__(self, backup: BackupPolicy, control_deadline_s: float) -> None:
+        if not control_deadline_s > 0:
+            raise ValueError(f"control_deadline_s must be positive, got {control_deadline_s}")
+        self.backup = backup
+        self.control_deadline_s = control_deadline_s
+        self.misses = 0
+        self.last_reason = ""
+
+    def fallback(
+        self, observation: np.ndarray, previous: np.ndarray | None, reason: str
+    ) -> ActionResult:
+        self.misses += 1
+        self.last_reason = reason
+        return ActionResult.backup(self.backup(observation, previous), reason)

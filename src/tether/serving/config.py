@@ -1,0 +1,221 @@
+"""Configuration of the serving edge: one pydantic model per component, one YAML file.
+
+``ServerConfig`` nests the batcher, admission, validation and security models, so a
+single YAML file (``tether serve --config FILE``) configures the whole edge and the
+CLI reads its defaults from the same fields. Models are frozen and refuse unknown
+keys, so a typo in a YAML file fails at startup instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tether.errors import ConfigError
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class BatcherConfig(BaseModel):
+    """How requests from all clients are coalesced into one forward pass."""
+
+    model_config = _FROZEN
+
+    max_batch_size: int = Field(
+        default=64, description="Most requests computed in one forward pass (requests)"
+    )
+    batch_timeout_s: float = Field(
+        default=0.0,
+        description="Longest a request waits for others to join its batch; 0 batches only "
+        "what queued while the engine was busy (s)",
+    )
+    execution: Literal["auto", "inline", "thread"] = Field(
+        default="auto",
+        description="Where a batch runs: on the event loop, in a worker thread, or chosen per "
+        "batch from its measured compute time (mode)",
+    )
+    inline_threshold_s: float = Field(
+        default=0.0002,
+        description="In auto mode, batches expected to compute faster than this run on the "
+        "event loop, since a thread hand-off costs more than they do (s)",
+    )
+
+    @field_validator("max_batch_size")
+    @classmethod
+    def _batch_size(cls, v: int) -> int:
+        if not 1 <= v <= 4096:
+            raise ValueError(f"max_batch_size must be between 1 and 4096, got {v}")
+        return v
+
+    @field_validator("batch_timeout_s", "inline_threshold_s")
+    @classmethod
+    def _non_negative(cls, v: float) -> float:
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"must be between 0 and 1 second, got {v}")
+        return v
+
+
+class AdmissionConfig(BaseModel):
+    """Limits that refuse work with RESOURCE_EXHAUSTED instead of falling over."""
+
+    model_config = _FROZEN
+
+    rate_limit_hz: float | None = Field(
+        default=None,
+        description="Sustained requests per second per client; None derives it from the "
+        "robot's control rate times rate_headroom, 0 disables the limit (Hz)",
+    )
+    rate_headroom: float = Field(
+        default=2.0, description="Multiple of the robot's control rate allowed per client (ratio)"
+    )
+    burst_s: float = Field(
+        default=0.5,
+        description="Token bucket depth, as seconds of traffic at the sustained rate (s)",
+    )
+    max_queued_requests: int = Field(
+        default=1024,
+        description="Requests waiting for a batch before new ones are refused (requests)",
+    )
+    max_rss_bytes: int = Field(
+        default=0, description="Refuse requests while process RSS exceeds this; 0 disables (bytes)"
+    )
+    max_cuda_memory_fraction: float = Field(
+        default=0.95,
+        description="Refuse requests while allocated CUDA memory exceeds this fraction of the "
+        "device total; ignored on CPU (ratio)",
+    )
+    memory_check_interval_s: float = Field(
+        default=0.1, description="How often the memory guard re-reads memory usage (s)"
+    )
+
+    @field_validator("max_queued_requests")
+    @classmethod
+    def _queue(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"max_queued_requests must be at least 1, got {v}")
+        return v
+
+    @field_validator("rate_headroom", "burst_s")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be positive, got {v}")
+        return v
+
+    @field_validator("max_cuda_memory_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        if not 0.0 < v <= 1.0:
+            raise ValueError(f"max_cuda_memory_fraction must be in (0, 1], got {v}")
+        return v
+
+
+class ValidationConfig(BaseModel):
+    """What a well-formed request looks like beyond its shape."""
+
+    model_config = _FROZEN
+
+    max_abs_observation: float = Field(
+        default=1e6, description="Largest magnitude accepted in any observation entry (obs units)"
+    )
+    max_abs_reward: float = Field(
+        default=1e9, description="Largest magnitude accepted for a reward"
+    )
+    max_id_length: int = Field(
+        default=256, description="Longest client, robot or episode id accepted (characters)"
+    )
+
+
+class SecurityConfig(BaseModel):
+    """TLS and bearer-token authentication; both off by default for a local robot."""
+
+    model_config = _FROZEN
+
+    tls_cert_file: Path | None = Field(default=None, description="PEM server certificate (path)")
+    tls_key_file: Path | None = Field(default=None, description="PEM server private key (path)")
+    bearer_token_file: Path | None = Field(
+        default=None,
+        description="File holding the token clients must send as 'authorization: Bearer "
+        "<token>'; health checks stay open (path)",
+    )
+
+
+class ServerConfig(BaseModel):
+    """The whole serving edge."""
+
+    model_config = _FROZEN
+
+    host: str = Field(default="127.0.0.1", description="Address the gRPC server binds (host)")
+    port: int = Field(default=50051, description="gRPC port; 0 picks a free one (port)")
+    metrics_port: int | None = Field(
+        default=9090, description="Prometheus HTTP port; 0 picks a free one, None disables (port)"
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="Address the metrics server binds (host)"
+    )
+    grace_s: float = Field(
+        default=5.0, description="On shutdown, how long in-flight requests may finish (s)"
+    )
+    max_message_bytes: int = Field(
+        default=65536,
+        description="Largest gRPC message the server receives or sends; larger ones are "
+        "refused by the transport (bytes)",
+    )
+    keepalive_time_s: float = Field(
+        default=10.0, description="Interval of server keepalive pings on idle connections (s)"
+    )
+    control_step_deadline_s: float | None = Field(
+        default=None,
+        description="A Control step still queued this long after arrival is answered "
+        "DEADLINE_EXCEEDED instead of computed; None derives it from the robot's control "
+        "period times stale_control_periods, 0 disables (s)",
+    )
+    stale_control_periods: float = Field(
+        default=5.0, description="Control periods after which a queued step is stale (periods)"
+    )
+    batcher: BatcherConfig = Field(default_factory=BatcherConfig, description="Batching")
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig, description="Admission")
+    validation: ValidationConfig = Field(default_factory=ValidationConfig, description="Validation")
+    security: SecurityConfig = Field(default_factory=SecurityConfig, description="TLS and auth")
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 0 <= v <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, got {v}")
+        return v
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _metrics_port(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v <= 65535:
+            raise ValueError(f"metrics_port must be between 0 and 65535, got {v}")
+        return v
+
+    @field_validator("max_message_bytes")
+    @classmethod
+    def _message_bytes(cls, v: int) -> int:
+        if not 1024 <= v <= 64 * 1024 * 1024:
+            raise ValueError(f"max_message_bytes must be between 1024 and 67108864, got {v}")
+        return v
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> ServerConfig:
+        """Load a config file; every error names the file and the field."""
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read server config {path}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"server config {path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"server config {path} must be a mapping of fields, got {type(data).__name__}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"server config {path} is invalid: {exc}") from exc

@@ -1,0 +1,127 @@
+"""The batch function: observations in, supervised actions out, one outcome per query.
+
+Runs inside the batcher (on the event loop or its worker thread). Queries are grouped
+by the engine that serves them (one group while a single version is live), each group
+is one ``engine.act`` call, and then *every* row passes ``supervisor.filter`` with its
+own session's previous action. This is the only place actions are produced, so
+invariant 1 of the design holds here: no action leaves without the supervisor's
+verdict, and the supervisor never returns a non-finite action.
+
+Invariant: ``run`` returns exactly one entry per query, in query order: an
+``ActionOutcome`` or the ``ServingError`` of that query alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from tether.data.clock import ingress_ns
+from tether.safety.verdict import SafetyVerdict
+from tether.serving.errors import ServingError
+from tether.serving.holder import EngineLike, ModelSource, VersionLike
+
+
+class SafetyFilter(Protocol):
+    """What serving calls of ``tether.safety.Supervisor``."""
+
+    def filter(
+        self,
+        observation: Any,
+        proposed_action: Any,
+        previous_action: Any | None = None,
+        *,
+        observation_age_s: float | None = None,
+    ) -> tuple[np.ndarray, SafetyVerdict]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ActionQuery:
+    """One validated request for an action."""
+
+    observation: np.ndarray  # (obs_dim,) float32, finite
+    deterministic: bool
+    previous_action: np.ndarray | None  # what the robot executed last step, if known
+    supervisor: SafetyFilter  # the session's own supervisor (it keeps per-robot state)
+    ingress_ns: int  # tether.data.ingress_ns() at arrival; the supervisor judges staleness
+    pinned_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutcome:
+    """The supervised answer to one query."""
+
+    action: np.ndarray  # (act_dim,) float32: the safe action, the one that may be executed
+    proposed_action: np.ndarray  # what the policy proposed
+    log_prob: float
+    version: VersionLike
+    verdict: SafetyVerdict
+    safety_ns: int
+
+
+class InferencePipeline:
+    """``run(queries)`` for the batcher: group by engine, act, supervise every row."""
+
+    def __init__(
+        self,
+        models: ModelSource,
+        *,
+        on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
+    ) -> None:
+        self._models = models
+        self._on_actions = on_actions
+
+    def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | ServingError]:
+        results: list[ActionOutcome | ServingError | None] = [None] * len(queries)
+        groups: dict[int, tuple[EngineLike, list[int]]] = {}
+        for i, q in enumerate(queries):
+            try:
+                engine = self._models.engine_for(q.pinned_version)
+            except ServingError as exc:
+                results[i] = exc
+                continue
+            groups.setdefault(id(engine), (engine, []))[1].append(i)
+        for engine, rows in groups.values():
+            self._run_group(engine, [queries[i] for i in rows], rows, results)
+        out: list[ActionOutcome | ServingError] = []
+        for r in results:
+            assert r is not None  # every index was filled by a group or an error above
+            out.append(r)
+        return out
+
+    def _run_group(
+        self,
+        engine: EngineLike,
+        queries: list[ActionQuery],
+        rows: list[int],
+        results: list[ActionOutcome | ServingError | None],
+    ) -> None:
+        obs = np.stack([q.observation for q in queries])
+        deterministic = np.fromiter((q.deterministic for q in queries), bool, len(queries))
+        out = engine.act(obs, deterministic)
+        version = out.version
+        safe_rows = np.empty_like(out.actions)
+        for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
+            start = time.perf_counter_ns()
+            action, verdict = q.supervisor.filter(
+                q.observation,
+                out.actions[j],
+                q.previous_action,
+                observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
+            )
+            elapsed = time.perf_counter_ns() - start
+            safe_rows[j] = action
+            results[row] = ActionOutcome(
+                action=np.asarray(action, dtype=np.float32),
+                proposed_action=out.actions[j],
+                log_prob=float(out.log_probs[j]),
+                version=version,
+                verdict=verdict,
+                safety_ns=elapsed,
+            )
+        if self._on_actions is not None:
+            self._on_actions(engine, safe_rows)

@@ -1,0 +1,79 @@
+"""Build a ``PolicyServer`` from a bundle on disk and run it: what ``tether serve`` calls.
+
+Loading order is the order of trust: the bundle is verified (hashes, shapes) by
+``load_bundle``, the engine is built from it, the supervisor is built from the robot
+spec the bundle records. A bundle without a robot spec cannot be served, because there
+would be no limits to supervise its actions with (design invariant 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+from tether.policy.bundle import PolicyBundle, load_bundle
+from tether.policy.config import EngineConfig
+from tether.policy.engine import PolicyEngine
+from tether.serving.config import ServerConfig
+from tether.serving.errors import ServerSetupError
+from tether.serving.served_spec import ServedSpec
+from tether.serving.server import PolicyServer, run_until_signal
+from tether.serving.supervision import supervisor_factory
+from tether.spec import RobotSpec
+
+log = logging.getLogger(__name__)
+
+
+def robot_spec_of(bundle: PolicyBundle) -> RobotSpec:
+    spec = bundle.robot_spec
+    if spec is None:
+        raise ServerSetupError(
+            f"bundle {bundle.path} records no robot spec, so its actions cannot be "
+            "supervised; re-export it with the robot spec (tether.policy.save_bundle(..., "
+            "robot_spec=...))"
+        )
+    return spec
+
+
+def build_server(
+    bundle_path: Path,
+    config: ServerConfig,
+    *,
+    engine_config: EngineConfig | None = None,
+) -> PolicyServer:
+    """A ready-to-start server for the bundle at ``bundle_path``."""
+    bundle = load_bundle(bundle_path)
+    spec = robot_spec_of(bundle)
+    engine_cfg = engine_config or EngineConfig.model_validate(
+        {"max_batch_size": config.batcher.max_batch_size}
+    )
+    engine = PolicyEngine(bundle, engine_cfg)
+    factory, limits = supervisor_factory(spec)
+    return PolicyServer(
+        config,
+        spec=ServedSpec.from_robot_spec(spec),
+        supervisor_factory=factory,
+        engine=engine,
+        safety_limits_json=json.dumps(limits.to_dict(), sort_keys=True),
+        cuda=engine.device.type == "cuda",
+    )
+
+
+async def serve(bundle_path: Path, config: ServerConfig) -> None:
+    """Serve ``bundle_path`` until SIGTERM/SIGINT; returns after a graceful stop."""
+    server = build_server(bundle_path, config)
+    await server.start()
+    log.info(
+        "serving %s (version %d) on %s, metrics on port %s",
+        bundle_path,
+        server.models.engine_for(None).version.id,
+        server.address,
+        server.metrics_port,
+    )
+    await run_until_signal(server)
+
+
+def serve_blocking(bundle_path: Path, config: ServerConfig) -> None:
+    asyncio.run(serve(bundle_path, config))

@@ -1,0 +1,215 @@
+"""``PolicyServer``: the gRPC edge assembled and running (service, batcher, health, metrics).
+
+Owns the lifecycle: TLS and token files are read before anything binds (a bad path
+fails startup with ``ServerSetupError``), the batcher starts before the port opens,
+health reports SERVING only while a verified engine is loaded, and ``stop`` first
+flips health to NOT_SERVING, then lets in-flight requests finish within the grace
+period, then stops the batcher and the metrics endpoint.
+
+Invariant: the server never answers with an action that did not pass a supervisor —
+it cannot be constructed without a supervisor factory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+
+import grpc
+import numpy as np
+import psutil
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tether.data.step import StepRecord
+from tether.serving.admission import Admission
+from tether.serving.batcher import BatchStats, DynamicBatcher
+from tether.serving.config import ServerConfig
+from tether.serving.errors import ServerSetupError
+from tether.serving.holder import EngineLike, LiveModel
+from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline, SafetyFilter
+from tether.serving.metrics import MetricsHttpServer, ServingMetrics
+from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
+from tether.serving.served_spec import ServedSpec
+from tether.serving.service import PolicyService
+from tether.v1 import policy_pb2 as pb
+from tether.v1 import policy_pb2_grpc as pb_grpc
+
+POLICY_SERVICE = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
+
+
+class PolicyServer:
+    """One gRPC server serving one robot spec; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        spec: ServedSpec,
+        supervisor_factory: Callable[[], SafetyFilter],
+        engine: EngineLike | None = None,
+        record_step: Callable[[StepRecord], object] | None = None,
+        end_session: Callable[[str], None] | None = None,
+        before_batch: Callable[[], None] | None = None,
+        degradation_level: Callable[[], int] = lambda: 0,
+        safety_limits_json: str = "",
+        cuda: bool = False,
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.models = LiveModel(engine)
+        self.metrics = ServingMetrics(spec.action_names)
+        self.metrics.memory.set_function(lambda: float(psutil.Process().memory_info().rss))
+        self.admission = Admission(
+            config.admission, control_period_s=spec.control_period_s, cuda=cuda
+        )
+        self._degradation_level = degradation_level
+        self._pipeline = InferencePipeline(self.models, on_actions=self._observe_actions)
+        self._supervisor_factory = supervisor_factory
+        self._record_step = record_step
+        self._end_session = end_session
+        self._before_batch = before_batch
+        self._safety_limits_json = safety_limits_json
+        self._server: grpc.aio.Server | None = None
+        self._batcher: DynamicBatcher[ActionQuery, ActionOutcome] | None = None
+        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._metrics_http: MetricsHttpServer | None = None
+        self.port = 0
+        self.metrics_port: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    @property
+    def batcher(self) -> DynamicBatcher[ActionQuery, ActionOutcome]:
+        if self._batcher is None:
+            raise ServerSetupError("the server is not started; await start() first")
+        return self._batcher
+
+    async def start(self) -> None:
+        cfg = self.config
+        credentials = server_credentials(cfg.security)
+        token = bearer_token(cfg.security)
+        self._batcher = DynamicBatcher(
+            self._pipeline.run,
+            cfg.batcher,
+            max_queued=cfg.admission.max_queued_requests,
+            before_batch=self._before_batch,
+            on_batch=self._observe_batch,
+        )
+        self._batcher.start()
+        server = grpc.aio.server(
+            interceptors=[BearerTokenInterceptor(token)] if token else None,
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_message_bytes),
+                ("grpc.keepalive_time_ms", int(cfg.keepalive_time_s * 1000)),
+                ("grpc.keepalive_permit_without_calls", 1),
+                # Clients ping every few seconds to notice a dead link fast; allow it.
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+                ("grpc.http2.max_pings_without_data", 0),
+            ],
+        )
+        service = PolicyService(
+            config=cfg,
+            spec=self.spec,
+            models=self.models,
+            batcher=self._batcher,
+            admission=self.admission,
+            metrics=self.metrics,
+            supervisor=self._supervisor_factory(),
+            new_session_supervisor=self._supervisor_factory,
+            record_step=self._record_step,
+            end_session=self._end_session,
+            degradation_level=self._degradation_level,
+            safety_limits_json=self._safety_limits_json,
+        )
+        pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (POLICY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        address = f"{cfg.host}:{cfg.port}"
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError as exc:
+            await self._batcher.close()
+            raise ServerSetupError(f"cannot bind the gRPC server to {address}: {exc}") from exc
+        if port == 0:
+            await self._batcher.close()
+            raise ServerSetupError(
+                f"cannot bind the gRPC server to {address}: the port is in use or the host "
+                "is not an address of this machine; choose another --port"
+            )
+        self.port = port
+        await server.start()
+        self._server = server
+        if cfg.metrics_port is not None:
+            self._metrics_http = MetricsHttpServer(
+                self.metrics.registry, cfg.metrics_host, cfg.metrics_port
+            )
+            self.metrics_port = self._metrics_http.port
+        await self._publish_health()
+
+    async def set_engine(self, engine: EngineLike | None) -> None:
+        """Serve ``engine`` from the next batch on (None: stop serving, health NOT_SERVING)."""
+        self.models.replace(engine)
+        await self._publish_health()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting, finish in-flight requests within the grace period, release ports."""
+        grace = self.config.grace_s if grace_s is None else grace_s
+        if self._server is not None:
+            await self._health.enter_graceful_shutdown()
+            await self._server.stop(grace)
+            self._server = None
+        if self._batcher is not None:
+            await self._batcher.close()
+        if self._metrics_http is not None:
+            self._metrics_http.close()
+            self._metrics_http = None
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def _publish_health(self) -> None:
+        engine = self.models.live_engine()
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if engine is not None
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self._health.set("", status)
+        await self._health.set(POLICY_SERVICE, status)
+        if engine is not None:
+            self.metrics.live_version.set(engine.version.id)
+
+    def _observe_batch(self, stats: BatchStats) -> None:
+        if stats.size:
+            self.metrics.batch_size.observe(stats.size)
+            self.metrics.inference_seconds.observe(stats.compute_ns / 1e9)
+
+    def _observe_actions(self, engine: EngineLike, actions: np.ndarray) -> None:
+        self.metrics.live_version.set(engine.version.id)
+        self.metrics.degradation.set(self._degradation_level())
+        self.metrics.actions(actions, engine.action_low, engine.action_high)
+
+
+async def run_until_signal(server: PolicyServer) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully (the caller exits 0)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await server.stop()

@@ -1,0 +1,271 @@
+"""``tether.v1.PolicyService``: the gRPC handlers of GetAction, Control and Describe.
+
+Every request follows the same path: validate (INVALID_ARGUMENT), resolve the engine
+(UNAVAILABLE / FAILED_PRECONDITION), admit (RESOURCE_EXHAUSTED), queue for a batch with
+the caller's deadline (DEADLINE_EXCEEDED), then reply with the supervised action. Each
+failure is a ``ServingError`` that becomes exactly one status code; a request never
+crashes the server. In a Control session a failed step is answered with a ``StepError``
+reply and the session stays open, because a robot mid-task should fall back to its
+watchdog for one cycle, not lose its session.
+
+Invariant: every action in a reply came out of ``InferencePipeline``, i.e. passed the
+session's (or the server's) supervisor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeAlias
+
+import grpc
+import numpy as np
+
+from tether.data.clock import ingress_ns
+from tether.data.step import StepRecord
+from tether.serving.admission import Admission
+from tether.serving.batcher import Batched, DynamicBatcher
+from tether.serving.config import ServerConfig
+from tether.serving.convert import action_response, degradation_to_proto, version_to_proto
+from tether.serving.errors import RequestInvalid, ServingError
+from tether.serving.holder import ModelSource
+from tether.serving.inference import ActionOutcome, ActionQuery, SafetyFilter
+from tether.serving.metrics import ServingMetrics
+from tether.serving.served_spec import ServedSpec
+from tether.serving.session import ControlSession
+from tether.serving.validation import identifier, scalar, vector
+from tether.v1 import policy_pb2 as pb
+from tether.v1 import policy_pb2_grpc as pb_grpc
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+StepSink = Callable[[StepRecord], object]  # tether.data.Recorder.record
+
+
+class PolicyService(pb_grpc.PolicyServiceServicer):
+    """Handlers of the policy service; see the module docstring for the request path."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        spec: ServedSpec,
+        models: ModelSource,
+        batcher: DynamicBatcher[ActionQuery, ActionOutcome],
+        admission: Admission,
+        metrics: ServingMetrics,
+        supervisor: SafetyFilter,
+        new_session_supervisor: Callable[[], SafetyFilter],
+        record_step: StepSink | None = None,
+        end_session: Callable[[str], None] | None = None,
+        degradation_level: Callable[[], int] = lambda: 0,
+        safety_limits_json: str = "",
+    ) -> None:
+        self._config = config
+        self._spec = spec
+        self._models = models
+        self._batcher = batcher
+        self._admission = admission
+        self._metrics = metrics
+        self._supervisor = supervisor
+        self._new_session_supervisor = new_session_supervisor
+        self._record_step = record_step
+        self._end_session = end_session
+        self._degradation_level = degradation_level
+        self._safety_limits_json = safety_limits_json
+        self._max_obs = config.validation.max_abs_observation
+
+    # ------------------------------------------------------------------ GetAction
+
+    async def GetAction(self, request: pb.ActionRequest, context: Context) -> pb.ActionResponse:
+        arrival = time.perf_counter_ns()
+        ingress = ingress_ns()
+        self._metrics.in_flight.inc()
+        version = "none"
+        try:
+            obs = vector(request.observation, "observation", self._spec.obs_dim, self._max_obs)
+            client = identifier(request.client_id, "client_id", self._config.validation)
+            pin = request.model_version if request.HasField("model_version") else None
+            self._models.engine_for(pin)  # refuse unservable pins before queueing
+            self._admission.admit(client or context.peer())
+            query = ActionQuery(obs, request.deterministic, None, self._supervisor, ingress, pin)
+            batched = await self._batcher.submit(query, _deadline(context))
+            self._queued(batched)
+            version = str(batched.value.version.id)
+            reply = action_response(
+                batched, time.perf_counter_ns() - arrival, self._degradation_level()
+            )
+        except ServingError as exc:
+            self._finish("GetAction", exc.code.name, version, arrival)
+            await context.abort(exc.code, str(exc))
+        self._finish("GetAction", "OK", version, arrival)
+        return reply
+
+    def _queued(self, batched: Batched[ActionOutcome]) -> None:
+        self._metrics.queue_seconds.observe(max(0, batched.queue_ns) / 1e9)
+
+    def _finish(self, method: str, status: str, version: str, arrival_ns: int) -> None:
+        self._metrics.in_flight.dec()
+        self._metrics.request(method, status, version, (time.perf_counter_ns() - arrival_ns) / 1e9)
+
+    # ------------------------------------------------------------------ Control
+
+    async def Control(
+        self, request_iterator: AsyncIterator[pb.ControlStep], context: Context
+    ) -> AsyncIterator[pb.ControlReply]:
+        session = await self._open(request_iterator, context)
+        self._metrics.sessions.inc()
+        try:
+            live = self._models.live_engine()
+            yield pb.ControlReply(
+                opened=pb.SessionOpened(
+                    session_id=session.session_id,
+                    version=version_to_proto(live.version) if live else None,
+                    degradation=degradation_to_proto(self._degradation_level()),
+                )
+            )
+            async for message in request_iterator:
+                if message.WhichOneof("kind") != "step":
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "ControlStep.kind is 'open' after the session opened; expected 'step' "
+                        "(open a new stream for a new session)",
+                    )
+                yield await self._step(session, message.step, context)
+        finally:
+            self._metrics.sessions.dec()
+            if self._end_session is not None:
+                self._end_session(session.session_id)
+
+    async def _open(
+        self, request_iterator: AsyncIterator[pb.ControlStep], context: Context
+    ) -> ControlSession:
+        first = None
+        async for message in request_iterator:
+            first = message
+            break
+        if first is None or first.WhichOneof("kind") != "open":
+            found = "nothing" if first is None else repr(first.WhichOneof("kind"))
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the first ControlStep of a session must be 'open', found {found}",
+            )
+            raise AssertionError("unreachable: abort raises")
+        open_msg = first.open
+        try:
+            robot = identifier(open_msg.robot_id, "open.robot_id", self._config.validation)
+            if not robot:
+                raise RequestInvalid("open.robot_id is empty, expected the robot's name")
+            self._models.engine_for(None)
+            self._spec.check_session(open_msg)
+        except ServingError as exc:
+            self._metrics.request("Control", exc.code.name, "none", 0.0)
+            await context.abort(exc.code, str(exc))
+        return ControlSession(robot, self._new_session_supervisor())
+
+    async def _step(
+        self, session: ControlSession, step: pb.StepData, context: Context
+    ) -> pb.ControlReply:
+        arrival = time.perf_counter_ns()
+        ingress = ingress_ns()  # the one stamp pairing and staleness rest on
+        self._metrics.in_flight.inc()
+        version = "none"
+        try:
+            cfg = self._config.validation
+            obs = vector(step.observation, "step.observation", self._spec.obs_dim, self._max_obs)
+            reward = scalar(step.reward, "step.reward", cfg.max_abs_reward)
+            episode = identifier(step.episode_id, "step.episode_id", cfg)
+            executed = None
+            if len(step.executed_action):
+                executed = vector(
+                    step.executed_action, "step.executed_action", self._spec.act_dim, 1e6
+                )
+            missed = session.misses_reported(step.watchdog_misses)
+            if missed:
+                self._metrics.watchdog_misses.inc(missed)
+            self._admission.admit(session.robot_id)
+            query = ActionQuery(
+                obs,
+                step.deterministic,
+                session.previous_action(episode, executed),
+                session.supervisor,
+                ingress,
+            )
+            batched = await self._batcher.submit(query, self._step_deadline(context))
+            self._queued(batched)
+        except ServingError as exc:
+            self._finish("Control", exc.code.name, version, arrival)
+            return pb.ControlReply(
+                step_index=step.step_index,
+                episode_id=step.episode_id,
+                error=pb.StepError(code=exc.code.value[0], message=str(exc)),
+            )
+        outcome = batched.value
+        version = str(outcome.version.id)
+        session.answered(episode, outcome, step.terminated, step.truncated)
+        if self._record_step is not None:
+            self._record_step(
+                session.step_record(
+                    episode_id=episode,
+                    step_index=step.step_index,
+                    observation=obs,
+                    reward=reward,
+                    terminated=step.terminated,
+                    truncated=step.truncated,
+                    executed=executed,
+                    outcome=outcome,
+                    ingress_ns=ingress,
+                    client_timestamp_ns=step.client_timestamp_ns,
+                )
+            )
+        reply = pb.ControlReply(
+            step_index=step.step_index,
+            episode_id=step.episode_id,
+            action=action_response(
+                batched, time.perf_counter_ns() - arrival, self._degradation_level()
+            ),
+        )
+        self._finish("Control", "OK", version, arrival)
+        return reply
+
+    def _step_deadline(self, context: Context) -> float | None:
+        """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
+        limit = self._config.control_step_deadline_s
+        if limit is None:
+            limit = self._config.stale_control_periods * self._spec.control_period_s
+        own = time.monotonic() + limit if limit > 0 else None
+        stream = _deadline(context)
+        if own is None or stream is None:
+            return own if stream is None else stream
+        return min(own, stream)
+
+    # ------------------------------------------------------------------ Describe
+
+    async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
+        engine = self._models.live_engine()
+        cfg = self._config
+        reply = pb.DescribeResponse(
+            status="serving" if engine is not None else "no_policy",
+            spec=self._spec.to_proto(),
+            limits=pb.ServerLimits(
+                max_batch_size=cfg.batcher.max_batch_size,
+                batch_timeout_s=cfg.batcher.batch_timeout_s,
+                max_queued_requests=cfg.admission.max_queued_requests,
+                rate_limit_hz=self._admission.rate_hz,
+                rate_burst=self._admission.burst,
+                max_abs_observation=cfg.validation.max_abs_observation,
+                max_message_bytes=cfg.max_message_bytes,
+            ),
+            degradation=degradation_to_proto(self._degradation_level()),
+            safety_limits_json=self._safety_limits_json,
+        )
+        if engine is not None:
+            reply.version.CopyFrom(version_to_proto(engine.version))
+            reply.action_low.extend(np.asarray(engine.action_low, dtype=np.float32).tolist())
+            reply.action_high.extend(np.asarray(engine.action_high, dtype=np.float32).tolist())
+        self._metrics.request("Describe", "OK", "none", 0.0)
+        return reply
+
+
+def _deadline(context: Context) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining

@@ -1,0 +1,92 @@
+"""One robot's Control session: the per-robot state the server keeps between steps.
+
+A session owns its own supervisor (the supervisor remembers where its robot was last
+seen, which must never leak to another robot) and the previous executed action, which
+the supervisor's rate and acceleration checks compare against. It turns each answered
+step into the data layer's ``StepRecord``, stamped at ingress, in one place.
+
+Invariants: the previous action is the one the robot reported executing (a person's
+override) or else the last safe action this session sent in the same episode; a new
+episode starts with no previous action.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from tether.data.step import StepRecord
+from tether.serving.inference import ActionOutcome, SafetyFilter
+
+
+class ControlSession:
+    """State of one open ``Control`` stream."""
+
+    def __init__(self, robot_id: str, supervisor: SafetyFilter) -> None:
+        self.session_id = uuid.uuid4().hex
+        self.robot_id = robot_id
+        self.supervisor = supervisor
+        self.steps = 0
+        self.watchdog_misses = 0
+        self._episode_id: str | None = None
+        self._last_sent: np.ndarray | None = None
+        self._episode_over = False
+
+    def previous_action(self, episode_id: str, executed: np.ndarray | None) -> np.ndarray | None:
+        """The action the robot executed before this step's observation, if known."""
+        if episode_id != self._episode_id or self._episode_over:
+            # A new episode: the robot was reset, nothing executed before it counts.
+            return None
+        if executed is not None:
+            return executed
+        return self._last_sent
+
+    def answered(
+        self, episode_id: str, outcome: ActionOutcome, terminated: bool, truncated: bool
+    ) -> None:
+        """Remember what was sent for this step."""
+        self._episode_id = episode_id
+        self._last_sent = outcome.action
+        self._episode_over = terminated or truncated
+        self.steps += 1
+
+    def misses_reported(self, cumulative: int) -> int:
+        """New watchdog misses since the last step (clients report a running total)."""
+        new = max(0, cumulative - self.watchdog_misses)
+        self.watchdog_misses = max(self.watchdog_misses, cumulative)
+        return new
+
+    def step_record(
+        self,
+        *,
+        episode_id: str,
+        step_index: int,
+        observation: np.ndarray,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        executed: np.ndarray | None,
+        outcome: ActionOutcome,
+        ingress_ns: int,
+        client_timestamp_ns: int,
+    ) -> StepRecord:
+        return StepRecord(
+            session_id=self.session_id,
+            robot_id=self.robot_id,
+            episode_id=episode_id,
+            step_index=step_index,
+            observation=observation,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            executed_previous_action=executed,
+            proposed_action=outcome.proposed_action,
+            safe_action=outcome.action,
+            action_source=str(outcome.verdict.source.value),
+            safety_checks=int(outcome.verdict.checks),
+            policy_version=outcome.version.id,
+            weights_sha256=outcome.version.weights_sha256,
+            ingress_ns=ingress_ns,
+            client_timestamp_ns=client_timestamp_ns,
+        )
