@@ -1,0 +1,131 @@
+"""The numeric, columnar form of transitions shared by the replay buffer, the channel and the log.
+
+:class:`TransitionArrays` holds ``N`` transitions as one numpy column per field. It is
+the single mapping between :class:`~tether.data.records.Transition` objects and arrays:
+the replay storage preallocates it, the channel lays it over shared memory, and the log
+reader produces it, so no second place lists the columns by hand. Invariant: every
+column has the same leading length and the dtype given in :data:`COLUMN_DTYPES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from tether.data.records import Transition, TransitionBatch
+from tether.data.step import HUMAN_SOURCE_CODE, action_source_code
+
+
+class TransitionArrays(NamedTuple):
+    """``N`` transitions, column by column (row ``i`` of every column is one transition)."""
+
+    observations: np.ndarray  # (N, obs_dim) float32
+    proposed_actions: np.ndarray  # (N, act_dim) float32, what the policy asked for
+    actions: np.ndarray  # (N, act_dim) float32, what the robot executed
+    rewards: np.ndarray  # (N,) float32
+    next_observations: np.ndarray  # (N, obs_dim) float32
+    terminated: np.ndarray  # (N,) bool
+    truncated: np.ndarray  # (N,) bool
+    action_sources: np.ndarray  # (N,) uint8, index into tether.data.step.ACTION_SOURCES
+    safety_checks: np.ndarray  # (N,) int64, SafetyCheck bits
+    policy_versions: np.ndarray  # (N,) int64
+    ingress_ns: np.ndarray  # (N,) int64, arrival of observation
+    next_ingress_ns: np.ndarray  # (N,) int64, arrival of next_observation
+
+    def __len__(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def obs_dim(self) -> int:
+        return int(self.observations.shape[1])
+
+    @property
+    def act_dim(self) -> int:
+        return int(self.actions.shape[1])
+
+    @classmethod
+    def empty(cls, rows: int, obs_dim: int, act_dim: int) -> TransitionArrays:
+        """Zeroed, preallocated columns for ``rows`` transitions."""
+        return cls(
+            *(
+                np.zeros((rows, *row_shape(name, obs_dim, act_dim)), dtype=COLUMN_DTYPES[name])
+                for name in cls._fields
+            )
+        )
+
+    @classmethod
+    def from_transitions(
+        cls, transitions: Sequence[Transition], obs_dim: int, act_dim: int
+    ) -> TransitionArrays:
+        """Stack ``transitions``; dims are given so an empty sequence still has a shape."""
+        out = cls.empty(len(transitions), obs_dim, act_dim)
+        for i, t in enumerate(transitions):
+            out.observations[i] = t.observation
+            out.proposed_actions[i] = t.proposed_action
+            out.actions[i] = t.action
+            out.next_observations[i] = t.next_observation
+        out.rewards[:] = [t.reward for t in transitions]
+        out.terminated[:] = [t.terminated for t in transitions]
+        out.truncated[:] = [t.truncated for t in transitions]
+        out.action_sources[:] = [action_source_code(t.action_source) for t in transitions]
+        out.safety_checks[:] = [t.safety_checks for t in transitions]
+        out.policy_versions[:] = [t.policy_version for t in transitions]
+        out.ingress_ns[:] = [t.ingress_ns for t in transitions]
+        out.next_ingress_ns[:] = [t.next_ingress_ns for t in transitions]
+        return out
+
+    def take(self, rows: np.ndarray | slice) -> TransitionArrays:
+        """A copy of the selected rows (fancy index) or a view (slice)."""
+        return TransitionArrays(*(column[rows] for column in self))
+
+    def assign(self, rows: np.ndarray | slice, source: TransitionArrays) -> None:
+        """Write ``source`` into the selected rows; with repeated indices the last row wins."""
+        for column, values in zip(self, source, strict=True):
+            column[rows] = values
+
+    def to_batch(self) -> TransitionBatch:
+        """The learner's view of these rows."""
+        return TransitionBatch(
+            observations=self.observations,
+            actions=self.actions,
+            rewards=self.rewards,
+            next_observations=self.next_observations,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            policy_versions=self.policy_versions,
+            ingress_ns=self.ingress_ns,
+            safety_checks=self.safety_checks,
+            human=self.action_sources == HUMAN_SOURCE_CODE,
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[TransitionArrays]) -> TransitionArrays:
+        """Rows of all ``parts`` in order; ``parts`` must not be empty."""
+        return TransitionArrays(*(np.concatenate(cols) for cols in zip(*parts, strict=True)))
+
+
+COLUMN_DTYPES: dict[str, type[np.generic]] = {
+    "observations": np.float32,
+    "proposed_actions": np.float32,
+    "actions": np.float32,
+    "rewards": np.float32,
+    "next_observations": np.float32,
+    "terminated": np.bool_,
+    "truncated": np.bool_,
+    "action_sources": np.uint8,
+    "safety_checks": np.int64,
+    "policy_versions": np.int64,
+    "ingress_ns": np.int64,
+    "next_ingress_ns": np.int64,
+}
+
+
+def row_shape(name: str, obs_dim: int, act_dim: int) -> tuple[int, ...]:
+    """Shape of one row of column ``name`` (``()`` for scalar columns)."""
+    if name in ("observations", "next_observations"):
+        return (obs_dim,)
+    if name in ("proposed_actions", "actions"):
+        return (act_dim,)
+    return ()

@@ -1,0 +1,283 @@
+"""The experience log: an append-only directory of Arrow chunks that survives a SIGKILL.
+
+``put`` (called by the recorder's worker) only queues transitions in memory; a flusher
+thread writes them as one record batch at least every ``flush_interval_s`` and on
+``flush()``/``close()``, so a crash loses at most the last interval. Invariants:
+
+* a chunk is only ever appended to while open, then sealed (footer written) and never
+  modified again; the only rewrite is the repair of a torn chunk on the next open, done
+  by writing a sealed copy beside it and renaming it over (atomic), so no file is ever
+  unreadable;
+* every row that a returned ``flush()`` reported is readable after a SIGKILL of this
+  process (with ``fsync`` it also survives a power cut);
+* retention removes whole sealed chunks, oldest first, and says so in a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.data.errors import DataError, LogFormatError
+from tether.data.log_format import log_schema, record_batch, schema_dims
+from tether.data.log_reader import chunk_paths, chunk_sequence, is_sealed, read_chunk
+from tether.data.records import Transition
+
+logger = logging.getLogger(__name__)
+
+
+class ExperienceLogConfig(BaseModel):
+    """How often the log flushes, how big its chunks get, and how much it keeps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flush_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="longest time a put() transition waits before reaching disk (s)",
+    )
+    fsync: bool = Field(
+        default=True, description="fsync each flush so flushed rows also survive a power cut (bool)"
+    )
+    chunk_max_bytes: int = Field(
+        default=64 * 2**20,
+        ge=4096,
+        description="size after which a chunk is sealed and a new one begun (bytes)",
+    )
+    retention_max_bytes: int = Field(
+        default=8 * 2**30,
+        ge=4096,
+        description="total size above which the oldest chunks are removed (bytes)",
+    )
+    max_pending_rows: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="rows put() may queue while the disk lags before it raises (rows)",
+    )
+
+
+@dataclass(frozen=True)
+class ExperienceLogStats:
+    """What the log has written and removed since it was opened."""
+
+    rows_flushed: int
+    pending_rows: int
+    flushes: int
+    chunks_written: int
+    chunks_removed: int
+    bytes_removed: int
+    torn_chunks_repaired: int
+    torn_bytes_dropped: int
+    flush_errors: int
+    last_error: str
+
+
+@dataclass(frozen=True)
+class _OpenChunk:
+    path: Path
+    file: BinaryIO
+    writer: pa.ipc.RecordBatchFileWriter
+
+
+class ExperienceLog:
+    """Append transitions to ``directory``; reopen the same directory to continue after a crash."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        obs_dim: int,
+        act_dim: int,
+        config: ExperienceLogConfig | None = None,
+    ) -> None:
+        self.config = config or ExperienceLogConfig()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self._schema = log_schema(obs_dim, act_dim)
+        self._pending: list[Sequence[Transition]] = []
+        self._pending_rows = 0
+        self._pending_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._chunk: _OpenChunk | None = None
+        self._n = dict.fromkeys(ExperienceLogStats.__dataclass_fields__, 0)
+        self._last_error = ""
+        self._next_sequence = self._recover() + 1
+        self._stop = threading.Event()
+        self._closed = False
+        self._flusher = threading.Thread(target=self._run, name="tether-log-flusher", daemon=True)
+        self._flusher.start()
+
+    def put(self, transitions: Sequence[Transition]) -> None:
+        """Queue ``transitions`` for the next flush (a recorder sink; cheap)."""
+        if self._closed:
+            raise DataError(f"experience log {self.directory} is closed; reopen it to append")
+        with self._pending_lock:
+            if self._pending_rows >= self.config.max_pending_rows:
+                raise DataError(
+                    f"experience log {self.directory} has {self._pending_rows} unflushed rows, "
+                    f"the limit is max_pending_rows={self.config.max_pending_rows}; the disk is "
+                    f"failing or too slow (last error: {self._last_error or 'none'})"
+                )
+            self._pending.append(transitions)
+            self._pending_rows += len(transitions)
+
+    def flush(self) -> int:
+        """Write everything queued so far; return the total rows flushed since opening."""
+        with self._write_lock:
+            with self._pending_lock:
+                parts, self._pending = self._pending, []
+                self._pending_rows = 0
+            rows = [t for part in parts for t in part]
+            if rows:
+                try:
+                    self._write(rows)
+                except Exception as exc:
+                    with self._pending_lock:  # keep them for the next try, in order
+                        self._pending.insert(0, rows)
+                        self._pending_rows += len(rows)
+                    self._n["flush_errors"] += 1
+                    self._last_error = repr(exc)
+                    raise
+            return int(self._n["rows_flushed"])
+
+    def close(self) -> None:
+        """Flush, seal the open chunk, and stop the flusher thread."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._flusher.join()
+        self.flush()
+        with self._write_lock:
+            self._seal()
+        self._closed = True
+
+    def stats(self) -> ExperienceLogStats:
+        with self._pending_lock:
+            pending = self._pending_rows
+        counts = {**self._n, "pending_rows": pending}
+        del counts["last_error"]
+        return ExperienceLogStats(**counts, last_error=self._last_error)
+
+    def __enter__(self) -> ExperienceLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.flush_interval_s):
+            try:
+                self.flush()
+            except Exception:  # kept pending and counted; retried next interval
+                logger.exception("experience log %s: flush failed; will retry", self.directory)
+
+    def _write(self, rows: list[Transition]) -> None:
+        chunk = self._chunk or self._open_chunk()
+        chunk.writer.write_batch(record_batch(rows, self._schema))
+        if self.config.fsync:
+            os.fsync(chunk.file.fileno())
+        self._n["rows_flushed"] += len(rows)
+        self._n["flushes"] += 1
+        if chunk.path.stat().st_size >= self.config.chunk_max_bytes:
+            self._seal()
+            self._apply_retention()
+
+    def _open_chunk(self) -> _OpenChunk:
+        path = self.directory / f"chunk-{self._next_sequence:08d}.arrow"
+        self._next_sequence += 1
+        # Unbuffered: every write_batch reaches the OS at once, so SIGKILL cannot lose it.
+        file = path.open("xb", buffering=0)
+        self._chunk = _OpenChunk(path, file, pa.ipc.new_file(file, self._schema))
+        self._n["chunks_written"] += 1
+        return self._chunk
+
+    def _seal(self) -> None:
+        chunk, self._chunk = self._chunk, None
+        if chunk is None:
+            return
+        chunk.writer.close()
+        if self.config.fsync:
+            os.fsync(chunk.file.fileno())
+        chunk.file.close()
+
+    def _apply_retention(self) -> None:
+        current = self._chunk.path if self._chunk else None
+        sealed = [p for p in chunk_paths(self.directory) if p != current]
+        total = sum(p.stat().st_size for p in chunk_paths(self.directory))
+        for path in sealed:
+            if total <= self.config.retention_max_bytes:
+                break
+            size = path.stat().st_size
+            path.unlink()
+            total -= size
+            self._n["chunks_removed"] += 1
+            self._n["bytes_removed"] += size
+            logger.warning(
+                "experience log %s: removed oldest chunk %s (%d bytes) to stay under "
+                "retention_max_bytes=%d; %d bytes remain",
+                self.directory,
+                path.name,
+                size,
+                self.config.retention_max_bytes,
+                total,
+            )
+
+    def _recover(self) -> int:
+        """Check dims, repair torn chunks left by a killed writer; return the last sequence."""
+        last = 0
+        for leftover in self.directory.glob("chunk-*.repair"):
+            leftover.unlink()  # a repair copy whose rename never happened; the original stands
+        for path in chunk_paths(self.directory):
+            last = max(last, chunk_sequence(path))
+            if not is_sealed(path):
+                self._repair(path)
+                if not path.exists():
+                    continue
+            with pa.memory_map(str(path)) as source:
+                dims = schema_dims(pa.ipc.open_file(source).schema, str(path))
+            if dims != (self.obs_dim, self.act_dim):
+                raise LogFormatError(
+                    f"{path}: holds obs_dim={dims[0]}, act_dim={dims[1]}; this log was opened "
+                    f"for obs_dim={self.obs_dim}, act_dim={self.act_dim}; use another directory "
+                    "for another robot"
+                )
+        return last
+
+    def _repair(self, path: Path) -> None:
+        table, report = read_chunk(path)
+        self._n["torn_chunks_repaired"] += 1
+        self._n["torn_bytes_dropped"] += report.torn_bytes
+        if table is None:
+            path.unlink()
+            logger.warning(
+                "experience log %s: removed %s, a chunk whose writer died before its first "
+                "flush completed (%d bytes, no complete rows)",
+                self.directory,
+                path.name,
+                report.torn_bytes,
+            )
+            return
+        tmp = path.with_suffix(".repair")
+        with tmp.open("wb") as f:
+            with pa.ipc.new_file(f, table.schema) as writer:
+                writer.write_table(table)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        logger.warning(
+            "experience log %s: %s was torn (its writer stopped without closing it): kept "
+            "%d complete rows, dropped a %d-byte unfinished tail",
+            self.directory,
+            path.name,
+            table.num_rows,
+            report.torn_bytes,
+        )
