@@ -114,7 +114,16 @@ def _write_run(run_dir: Path) -> None:
         RunEvent(140.0, "degradation", "recovered", details={"from": "RESTRICTED", "to": "NORMAL"}),
         RunEvent(150.0, "promotion", "gate passed: return +12 %", version=2),
         RunEvent(
-            170.0, "rejection", "3 interventions <in eval>", version=3, details={"stage": "safety"}
+            170.0,
+            "rejection",
+            "3 interventions <in eval>",
+            version=3,
+            details={
+                "stage": "safety",
+                "interventions": 3,
+                "max_interventions": 0,
+                "return_ratio": 1.0812345,
+            },
         ),
         RunEvent(230.0, "promotion", "gate passed: return +30 %", version=4),
         RunEvent(
@@ -196,7 +205,13 @@ def test_summary_numbers_are_exact(run_dir: Path) -> None:
         (2, "gate passed: return +12 %"),
         (4, "gate passed: return +30 %"),
     ]
-    assert [(e.version, e.stage) for e in s.rejections] == [(3, "safety")]
+    assert [(e.version, e.stage, e.numbers) for e in s.rejections] == [
+        (
+            3,
+            "safety",
+            (("interventions", "3"), ("max_interventions", "0"), ("return_ratio", "1.081")),
+        )
+    ]
     assert [(e.version, e.stage, e.reason) for e in s.rollbacks] == [
         (2, "monitor", "live return fell 40 %")
     ]
@@ -238,7 +253,10 @@ def test_report_references_every_plot_and_each_is_a_png(run_dir: Path) -> None:
     # The summary table and the gate events are in the page, reasons escaped.
     assert "95%" in html
     assert "50%" in html
-    assert "3 interventions &lt;in eval&gt;" in html
+    assert (
+        "3 interventions &lt;in eval&gt; (interventions=3, max_interventions=0, return_ratio=1.081)"
+        in html
+    )
     assert "<in eval>" not in html
     assert "live return fell 40 %" in html
     assert "incomplete" not in html

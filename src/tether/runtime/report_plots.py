@@ -24,6 +24,7 @@ from tether.runtime.report_config import ReportConfig
 from tether.runtime.report_data import RunData
 from tether.runtime.report_summary import RunSummary, role_order
 
+RECOVERY_TARGET = 0.9  # issue 8's acceptance bar for the learning robots after drift
 _LEARNING_COLORS = ("#1565c0", "#2e7d32", "#6a1b9a", "#00838f", "#4e342e")
 _BASELINE_COLORS = ("#e65100", "#757575", "#ad1457")
 _EVENT_MARKERS = {
@@ -70,7 +71,7 @@ _captions = {
     "Dashed lines mark drift events; the shaded span is the post-drift window of the summary.",
     "latency.png": "Round-trip latency of every control step of every robot, p50 and p99 marked.",
     "versions.png": "Live version over time, with promotions, rejected candidates and rollbacks.",
-    "safety.png": "Supervisor interventions per episode (top) and the degradation level (bottom).",
+    "safety.png": "Supervisor interventions of each robot, cumulative (top), and the degradation level (bottom).",
 }
 
 
@@ -87,10 +88,10 @@ def _returns(data: RunData, summary: RunSummary, config: ReportConfig) -> Figure
     if not data.episodes:
         return "No episodes: episodes.jsonl is missing or empty."
     fig, ax = _figure()
-    learning, baseline = iter(_LEARNING_COLORS * 4), iter(_BASELINE_COLORS * 4)
-    for robot, episodes in _by_robot(data.episodes).items():
-        role = episodes[0].role
-        color = next(baseline if role == "baseline" else learning)
+    robots = _by_robot(data.episodes)
+    colors = _robot_colors(robots)
+    for robot, episodes in robots.items():
+        role, color = episodes[0].role, colors[robot]
         t = [e.t_s for e in episodes]
         r = [e.episode_return for e in episodes]
         ax.scatter(t, r, s=14, color=color, alpha=0.35, linewidths=0)
@@ -108,11 +109,12 @@ def _returns(data: RunData, summary: RunSummary, config: ReportConfig) -> Figure
         alpha=0.12,
         label="post-drift window",
     )
+    _mark_target(ax, summary)
     _mark_drifts(ax, data.events)
     ax.set_xlabel("run time (s)")
     ax.set_ylabel(f"episode return (moving avg of {config.return_window_episodes})")
     ax.set_title("Return over time: learning robots vs frozen baseline")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
 
 
@@ -175,7 +177,7 @@ def _versions(data: RunData) -> Figure | str:
     ax.set_xlabel("run time (s)")
     ax.set_ylabel("policy version")
     ax.set_title("Version timeline")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
 
 
@@ -184,22 +186,24 @@ def _safety(data: RunData) -> Figure | str:
         return "No interventions or degradation levels: episodes and snapshots are missing."
     fig = Figure(figsize=(9.0, 5.2), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-    colors = iter(_LEARNING_COLORS + _BASELINE_COLORS)
-    for robot, episodes in _by_robot(data.episodes).items():
-        top.plot(
+    robots = _by_robot(data.episodes)
+    colors = _robot_colors(robots)
+    for robot, episodes in robots.items():
+        # Cumulative, because per-episode counts of several robots are unreadable
+        # spaghetti; the slope is the intervention rate.
+        top.step(
             [e.t_s for e in episodes],
-            [e.interventions for e in episodes],
-            marker=".",
-            ms=4,
-            lw=1,
-            color=next(colors),
+            np.cumsum([e.interventions for e in episodes]),
+            where="post",
+            lw=1.8,
+            color=colors[robot],
             label=f"{robot} ({episodes[0].role})",
         )
     _mark_drifts(top, data.events)
-    top.set_ylabel("interventions / episode")
+    top.set_ylabel("interventions (cumulative)")
     top.set_title("Supervisor interventions and degradation level")
     if data.episodes:
-        top.legend(loc="upper left", fontsize=8)
+        top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     _degradation(bottom, data)
     bottom.set_xlabel("run time (s)")
     return fig
@@ -231,6 +235,26 @@ def _degradation(ax: Axes, data: RunData) -> None:
     ax.set_ylabel("degradation")
 
 
+def _mark_target(ax: Axes, summary: RunSummary) -> None:
+    # The bar the learning robots are judged by: back to RECOVERY_TARGET of their own
+    # pre-drift return. Drawn only where that is a meaningful (positive) reference.
+    learning = [r for r in summary.roles if r.role == "learning"]
+    if not learning or summary.first_drift_s is None:
+        return
+    pre = learning[0].pre_drift_return
+    if pre is None or pre <= 0.0:
+        return
+    ax.hlines(
+        RECOVERY_TARGET * pre,
+        summary.first_drift_s,
+        summary.end_s,
+        colors="#1565c0",
+        linestyles=":",
+        lw=1.2,
+        label=f"{RECOVERY_TARGET:.0%} of learning pre-drift return",
+    )
+
+
 def _mark_drifts(ax: Axes, events: Sequence[RunEvent]) -> None:
     for i, event in enumerate(e for e in events if e.kind == "drift"):
         ax.axvline(event.t_s, color="#c62828", ls="--", lw=1.2, label="drift" if i == 0 else None)
@@ -254,6 +278,15 @@ def _by_robot(episodes: Sequence[EpisodeRecord]) -> dict[str, list[EpisodeRecord
     for eps in robots.values():
         eps.sort(key=lambda e: e.t_s)
     return robots
+
+
+def _robot_colors(robots: dict[str, list[EpisodeRecord]]) -> dict[str, str]:
+    """One colour per robot, the same in every plot: blues/greens learn, orange is the baseline."""
+    learning, baseline = iter(_LEARNING_COLORS * 8), iter(_BASELINE_COLORS * 8)
+    return {
+        robot: next(baseline if episodes[0].role == "baseline" else learning)
+        for robot, episodes in robots.items()
+    }
 
 
 def _figure() -> tuple[Figure, Axes]:

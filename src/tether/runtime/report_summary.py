@@ -50,13 +50,15 @@ class RoleSummary:
 
 @dataclass(frozen=True)
 class GateEvent:
-    """A promotion, rejection or rollback, with the reason the system gave."""
+    """A promotion, rejection or rollback, with the reason the system gave and the numbers
+    behind it (the event's ``details`` other than ``stage``, as text)."""
 
     t_s: float
     kind: str
     version: int | None
     reason: str
     stage: str | None
+    numbers: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -225,10 +227,16 @@ def _gate_events(events: Sequence[RunEvent], kind: str) -> tuple[GateEvent, ...]
             version=e.version,
             reason=e.message,
             stage=str(e.details["stage"]) if "stage" in e.details else None,
+            numbers=tuple((k, _detail(v)) for k, v in e.details.items() if k != "stage"),
         )
         for e in events
         if e.kind == kind
     )
+
+
+def _detail(value: object) -> str:
+    # Gate numbers are floats like 0.8734512; four significant digits are enough to judge.
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _degradation_targets(events: Sequence[RunEvent]) -> list[str]:

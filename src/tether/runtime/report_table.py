@@ -65,7 +65,9 @@ def gate_events(summary: RunSummary) -> tuple[GateEvent, ...]:
 
 def gate_row(e: GateEvent) -> tuple[str, ...]:
     version = UNDEFINED if e.version is None else f"v{e.version}"
-    return (f"{e.t_s:.1f}", e.kind, version, e.stage or UNDEFINED, e.reason)
+    numbers = ", ".join(f"{k}={v}" for k, v in e.numbers)
+    reason = f"{e.reason} ({numbers})" if numbers else e.reason
+    return (f"{e.t_s:.1f}", e.kind, version, e.stage or UNDEFINED, reason)
 
 
 def fact_rows(s: RunSummary) -> tuple[tuple[str, str], ...]:
