@@ -98,3 +98,20 @@ def make_arrays(
     rows.ingress_ns[:] = index * step_ns
     rows.next_ingress_ns[:] = (index + 1) * step_ns
     return rows
+
+
+def produce_into_channel(channel: object, count: int, batch: int) -> None:
+    """Child-process body: put ``count`` rows numbered by their reward, ``batch`` at a time."""
+    from tether.data import TransitionChannel
+
+    assert isinstance(channel, TransitionChannel)
+    sent = 0
+    while sent < count:
+        n = min(batch, count - sent)
+        accepted = channel.put_arrays(make_arrays(n, start=sent))
+        sent += accepted
+        if accepted < n:  # the ring is full: this test's producer waits instead of dropping
+            import time
+
+            time.sleep(0.001)
+    channel.close()
