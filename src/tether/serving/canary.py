@@ -26,9 +26,9 @@ class CanaryConfig(BaseModel):
     fraction: float = Field(
         0.2, gt=0.0, lt=1.0, description="Share of episodes the canary acts in (ratio)"
     )
-    episodes: int = Field(20, ge=1, description="Canary episodes before the verdict (episodes)")
+    episodes: int = Field(30, ge=1, description="Canary episodes before the verdict (episodes)")
     min_live_episodes: int = Field(
-        20, ge=1, description="Live episodes in the same period needed to compare (episodes)"
+        30, ge=1, description="Live episodes in the same period needed to compare (episodes)"
     )
     safety_tightening: float = Field(
         0.8,
@@ -43,7 +43,7 @@ class CanaryConfig(BaseModel):
         5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
     )
     success_margin: float = Field(
-        0.1, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
+        0.2, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
     )
     intervention_margin: float = Field(
         0.02, ge=0.0, le=1.0, description="Allowed excess of interventions per step (ratio)"

@@ -81,6 +81,7 @@ class ShadowEvaluator:
         self._steps = 0
         self._interventions = 0
         self._non_finite = 0
+        self._errors = 0
         self._divergence_sum = 0.0
 
     @property
@@ -96,7 +97,14 @@ class ShadowEvaluator:
         """Evaluate one batch; returns the verdict once ``config.steps`` are reached."""
         if self.done:
             return None
-        out = self.candidate.act(observations, deterministic=True)
+        try:
+            out = self.candidate.act(observations, deterministic=True)
+        except Exception:
+            # The live engine served this batch; a candidate that cannot is a failure
+            # of the candidate, counted in the verdict, never an error of the server.
+            self._errors += 1
+            self._steps += int(observations.shape[0]) if observations.ndim == 2 else 1
+            return self.verdict() if self.done else None
         proposed = np.asarray(out.actions, dtype=np.float32)
         for i in range(proposed.shape[0]):
             previous = None if previous_actions is None else previous_actions[i]
@@ -124,6 +132,7 @@ class ShadowEvaluator:
             baseline=self._baseline,
             measurements=(
                 Measurement("non_finite_actions", float(self._non_finite), 0.0, "<="),
+                Measurement("failed_batches", float(self._errors), 0.0, "<="),
                 Measurement(
                     "would_intervene_rate",
                     self._interventions / n,

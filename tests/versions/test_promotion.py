@@ -1,0 +1,137 @@
+"""The server side of the gate end to end: shadow → canary → live, or rejected before acting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tether.policy.bundle import PolicyBundle
+from tether.policy.engine import PolicyEngine
+from tether.safety.supervisor import Supervisor
+from tether.serving.canary import CanaryConfig
+from tether.serving.gate_records import GateStage, Measurement, StageVerdict
+from tether.serving.promotion import GateOutcome, PromotionConfig, PromotionController
+from tether.serving.registry import ModelRegistry, VersionSource, VersionState
+from tether.serving.rollout import Role, TrafficRouter
+from tether.serving.shadow import ShadowConfig
+from tether.spec import RobotSpec
+
+from .conftest import arm_observations, derived, make_engine, negated, nudged
+from .test_stages import outcomes
+
+CONFIG = PromotionConfig(
+    shadow=ShadowConfig(steps=60, max_intervention_rate=1.0, max_mean_divergence=0.05),
+    # Ten episodes of a binary outcome say little: the stated success margin is wide.
+    canary=CanaryConfig(fraction=0.3, episodes=10, min_live_episodes=10, success_margin=0.5),
+)
+
+
+def _system(
+    base: PolicyBundle, tmp_path: Path, supervisor: Supervisor
+) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, PromotionController]:
+    reg: ModelRegistry[PolicyEngine] = ModelRegistry()
+    reg.register(make_engine(base), source=VersionSource.BUNDLE)
+    reg.register(
+        make_engine(derived(base, tmp_path / "bad", 2, "negated", negated)),
+        source=VersionSource.LEARNER,
+    )
+    reg.register(
+        make_engine(derived(base, tmp_path / "good", 3, "nudged", nudged)),
+        source=VersionSource.LEARNER,
+    )
+    router = TrafficRouter(reg)
+    return reg, router, PromotionController(reg, router, supervisor, CONFIG)
+
+
+def _serve_live_batches(
+    reg: ModelRegistry[PolicyEngine],
+    router: TrafficRouter,
+    ctl: PromotionController,
+    spec: RobotSpec,
+    n: int,
+) -> set[int | None]:
+    """Serve ``n`` live batches the way the server does; returns the versions routed to."""
+    routed: set[int | None] = set()
+    for b in range(n):
+        obs = arm_observations(spec, 20, seed=b)
+        for r in range(20):
+            routed.add(router.route(f"robot-{r}", f"ep-{b}").version)
+        out = reg.engine_for(None).act(obs, deterministic=True)
+        ctl.on_batch(obs, out.actions)
+    ctl.wait_shadow(20.0)
+    return routed
+
+
+def test_negated_candidate_is_rejected_in_shadow_and_never_routed(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
+    finished: list[GateOutcome] = []
+    ctl.add_listener(finished.append)
+    assert ctl.submit(2) is None
+    assert reg.get(2).state is VersionState.SHADOW
+    routed = _serve_live_batches(reg, router, ctl, spec, 5)
+    assert 2 not in routed  # it never acted on a robot
+    assert reg.get(2).state is VersionState.REJECTED
+    assert "shadow stage failed" in reg.get(2).reason
+    assert "mean_action_divergence" in reg.get(2).reason
+    assert [o.promoted for o in finished] == [False]
+    assert [v.stage for v in ctl.verdicts(2)] == [GateStage.SHADOW]
+    live = reg.live()
+    assert live is not None
+    assert live.id == 1
+
+
+def test_good_candidate_goes_shadow_canary_live(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
+    ctl.submit(3)
+    _serve_live_batches(reg, router, ctl, spec, 4)
+    assert reg.get(3).state is VersionState.CANARY
+    share = router.canary()
+    assert share is not None
+    assert share.version == 3
+    # Episodes the router gives the canary are served by it under tightened limits.
+    roles = {router.route("robot", f"ep-{e}").role for e in range(50)}
+    assert roles == {Role.LIVE, Role.CANARY}
+    outcome = None
+    live_eps = outcomes(1, 10, mean_return=-60, success=0.5, rate=0.01, seed=1)
+    cand_eps = outcomes(3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2)
+    for a, b in zip(live_eps, cand_eps, strict=True):
+        outcome = ctl.on_episode(a) or ctl.on_episode(b)
+    assert outcome is not None
+    assert outcome.promoted
+    live = reg.live()
+    assert live is not None
+    assert live.id == 3
+    lkg = reg.last_known_good()
+    assert lkg is not None
+    assert lkg.id == 1
+    assert [v.stage for v in ctl.verdicts(3)] == [GateStage.SHADOW, GateStage.CANARY]
+    assert router.canary() is None
+
+
+def test_failed_learner_stage_rejects_at_once(
+    base_bundle: PolicyBundle, tmp_path: Path, supervisor: Supervisor
+) -> None:
+    reg, _, ctl = _system(base_bundle, tmp_path, supervisor)
+    offline = StageVerdict(
+        GateStage.OFFLINE, 2, 1, (Measurement("action_kl", 3.0, 0.05, "<="),), samples=256
+    )
+    outcome = ctl.submit(2, prior=(offline,))
+    assert outcome is not None
+    assert not outcome.promoted
+    assert reg.get(2).state is VersionState.REJECTED
+    assert "offline stage failed" in reg.get(2).reason
+    assert "action_kl=3" in reg.get(2).reason
+
+
+def test_newer_candidate_supersedes_one_in_shadow(
+    base_bundle: PolicyBundle, tmp_path: Path, supervisor: Supervisor
+) -> None:
+    reg, _, ctl = _system(base_bundle, tmp_path, supervisor)
+    ctl.submit(2)
+    ctl.submit(3)
+    assert reg.get(2).state is VersionState.RETIRED
+    assert reg.get(3).state is VersionState.SHADOW
+    assert ctl.candidate == 3

@@ -1,0 +1,223 @@
+"""Shadow and canary stages, and the rollback monitor, over real engines and episode records."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tether.policy.bundle import PolicyBundle
+from tether.policy.engine import PolicyEngine
+from tether.safety.supervisor import Supervisor
+from tether.serving.canary import CanaryConfig, CanaryEvaluator
+from tether.serving.gate_records import EpisodeOutcome, GateStage
+from tether.serving.registry import ModelRegistry, VersionSource, VersionState
+from tether.serving.rollback import RollbackConfig, RollbackEvent, RollbackMonitor
+from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
+from tether.spec import RobotSpec
+
+from .conftest import arm_observations, derived, make_engine, negated, nudged
+
+
+def outcomes(
+    version: int, n: int, *, mean_return: float, success: float, rate: float, seed: int
+) -> list[EpisodeOutcome]:
+    """``n`` recorded episodes of ``version`` with the given averages (200 steps each)."""
+    rng = np.random.default_rng(seed)
+    return [
+        EpisodeOutcome(
+            version=version,
+            episode_return=float(rng.normal(mean_return, 5.0)),
+            success=bool(rng.random() < success),
+            steps=200,
+            interventions=int(rng.binomial(200, rate)),
+            backups=0,
+        )
+        for _ in range(n)
+    ]
+
+
+# ----------------------------------------------------------------------------- shadow
+
+
+def _shadow_batches(
+    live: PolicyEngine, spec: RobotSpec, n_batches: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for b in range(n_batches):
+        obs = arm_observations(spec, 25, seed=100 + b)
+        out.append((obs, live.act(obs, deterministic=True).actions))
+    return out
+
+
+def test_shadow_rejects_negated_actions_and_passes_a_near_copy(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    live = make_engine(base_bundle)
+    bad = make_engine(derived(base_bundle, tmp_path / "bad", 2, "negated", negated))
+    good = make_engine(derived(base_bundle, tmp_path / "good", 3, "nudged", nudged))
+    cfg = ShadowConfig(steps=100, max_intervention_rate=1.0, max_mean_divergence=0.05)
+    verdicts = {}
+    for name, engine in (("bad", bad), ("good", good)):
+        ev = ShadowEvaluator(engine, supervisor, baseline=1, config=cfg)
+        results = [ev.observe(obs, acts) for obs, acts in _shadow_batches(live, spec, 4)]
+        assert results[:3] == [None, None, None]  # no verdict before 100 steps
+        verdicts[name] = results[3]
+    bad_v, good_v = verdicts["bad"], verdicts["good"]
+    assert bad_v is not None
+    assert good_v is not None
+    assert bad_v.stage is GateStage.SHADOW
+    assert bad_v.samples == 100
+    assert not bad_v.passed
+    assert "mean_action_divergence" in bad_v.describe()
+    assert good_v.passed
+
+
+def test_shadow_counts_what_the_supervisor_would_have_changed(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    """The intervention criterion can fail: a saturating candidate trips the supervisor."""
+
+    def saturate(name: str, t: object) -> object:
+        return t * 0 + 20.0 if name == "head.mu.bias" else t  # type: ignore[operator]
+
+    live = make_engine(base_bundle)
+    loud = make_engine(derived(base_bundle, tmp_path / "loud", 2, "loud", saturate))  # type: ignore[arg-type]
+    cfg = ShadowConfig(steps=50, max_intervention_rate=0.05, max_mean_divergence=10.0)
+    ev = ShadowEvaluator(loud, supervisor, baseline=1, config=cfg)
+    verdict = None
+    for obs, acts in _shadow_batches(live, spec, 2):
+        verdict = ev.observe(obs, acts, previous_actions=np.zeros_like(acts))
+    assert verdict is not None
+    rate = {m.name: m for m in verdict.measurements}["would_intervene_rate"]
+    assert rate.value > 0.5
+    assert not rate.passed
+
+
+def test_shadow_runner_works_off_thread_and_drops_instead_of_blocking(
+    base_bundle: PolicyBundle, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    live = make_engine(base_bundle)
+    cfg = ShadowConfig(steps=50, max_mean_divergence=0.0, queue_batches=1)
+    got = []
+    runner = ShadowRunner(
+        ShadowEvaluator(make_engine(base_bundle), supervisor, baseline=1, config=cfg), got.append
+    )
+    batches = _shadow_batches(live, spec, 4)
+    offered = accepted = 0
+    for obs, acts in batches * 10:  # a burst far faster than the shadow thread computes
+        offered += 1
+        accepted += runner.offer(obs, acts)
+    assert runner.dropped_batches > 0  # the caller was never made to wait
+    deadline = time.monotonic() + 20.0
+    while not got and time.monotonic() < deadline:  # then a steady trickle until done
+        offered += 1
+        accepted += runner.offer(*batches[offered % 4])
+        time.sleep(0.01)
+    runner.join(5.0)
+    assert accepted + runner.dropped_batches == offered
+    assert len(got) == 1
+    assert got[0].passed  # same weights: zero divergence
+    assert got[0].samples >= 50
+
+
+# ----------------------------------------------------------------------------- canary
+
+
+def test_canary_promotes_a_better_candidate_and_rejects_a_worse_one() -> None:
+    cfg = CanaryConfig(episodes=15, min_live_episodes=15, return_margin=5.0)
+    live = outcomes(1, 30, mean_return=-60, success=0.5, rate=0.01, seed=0)
+    better = outcomes(2, 15, mean_return=-40, success=0.8, rate=0.01, seed=1)
+    worse = outcomes(3, 15, mean_return=-90, success=0.2, rate=0.10, seed=2)
+    results = {}
+    for cand in (better, worse):
+        ev = CanaryEvaluator(candidate=cand[0].version, baseline=1, config=cfg)
+        verdict = None
+        for a, b in zip(cand, live, strict=False):
+            assert verdict is None
+            verdict = ev.add(a) or ev.add(b)
+        results[cand[0].version] = verdict
+    assert results[2] is not None
+    assert results[2].passed
+    assert results[3] is not None
+    assert not results[3].passed
+    failed = {m.name for m in results[3].measurements if not m.passed}
+    assert failed == {
+        "return_diff_lower_bound",
+        "success_diff_lower_bound",
+        "intervention_rate_diff_upper_bound",
+    }
+
+
+# ----------------------------------------------------------------------------- rollback
+
+
+def _live_with_lkg(base: PolicyBundle, tmp_path: Path) -> ModelRegistry[PolicyEngine]:
+    reg: ModelRegistry[PolicyEngine] = ModelRegistry()
+    reg.register(make_engine(base), source=VersionSource.BUNDLE)
+    reg.register(
+        make_engine(derived(base, tmp_path / "v2", 2, "v2", nudged)), source=VersionSource.LEARNER
+    )
+    return reg
+
+
+def test_sustained_degradation_rolls_back_to_last_known_good(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg = _live_with_lkg(base_bundle, tmp_path)
+    cfg = RollbackConfig(window_episodes=20, min_episodes=8, sustain_episodes=4)
+    monitor = RollbackMonitor(reg, cfg)
+    events: list[RollbackEvent] = []
+    monitor.add_listener(events.append)
+    for o in outcomes(1, 20, mean_return=-50, success=0.7, rate=0.01, seed=3):
+        assert monitor.add(o) is None  # version 1 live: nothing to compare with
+    reg.promote(2, "gate passed")
+    # Version 2 first performs like 1 (no rollback), then degrades (drift it cannot handle).
+    for o in outcomes(2, 10, mean_return=-50, success=0.7, rate=0.01, seed=4):
+        assert monitor.add(o) is None
+    fired = None
+    bad_episodes = 0
+    for o in outcomes(2, 30, mean_return=-120, success=0.1, rate=0.2, seed=5):
+        bad_episodes += 1
+        fired = monitor.add(o)
+        if fired is not None:
+            break
+    assert fired is not None
+    assert bad_episodes >= cfg.sustain_episodes  # sustained, not the first bad episode
+    assert (fired.from_version, fired.to_version) == (2, 1)
+    assert events == [fired]
+    live = reg.live()
+    assert live is not None
+    assert live.id == 1
+    assert reg.get(2).state is VersionState.REJECTED
+    assert any(not m.passed for m in fired.measurements)
+    assert "FAIL" in fired.describe()
+
+
+def test_noise_alone_never_rolls_back(base_bundle: PolicyBundle, tmp_path: Path) -> None:
+    reg = _live_with_lkg(base_bundle, tmp_path)
+    monitor = RollbackMonitor(reg, RollbackConfig(sustain_episodes=3))
+    for o in outcomes(1, 30, mean_return=-50, success=0.7, rate=0.01, seed=6):
+        monitor.add(o)
+    reg.promote(2, "gate passed")
+    for o in outcomes(2, 200, mean_return=-52, success=0.65, rate=0.012, seed=7):
+        assert monitor.add(o) is None
+    live = reg.live()
+    assert live is not None
+    assert live.id == 2
+
+
+def test_rollback_without_last_known_good_is_impossible(base_bundle: PolicyBundle) -> None:
+    reg: ModelRegistry[PolicyEngine] = ModelRegistry()
+    reg.register(make_engine(base_bundle), source=VersionSource.BUNDLE)
+    monitor = RollbackMonitor(reg, RollbackConfig(min_episodes=2, sustain_episodes=1))
+    for o in outcomes(1, 30, mean_return=-500, success=0.0, rate=0.9, seed=8):
+        assert monitor.add(o) is None
+
+
+@pytest.mark.parametrize("cfg_field", ["window_episodes", "min_episodes"])
+def test_rollback_config_refuses_windows_below_two(cfg_field: str) -> None:
+    with pytest.raises(ValueError, match=cfg_field):
+        RollbackConfig(**{cfg_field: 1})
