@@ -387,3 +387,14 @@ def test_cli_names_a_missing_run_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert result.exit_code == 1
     assert "expected a directory written by `tether run`" in result.output
+
+
+def test_a_drift_every_robot_reports_counts_once(run_dir: Path) -> None:
+    writer: JsonlWriter[RunEvent] = JsonlWriter(run_dir / EVENTS_FILE)
+    writer.append(RunEvent(DRIFT_S + 0.3, "drift", "actuator gain 1.0 -> 0.6", robot_id="arm-1"))
+    writer.append(RunEvent(DRIFT_S + 0.4, "drift", "payload +0.5 kg", robot_id="arm-1"))
+    writer.append(RunEvent(DRIFT_S + 50.0, "drift", "actuator gain 1.0 -> 0.6"))
+    writer.close()
+    s = summarize_run(run_dir)
+    assert s.drift_times_s == (DRIFT_S, DRIFT_S + 0.4, DRIFT_S + 50.0)
+    assert s.first_drift_s == DRIFT_S

@@ -27,6 +27,8 @@ from tether.runtime.records import (
 )
 from tether.runtime.report_config import ReportError
 
+DRIFT_SAME_WITHIN_S = 1.0
+
 
 @dataclass(frozen=True)
 class RunData:
@@ -59,8 +61,23 @@ class RunData:
         return max(times) if times else self.start_s
 
     @property
+    def drifts(self) -> tuple[tuple[float, str], ...]:
+        """(time, message) of each change of dynamics, in time order. Every robot may report
+        the same change a moment apart; reports of one message within
+        ``DRIFT_SAME_WITHIN_S`` count once, at the first."""
+        marks: list[tuple[float, str]] = []
+        last: dict[str, float] = {}
+        for e in self.events:
+            if e.kind != "drift":
+                continue
+            if e.message not in last or e.t_s - last[e.message] >= DRIFT_SAME_WITHIN_S:
+                marks.append((e.t_s, e.message))
+            last[e.message] = e.t_s
+        return tuple(marks)
+
+    @property
     def drift_times_s(self) -> tuple[float, ...]:
-        return tuple(e.t_s for e in self.events if e.kind == "drift")
+        return tuple(t for t, _ in self.drifts)
 
     def _times(self) -> list[float]:
         return (

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tether.runtime.degradation_view import LEVEL_NAMES, level_style
-from tether.runtime.records import EpisodeRecord, RunEvent
+from tether.runtime.records import EpisodeRecord
 from tether.runtime.report_config import ReportConfig
 from tether.runtime.report_data import RunData
 from tether.runtime.report_summary import RunSummary, role_order
@@ -110,7 +110,7 @@ def _returns(data: RunData, summary: RunSummary, config: ReportConfig) -> Figure
         label="post-drift window",
     )
     _mark_target(ax, summary)
-    _mark_drifts(ax, data.events)
+    _mark_drifts(ax, data)
     ax.set_xlabel("run time (s)")
     ax.set_ylabel(f"episode return (moving avg of {config.return_window_episodes})")
     ax.set_title("Return over time: learning robots vs frozen baseline")
@@ -172,7 +172,7 @@ def _versions(data: RunData) -> Figure | str:
                 zorder=3,
                 label=f"{label} ({len(points)})",
             )
-    _mark_drifts(ax, data.events)
+    _mark_drifts(ax, data)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("run time (s)")
     ax.set_ylabel("policy version")
@@ -199,7 +199,7 @@ def _safety(data: RunData) -> Figure | str:
             color=colors[robot],
             label=f"{robot} ({episodes[0].role})",
         )
-    _mark_drifts(top, data.events)
+    _mark_drifts(top, data)
     top.set_ylabel("interventions (cumulative)")
     top.set_title("Supervisor interventions and degradation level")
     if data.episodes:
@@ -255,12 +255,12 @@ def _mark_target(ax: Axes, summary: RunSummary) -> None:
     )
 
 
-def _mark_drifts(ax: Axes, events: Sequence[RunEvent]) -> None:
-    for i, event in enumerate(e for e in events if e.kind == "drift"):
-        ax.axvline(event.t_s, color="#c62828", ls="--", lw=1.2, label="drift" if i == 0 else None)
+def _mark_drifts(ax: Axes, data: RunData) -> None:
+    for i, (t_s, message) in enumerate(data.drifts):
+        ax.axvline(t_s, color="#c62828", ls="--", lw=1.2, label="drift" if i == 0 else None)
         ax.annotate(
-            event.message,
-            (event.t_s, 1.0),
+            message,
+            (t_s, 1.0),
             xycoords=("data", "axes fraction"),
             xytext=(3, -3),
             textcoords="offset points",

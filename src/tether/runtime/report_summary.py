@@ -117,6 +117,7 @@ def summarize_run(run_dir: Path, config: ReportConfig | None = None) -> RunSumma
 
 
 def summarize(data: RunData, config: ReportConfig) -> RunSummary:
+    """Summarize already loaded run data (``build_report`` loads once for summary and plots)."""
     notes: list[str] = []
     drifts = data.drift_times_s
     first_drift = drifts[0] if drifts else None
