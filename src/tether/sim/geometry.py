@@ -33,6 +33,21 @@ class Link:
     # hard the swinging arm can spin the base through the Coriolis coupling.
     armature_kg_m2: float
 
+    @property
+    def damping_nm_s(self) -> float:
+        """Nominal viscous damping (N·m·s/rad), as a geared motor's drag would give.
+
+        Chosen so that full torque alone can drive the joint to twice its velocity limit:
+        the limit still matters (a careless policy exceeds it), but a random one does not
+        whirl the light wrist at tens of rad/s.
+        """
+        return self.torque_limit_nm / (2.0 * self.velocity_limit_rad_s)
+
+    @property
+    def friction_nm(self) -> float:
+        """Nominal Coulomb friction loss (N·m): 1 % of the joint's torque limit."""
+        return 0.01 * self.torque_limit_nm
+
 
 @dataclass(frozen=True)
 class ArmGeometry:
@@ -48,8 +63,6 @@ class ArmGeometry:
     workspace_high_m: tuple[float, float, float]
     timestep_s: float
     control_period_s: float
-    nominal_damping_nm_s: float
-    nominal_friction_nm: float
     # The envelope the arm is rated for. The declared deceleration limits hold anywhere
     # inside it, and the demo drift preset stays inside it, so the supervisor's braking
     # assumptions stay true on the drifted "real" arm too.
@@ -104,8 +117,6 @@ ARM = ArmGeometry(
     workspace_high_m=(0.75, 0.75, 1.05),
     timestep_s=0.002,
     control_period_s=0.02,
-    nominal_damping_nm_s=0.1,
-    nominal_friction_nm=0.02,
     rated_min_actuator_gain=0.6,
     rated_max_payload_kg=0.5,
 )

@@ -39,6 +39,7 @@ def build_mjcf(arm: ArmGeometry = ARM) -> str:
         bodies = f"""
 <body name="{link.name}" pos="{pos}">
   <joint name="{link.joint}" type="hinge" axis="{ax}" armature="{link.armature_kg_m2}"
+         damping="{link.damping_nm_s}" frictionloss="{link.friction_nm}"
          range="{link.position_low_rad} {link.position_high_rad}"/>
   <geom name="{link.name}_geom" type="capsule" fromto="0 0 0 0 0 {link.length_m}"
         size="{link.radius_m}" mass="{link.mass_kg}" contype="2" conaffinity="1"/>
@@ -54,10 +55,6 @@ def build_mjcf(arm: ArmGeometry = ARM) -> str:
     return f"""<mujoco model="tether_arm">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="{arm.timestep_s}" gravity="0 0 -9.81" integrator="implicitfast"/>
-  <default>
-    <joint damping="{arm.nominal_damping_nm_s}"
-           frictionloss="{arm.nominal_friction_nm}"/>
-  </default>
   <worldbody>
     <geom name="{OBSTACLE_GEOM}" type="sphere" pos="{cx} {cy} {cz}" size="{arm.obstacle_radius_m}"
           contype="1" conaffinity="2"/>

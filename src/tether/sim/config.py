@@ -1,0 +1,58 @@
+"""``ArmEnvConfig``: the task the built-in arm is asked to do, in one validated model.
+
+Dynamics are not here (see ``ArmDynamics``, ``DomainRandomization``, ``DriftSchedule``);
+this is the episode, the target and the reward.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ArmEnvConfig(BaseModel):
+    """Episode length, target sampling and reward weights of ``tether/Arm-v0``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    episode_steps: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description="Control steps per episode, then truncation (steps)",
+    )
+    success_radius_m: float = Field(
+        default=0.05,
+        gt=0.0,
+        description="End-effector distance to the target that counts as reached (m)",
+    )
+    distance_weight: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Reward per metre of end-effector distance, subtracted (1/m)",
+    )
+    effort_weight: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="Reward per unit of squared normalized torque, subtracted (1)",
+    )
+    success_bonus: float = Field(
+        default=1.0, ge=0.0, description="Reward added on each step the target is reached (1)"
+    )
+    contact_penalty: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Reward subtracted on each step the arm touches the obstacle (1)",
+    )
+    initial_position_noise_rad: float = Field(
+        default=0.1,
+        ge=0.0,
+        description="Half-width of the uniform spread around home at reset (rad)",
+    )
+    target_obstacle_clearance_m: float = Field(
+        default=0.05,
+        ge=0.0,
+        description="Gap kept between the arm at a target's sampled pose and the obstacle (m)",
+    )
+    target_min_height_m: float = Field(
+        default=0.05, description="Lowest target height above the base plane (m)"
+    )
