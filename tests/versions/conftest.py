@@ -89,3 +89,56 @@ def arm_observations(spec: RobotSpec, n: int, seed: int) -> np.ndarray:
     for span in (lay.end_effector, lay.target):
         obs[:, slice(*span)] = rng.uniform(ws_lo, ws_hi, (n, 3))
     return obs
+
+
+def reaching_bundle(
+    spec: RobotSpec, base_dir: Path, *, kp: float = 300.0, kd: float = 5.0
+) -> PolicyBundle:
+    """A genuinely good policy for the arm, written as real bundle weights.
+
+    A Jacobian-transpose reaching controller linearized at home with gravity
+    compensation: ``tau = J^T kp (target - ee) - kd qdot + g(home)``, scaled to normalized
+    torques. The actor's ReLU trunk carries ``[x; -x]`` through unchanged, so the mean
+    head computes this linear map exactly. On the nominal arm it reaches most targets
+    while a randomly initialized actor reaches none.
+    """
+    d = spec.obs_dim
+    hidden = 2 * d
+    base = init_bundle(base_dir / "reach-init", spec, hidden_sizes=(hidden, hidden), seed=0)
+    kin = ArmKinematics()
+    home = np.asarray(spec.home_position_rad, dtype=np.float64)
+    tau = np.asarray(spec.torque_limit_nm, dtype=np.float64)
+    n = spec.n_joints
+    step = 1e-4
+    jac = np.stack(
+        [
+            (kin.end_effector(home + step * e) - kin.end_effector(home - step * e)) / (2 * step)
+            for e in np.eye(n)
+        ],
+        axis=1,
+    )
+    lay = spec.layout
+    a = np.zeros((n, d))
+    a[:, slice(*lay.target)] = jac.T * kp
+    a[:, slice(*lay.end_effector)] = -jac.T * kp
+    a[:, slice(*lay.joint_velocity)] = -kd * np.eye(n)
+    a /= tau[:, None]
+    c = kin.gravity_torque(home) / tau
+    norm = base.manifest.normalizer
+    mean = np.asarray(norm.mean)
+    std = np.sqrt(np.asarray(norm.var) + norm.epsilon)
+    w, b = a * std[None, :], a @ mean + c
+    eye = np.eye(d)
+    state = {
+        "trunk.0.weight": torch.tensor(np.vstack([eye, -eye]), dtype=torch.float32),
+        "trunk.0.bias": torch.zeros(hidden),
+        "trunk.2.weight": torch.eye(hidden),
+        "trunk.2.bias": torch.zeros(hidden),
+        "head.mu.weight": torch.tensor(np.hstack([w, -w]), dtype=torch.float32),
+        "head.mu.bias": torch.tensor(b, dtype=torch.float32),
+        "head.log_std.weight": torch.zeros(n, hidden),
+        "head.log_std.bias": torch.full((n,), -2.0),
+    }
+    return save_derived_bundle(
+        base_dir / "reach", base, actor_state=state, version_id=2, version_name="reach"
+    )
