@@ -1,0 +1,289 @@
+"""The learner's loop: drain transitions, update SAC, publish candidates, checkpoint.
+
+One :class:`Learner` runs inside the learner process (see :mod:`tether.learning.process`);
+it is an ordinary object so tests and benchmarks can also drive it in-process.
+
+Each :meth:`Learner.step` drains the transition channel into the replay buffer, runs
+as many updates as the update-to-data ratio allows (mini-batch streaming: the first
+update happens as soon as the buffer holds one mini-batch), and -- at most once per
+publication interval -- publishes a candidate: a Polyak step from the deployed actor
+toward the learner's, held inside the trust region, with a new version id whose parent
+is the deployed version. It obeys the serving side's degradation level, read from the
+shared-weights header: RESTRICTED trains but publishes nothing, PAUSED and TAKEOVER
+only keep draining (so the transition ring never overflows and no data is lost).
+
+Invariant: observations are normalized with the bundle's own normalizer, by the same
+function the engine uses, so the learner trains on exactly what the policy sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from threading import Event
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import torch
+
+from tether.data.channel import TransitionChannel
+from tether.data.columns import TransitionArrays
+from tether.data.replay.buffer import ReplayBuffer
+from tether.learning.checkpoint import (
+    LearnerProgress,
+    find_checkpoint,
+    restore_checkpoint,
+    save_checkpoint,
+)
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
+from tether.learning.sac import SAC
+from tether.policy.bundle import PolicyBundle
+from tether.policy.networks import TwinCritic
+from tether.policy.shared_weights import SharedWeights
+from tether.policy.transforms import normalize_observation
+from tether.safety.levels import DegradationLevel
+
+logger = logging.getLogger(__name__)
+
+
+class LearnerCounters(NamedTuple):
+    """Monotonic counters the learner process shares with its parent (int64 each)."""
+
+    updates: int
+    transitions: int
+    publications: int
+    accepted: int
+    shrunk: int
+    withheld: int  # by the trust region
+    skipped_restricted: int  # publications not made because the level was RESTRICTED
+    checkpoints: int
+    resumed_from_updates: int  # update count of the checkpoint this run resumed from (0: fresh)
+    degradation_level: int
+    deployed_version: int
+
+
+N_COUNTERS = len(LearnerCounters._fields)
+
+
+class _Stop(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class Learner:
+    """SAC fed from a transition channel, publishing into shared weights."""
+
+    def __init__(
+        self,
+        bundle: PolicyBundle,
+        config: LearnerConfig,
+        *,
+        channel: TransitionChannel,
+        weights: SharedWeights,
+        checkpoint_dir: Path | None = None,
+        counters: np.ndarray | None = None,
+        resume: bool = False,
+    ) -> None:
+        self.config = config
+        self.bundle = bundle
+        self.channel = channel
+        self.weights = weights
+        self.checkpoint_dir = checkpoint_dir
+        arch = bundle.architecture
+        training = bundle.training
+        critic = None
+        if training is not None:
+            # Fine-tuning must start from the critics that judged this actor, not random ones.
+            critic = TwinCritic(arch)
+            critic.load_state_dict(dict(training.critic))
+        elif config.fine_tune:
+            logger.warning(
+                "bundle %s has no training section: fine-tuning starts from random critics",
+                bundle.path,
+            )
+        self.sac = SAC(
+            arch,
+            config.effective_sac(),
+            actor=bundle.build_actor().train(),
+            critic=critic,
+            log_alpha=None if training is None else training.log_alpha,
+        )
+        if training is not None:
+            self.sac.critic_target.load_state_dict(dict(training.critic_target))
+        self.deployed: dict[str, torch.Tensor] = {
+            k: v.detach().clone() for k, v in bundle.actor_state.items()
+        }
+        self.progress = LearnerProgress(
+            updates=0,
+            next_version=bundle.version.id + 1,
+            deployed_version=bundle.version.id,
+            transitions_ingested=0,
+            publications=0,
+        )
+        self._counters = counters if counters is not None else np.zeros(N_COUNTERS, np.int64)
+        if resume and checkpoint_dir is not None and find_checkpoint(checkpoint_dir) is not None:
+            self.progress, self.deployed = restore_checkpoint(checkpoint_dir, self.sac)
+            self._set("resumed_from_updates", self.progress.updates)
+            logger.info(
+                "learner resumed from %s at update %d", checkpoint_dir, self.progress.updates
+            )
+        self._adopt_published()
+        self._set("updates", self.progress.updates)
+        self._set("publications", self.progress.publications)
+        self._set("deployed_version", self.progress.deployed_version)
+
+        norm = bundle.manifest.normalizer
+        self._mean = torch.tensor(norm.mean, dtype=torch.float32)
+        self._inv_std = torch.rsqrt(torch.tensor(norm.var, dtype=torch.float32) + norm.epsilon)
+        self._clip = norm.clip
+        self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
+        self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
+        self.trust_region = TrustRegion(self.sac.actor, config.publication)
+        self._budget = 0.0
+        self._min_interval_s = config.effective_min_interval_s()
+        self._last_publish = time.monotonic()
+        self._last_checkpoint = time.monotonic()
+
+    def _adopt_published(self) -> None:
+        # Publications after the last checkpoint are live on the server: continue the
+        # lineage from them, never reuse their version ids.
+        snapshot = self.weights.read()
+        if snapshot is not None and snapshot.version >= self.progress.next_version:
+            self.deployed = {k: v.clone() for k, v in snapshot.state.items()}
+            self.progress = replace(
+                self.progress, deployed_version=snapshot.version, next_version=snapshot.version + 1
+            )
+
+    # --- counters ---------------------------------------------------------------------
+
+    def _set(self, field: str, value: int) -> None:
+        self._counters[LearnerCounters._fields.index(field)] = value
+
+    def _add(self, field: str, value: int = 1) -> None:
+        self._counters[LearnerCounters._fields.index(field)] += value
+
+    def counters(self) -> LearnerCounters:
+        return LearnerCounters(*(int(v) for v in self._counters))
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def normalize(self, observations: np.ndarray) -> np.ndarray:
+        obs = torch.from_numpy(np.ascontiguousarray(observations, dtype=np.float32))
+        return normalize_observation(obs, self._mean, self._inv_std, self._clip).numpy()
+
+    def ingest(self, rows: TransitionArrays) -> None:
+        """Normalize and store transitions from the channel."""
+        # Not ``_replace``: TransitionArrays overrides __len__ (rows), which NamedTuple's
+        # _replace uses as its field count.
+        columns = rows._asdict()
+        columns["observations"] = self.normalize(rows.observations)
+        columns["next_observations"] = self.normalize(rows.next_observations)
+        normalized = TransitionArrays(**columns)
+        self.replay.extend(normalized)
+        self.recent.extend(normalized.observations)
+        self._add("transitions", len(rows))
+        if self.config.updates_per_transition is not None:
+            self._budget += len(rows) * self.config.updates_per_transition
+
+    def step(self) -> int:
+        """Drain, update, maybe publish and checkpoint; returns the number of updates run."""
+        level = DegradationLevel(self.weights.degradation_level())
+        self._set("degradation_level", int(level))
+        can_update = (
+            level < DegradationLevel.PAUSED and len(self.replay) >= self.config.sac.batch_size
+        )
+        unlimited = self.config.updates_per_transition is None
+        wait = 0.0 if can_update and (unlimited or self._budget >= 1.0) else self.config.idle_poll_s
+        rows = self.channel.get(self.config.drain_max_rows, timeout_s=wait)
+        if len(rows):
+            self.ingest(rows)
+        if level >= DegradationLevel.PAUSED or len(self.replay) < self.config.sac.batch_size:
+            self._maybe_checkpoint()
+            return 0
+        # Bounded per step so draining stays responsive at high update-to-data ratios.
+        n = 8 if unlimited else min(int(self._budget), 64)
+        for _ in range(n):
+            self.sac.update(self.replay.sample(self.config.sac.batch_size))
+        if not unlimited:
+            self._budget -= n
+        self._set("updates", self.sac.updates)
+        self._maybe_publish(level)
+        self._maybe_checkpoint()
+        return n
+
+    def _maybe_publish(self, level: DegradationLevel) -> None:
+        now = time.monotonic()
+        if now - self._last_publish < self._min_interval_s:
+            return
+        self._last_publish = now
+        if level >= DegradationLevel.RESTRICTED:
+            self._add("skipped_restricted")
+            return
+        if len(self.recent) == 0:
+            return
+        decision, candidate = self.trust_region.step(
+            self.deployed, self.sac.actor_state(), self.recent.states()
+        )
+        if candidate is None:
+            self._add("withheld")
+            logger.info(
+                "publication withheld: action change %.4f, KL %.4f above the trust region",
+                decision.distance.action_change_rms,
+                decision.distance.kl,
+            )
+            return
+        self._add("accepted" if decision.outcome is PublishOutcome.ACCEPTED else "shrunk")
+        self.publish(candidate)
+
+    def publish(self, candidate: dict[str, torch.Tensor]) -> int:
+        """Publish ``candidate`` as the next version (parent: the deployed one); returns its id."""
+        p = self.progress
+        version = p.next_version
+        self.weights.publish(
+            version,
+            candidate,
+            parent=p.deployed_version,
+            promote_directly=self.config.publication.promote_directly,
+        )
+        self.deployed = candidate
+        self.progress = replace(
+            p,
+            updates=self.sac.updates,
+            next_version=version + 1,
+            deployed_version=version,
+            publications=p.publications + 1,
+        )
+        self._set("publications", self.progress.publications)
+        self._set("deployed_version", version)
+        return version
+
+    def _maybe_checkpoint(self, *, force: bool = False) -> None:
+        if self.checkpoint_dir is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_checkpoint < self.config.checkpoint_interval_s:
+            return
+        self._last_checkpoint = now
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint now (no-op without a checkpoint directory)."""
+        if self.checkpoint_dir is None:
+            return
+        self.progress = replace(
+            self.progress,
+            updates=self.sac.updates,
+            transitions_ingested=self.counters().transitions,
+        )
+        save_checkpoint(
+            self.checkpoint_dir, self.sac, deployed=self.deployed, progress=self.progress
+        )
+        self._add("checkpoints")
+
+    def run(self, stop: _Stop | Event) -> None:
+        """Step until ``stop`` is set, then write a final checkpoint."""
+        while not stop.is_set():
+            self.step()
+        self.checkpoint()

@@ -1,0 +1,89 @@
+"""Configuration of the learner process: algorithm, publication, pacing, placement, recovery."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.data.replay.buffer import ReplayBufferConfig
+from tether.learning.config import SACConfig
+from tether.learning.publication import PublicationConfig
+
+
+class LearnerConfig(BaseModel):
+    """Everything the learner process reads; the runtime builds one from its YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sac: SACConfig = Field(default_factory=SACConfig, description="SAC hyper-parameters")
+    publication: PublicationConfig = Field(
+        default_factory=PublicationConfig,
+        description="Polyak step, trust region and pacing of publications",
+    )
+    replay: ReplayBufferConfig = Field(
+        default_factory=ReplayBufferConfig,
+        description="Replay buffer sizes and sampling mix",
+    )
+    fine_tune: bool = Field(
+        default=True,
+        description="Freeze the actor trunk, scale learning rates by fine_tune_lr_scale and "
+        "publish fine_tune_interval_factor times less often; start from the bundle's critics (flag)",
+    )
+    fine_tune_lr_scale: float = Field(
+        default=0.2, gt=0.0, le=1.0, description="Learning-rate multiplier when fine-tuning (1)"
+    )
+    fine_tune_interval_factor: float = Field(
+        default=2.5,
+        ge=1.0,
+        description="Publication interval multiplier when fine-tuning (1)",
+    )
+    updates_per_transition: float | None = Field(
+        default=1.0,
+        gt=0.0,
+        description="Update-to-data ratio: gradient updates per new transition; None updates "
+        "as fast as possible (benchmarks) (updates/transition)",
+    )
+    drain_max_rows: int = Field(
+        default=4096, ge=1, description="Most transitions taken from the channel per drain (rows)"
+    )
+    idle_poll_s: float = Field(
+        default=0.005,
+        gt=0.0,
+        le=1.0,
+        description="How long the learner waits for new transitions when it has no update to do (s)",
+    )
+    checkpoint_interval_s: float = Field(
+        default=30.0, gt=0.0, description="Time between learner checkpoints (s)"
+    )
+    cores: tuple[int, ...] | None = Field(
+        default=None,
+        description="CPU cores the learner process is pinned to; None picks by learner_placement() (core ids)",
+    )
+    torch_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="Torch intra-op threads in the learner; None picks by learner_placement() (threads)",
+    )
+    nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="Niceness added to the learner process so serving wins any contention (niceness)",
+    )
+    max_restarts: int = Field(
+        default=5,
+        ge=0,
+        description="Restarts after crashes within restart_window_s before the supervisor gives up (restarts)",
+    )
+    restart_window_s: float = Field(
+        default=300.0, gt=0.0, description="Window over which crashes are counted (s)"
+    )
+    restart_backoff_s: float = Field(
+        default=1.0, ge=0.0, description="Wait before restarting a crashed learner (s)"
+    )
+
+    def effective_sac(self) -> SACConfig:
+        return self.sac.fine_tuning(self.fine_tune_lr_scale) if self.fine_tune else self.sac
+
+    def effective_min_interval_s(self) -> float:
+        factor = self.fine_tune_interval_factor if self.fine_tune else 1.0
+        return self.publication.min_interval_s * factor

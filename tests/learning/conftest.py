@@ -1,0 +1,40 @@
+"""Shared fixtures of the learning tests: a small arm bundle with critics, and fake traffic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tether.data.columns import TransitionArrays
+from tether.policy import PolicyBundle, init_bundle
+from tether.sim.spec import arm_spec
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def small_bundle(tmp_path: Path) -> PolicyBundle:
+    return init_bundle(tmp_path / "bundle", arm_spec(), hidden_sizes=(16, 16), with_training=True)
+
+
+def traffic(bundle: PolicyBundle, n: int, seed: int = 0) -> TransitionArrays:
+    """``n`` transitions of raw (unnormalized) arm observations and random actions."""
+    arch = bundle.architecture
+    rows = TransitionArrays.empty(n, arch.obs_dim, arch.act_dim)
+    rng = np.random.default_rng(seed)
+    norm = bundle.manifest.normalizer
+    mean, std = np.asarray(norm.mean), np.sqrt(np.asarray(norm.var))
+    rows.observations[:] = mean + std * rng.standard_normal((n, arch.obs_dim))
+    rows.next_observations[:] = rows.observations + 0.01 * std * rng.standard_normal(
+        (n, arch.obs_dim)
+    )
+    rows.actions[:] = rng.uniform(-1, 1, (n, arch.act_dim))
+    rows.proposed_actions[:] = rows.actions
+    rows.rewards[:] = -np.linalg.norm(rows.actions, axis=1)
+    return rows

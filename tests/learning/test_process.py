@@ -1,0 +1,110 @@
+"""The learner in its own process: killed with SIGKILL, it is restarted and resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import traffic
+
+from tether.data.channel import ChannelConfig, TransitionChannel
+from tether.learning.config import SACConfig
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.placement import learner_placement
+from tether.learning.process import LearnerEventKind, LearnerSupervisor
+from tether.learning.publication import PublicationConfig
+from tether.policy import PolicyBundle
+from tether.policy.shared_weights import SharedWeights
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_served(
+    small_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    arch = small_bundle.architecture
+    config = LearnerConfig(
+        sac=SACConfig(batch_size=32),
+        publication=PublicationConfig(min_interval_s=0.05, max_action_change=10.0, max_kl=1e3),
+        fine_tune=False,
+        updates_per_transition=None,  # full speed
+        checkpoint_interval_s=0.2,
+        restart_backoff_s=0.1,
+        torch_threads=1,
+        nice=0,
+    )
+    assert small_bundle.path is not None
+    with (
+        TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=2048)) as channel,
+        SharedWeights.create(arch) as weights,
+    ):
+        supervisor = LearnerSupervisor(
+            small_bundle.path,
+            config,
+            weights=weights,
+            channel=channel,
+            checkpoint_dir=tmp_path / "ckpt",
+        )
+        supervisor.start()
+        try:
+            channel.put_arrays(traffic(small_bundle, 256))
+            wait_for(
+                lambda: (
+                    supervisor.counters().checkpoints >= 1
+                    and supervisor.counters().publications >= 1
+                ),
+                120,
+                "a checkpoint and a publication",
+            )
+            first_pid = supervisor.pid
+            assert first_pid is not None
+            served = weights.read()
+            assert served is not None
+
+            os.kill(first_pid, signal.SIGKILL)
+            wait_for(
+                lambda: any(e.kind is LearnerEventKind.RESTARTED for e in supervisor.events()),
+                30,
+                "the restart",
+            )
+            # Serving never lost its weights: the last publication is still readable.
+            still = weights.read()
+            assert still is not None
+            assert still.version >= served.version
+
+            wait_for(lambda: supervisor.counters().resumed_from_updates > 0, 120, "the resume")
+            resumed_at = supervisor.counters().resumed_from_updates
+            channel.put_arrays(traffic(small_bundle, 64, seed=1))
+            wait_for(lambda: supervisor.counters().updates > resumed_at, 60, "updates after resume")
+            assert supervisor.pid != first_pid
+            crashes = [e for e in supervisor.events() if e.kind is LearnerEventKind.CRASHED]
+            assert [e.exitcode for e in crashes] == [-signal.SIGKILL]
+            # Versions continue the lineage instead of restarting from the bundle's id.
+            wait_for(lambda: weights.latest_version() != still.version, 60, "a new publication")
+            latest = weights.read()
+            assert latest is not None
+            assert latest.version > still.version
+        finally:
+            supervisor.stop()
+    assert supervisor.events()[-1].kind is LearnerEventKind.STOPPED
+
+
+def test_default_placement_splits_cores() -> None:
+    two = learner_placement((0, 1))
+    assert (two.learner_cores, two.serving_cores, two.torch_threads) == ((1,), (0,), 1)
+    four = learner_placement((0, 1, 2, 3))
+    assert (four.learner_cores, four.serving_cores, four.torch_threads) == ((2, 3), (0, 1), 2)
+    sixteen = learner_placement(tuple(range(16)))
+    assert sixteen.learner_cores == tuple(range(8, 16))
+    assert sixteen.serving_cores == tuple(range(8))
+    assert sixteen.torch_threads == 4
+    one = learner_placement((0,))
+    assert one.learner_cores == one.serving_cores == (0,)
