@@ -29,11 +29,12 @@ from tether.policy.errors import (
     WeightSwapError,
 )
 from tether.policy.manifest import VersionInfo
-from tether.policy.networks import actor_parameter_shapes, gaussian_log_prob, squash_correction
+from tether.policy.networks import actor_parameter_shapes, log_prob_terms, ordered_row_sum
 from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
 from tether.policy.tensors import StateDict, check_state, state_sha256
 from tether.policy.transforms import normalize_observation, scale_action
+from tether.policy.uniform import parallel_multiple, row_multiple
 
 
 class EngineOutput(NamedTuple):
@@ -54,6 +55,7 @@ class PolicyEngine:
         self._device = _resolve_device(cfg.device)
         if torch.get_num_threads() > cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        self._par_multiple = parallel_multiple(torch.get_num_threads())
         m = bundle.manifest
         var = np.asarray(m.normalizer.var, dtype=np.float64)
         self._mean = torch.tensor(m.normalizer.mean, dtype=torch.float32, device=self._device)
@@ -161,19 +163,22 @@ class PolicyEngine:
         if pad:
             x = torch.cat([x, x.new_zeros((pad, x.shape[1]))])
         mu, log_std = path(x)
-        mu, log_std = mu[:n], log_std[:n]
+        # Squash and log-prob run on a row count whose element count is a SIMD multiple, so
+        # exp/tanh/softplus give each row the same bits at any batch size (see uniform.py).
+        rows = _padded(n, row_multiple(n * self.act_dim, self._par_multiple))
+        mu, log_std = _exactly_rows(mu, rows), _exactly_rows(log_std, rows)
         if isinstance(deterministic, bool) and deterministic:
             u = mu
         else:
             noise = torch.randn(
-                mu.shape, generator=self._generator, dtype=mu.dtype, device=mu.device
+                (n, self.act_dim), generator=self._generator, dtype=mu.dtype, device=mu.device
             )
-            u = mu + log_std.exp() * noise
+            u = mu + log_std.exp() * _exactly_rows(noise, rows)
             if not isinstance(deterministic, bool):
-                mask = torch.from_numpy(deterministic).to(mu.device)[:, None]
+                mask = _exactly_rows(torch.from_numpy(deterministic).to(mu.device)[:, None], rows)
                 u = torch.where(mask, mu, u)
-        log_prob = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
-        actions = scale_action(torch.tanh(u), self._low, self._half_range, self._high)
+        log_prob = ordered_row_sum(log_prob_terms(u, mu, log_std))[:n]
+        actions = scale_action(torch.tanh(u[:n]), self._low, self._half_range, self._high)
         return self._to_host(actions, log_prob)
 
     def swap_weights(self, version: VersionInfo, actor_state: StateDict) -> None:
@@ -198,7 +203,12 @@ class PolicyEngine:
     def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath:
         """An execution path of this engine's architecture and device for ``actor_state``."""
         return build_path(
-            kind, self._arch, actor_state, row_block=self._config.row_block, device=self._device
+            kind,
+            self._arch,
+            actor_state,
+            row_block=self._config.row_block,
+            device=self._device,
+            num_threads=torch.get_num_threads(),
         )
 
     # -- helpers ----------------------------------------------------------------------
@@ -260,6 +270,13 @@ class PolicyEngine:
         torch.cuda.current_stream(self._device).synchronize()
         host = out.numpy()
         return host[:, : self.act_dim].copy(), host[:, self.act_dim].copy()
+
+
+def _exactly_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t`` cut or zero-padded to ``rows`` rows, contiguous."""
+    if t.shape[0] >= rows:
+        return t[:rows].contiguous()
+    return torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])
 
 
 def _padded(n: int, block: int) -> int:

@@ -126,6 +126,25 @@ def gaussian_log_prob(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) 
     return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
+def log_prob_terms(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Per action dim, log N(u; mu, std) - log |d tanh(u) / du|; sum over the last dim = log-prob."""
+    z = (u - mu) / log_std.exp()
+    gaussian = -0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    return gaussian - 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+
+
+def ordered_row_sum(terms: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim, left to right, one elementwise add per column.
+
+    ``Tensor.sum(-1)`` picks its vectorization by the tensor's shape, so a row's sum can
+    differ in the last bit between batch sizes; column-by-column adds cannot.
+    """
+    total = terms[..., 0]
+    for j in range(1, terms.shape[-1]):
+        total = total + terms[..., j]
+    return total
+
+
 def squash_correction(u: torch.Tensor) -> torch.Tensor:
     """Sum over action dims of log |d tanh(u) / du|."""
     return (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)

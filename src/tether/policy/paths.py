@@ -11,7 +11,8 @@ BLAS picks different kernels (and summation orders) for different matrix shapes 
 batch 1 MKL's result differs from batch 64 in the last bits -- so the float paths never
 multiply a matrix whose row count depends on the batch: rows go through GEMMs of exactly
 ``row_block`` rows (a batched matmul over blocks on CPU, one GEMM per block on CUDA).
-The int8 path needs no blocking: integer accumulation is exact in any order.
+The int8 path needs no blocking: integer accumulation is exact in any order. Non-exact
+activations go through :mod:`tether.policy.uniform` for the same reason.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ from tether.policy.networks import (
     activation_module,
 )
 from tether.policy.tensors import StateDict
+from tether.policy.uniform import (
+    PARALLEL_GRAIN,
+    SIMD_MULTIPLE,
+    apply_uniform,
+    apply_uniform_np,
+    parallel_multiple,
+)
 
 PathKind = Literal["eager", "jit", "int8", "numpy"]
 PATH_KINDS: tuple[PathKind, ...] = ("eager", "jit", "int8", "numpy")
@@ -67,12 +75,17 @@ class BlockActor(nn.Module):
         row_block: int,
         device: torch.device,
         per_block_gemm: bool,
+        num_threads: int,
     ) -> None:
         super().__init__()
         layers = _layers(arch, state)
         self.weights_t = [w.detach().t().contiguous().to(device) for w, _ in layers]
         self.biases = [b.detach().contiguous().to(device) for _, b in layers]
         self.act = activation_module(arch.activation)
+        self.exact_activation = arch.activation == "relu"  # max(x, 0) has no SIMD/scalar split
+        self.par_multiple = parallel_multiple(num_threads)
+        self.simd_multiple = SIMD_MULTIPLE
+        self.parallel_grain = PARALLEL_GRAIN
         self.row_block = row_block
         self.act_dim = arch.act_dim
         self.log_std_min = LOG_STD_MIN  # TorchScript cannot read imported module globals
@@ -87,13 +100,27 @@ class BlockActor(nn.Module):
             return torch.stack(parts)
         return torch.baddbmm(b, h, w_t.expand(h.shape[0], w_t.shape[0], w_t.shape[1]))
 
+    def _activate(self, h: torch.Tensor) -> torch.Tensor:
+        if self.exact_activation:
+            exact: torch.Tensor = self.act(h)
+            return exact
+        # apply_uniform, spelled out because TorchScript cannot take a function argument
+        flat = h.reshape(-1)
+        n = flat.shape[0]
+        multiple = self.simd_multiple if n < self.parallel_grain else self.par_multiple
+        pad = (multiple - n % multiple) % multiple
+        if pad > 0:
+            flat = torch.cat([flat, flat.new_zeros(pad)])
+        out: torch.Tensor = self.act(flat)
+        return out[:n].reshape(h.shape)
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = x.reshape(-1, self.row_block, x.shape[1])
         last = len(self.weights_t) - 1
         for i in range(len(self.weights_t)):
             h = self._linear(h, self.weights_t[i], self.biases[i])
             if i < last:
-                h = self.act(h)
+                h = self._activate(h)
         out = h.reshape(-1, 2 * self.act_dim)
         mu = out[:, : self.act_dim]
         log_std = torch.clamp(out[:, self.act_dim :], self.log_std_min, self.log_std_max)
@@ -126,8 +153,9 @@ class _Int8Path:
 
     kind: PathKind = "int8"
 
-    def __init__(self, arch: ActorArchitecture, state: StateDict) -> None:
+    def __init__(self, arch: ActorArchitecture, state: StateDict, num_threads: int) -> None:
         self._act = activation_module(arch.activation)
+        self._par_multiple = parallel_multiple(num_threads)
         self._act_dim = arch.act_dim
         self._layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for w, b in _layers(arch, state):
@@ -143,7 +171,7 @@ class _Int8Path:
             hq = torch.round(h / x_scale).clamp(-127, 127).to(torch.int8)
             h = torch._int_mm(hq, wq_t).to(torch.float32) * (x_scale * w_scale) + b
             if i < last:
-                h = self._act(h)
+                h = apply_uniform(self._act, h, self._par_multiple)
         mu = h[:, : self._act_dim]
         log_std = torch.clamp(h[:, self._act_dim :], LOG_STD_MIN, LOG_STD_MAX)
         return mu, log_std
@@ -196,7 +224,7 @@ class _NumpyPath:
             h = h @ w_t
             h += b
             if i < last:
-                h = self._act(h)
+                h = apply_uniform_np(self._act, h)
         out = torch.from_numpy(np.ascontiguousarray(h.reshape(-1, 2 * self._act_dim)))
         mu = out[:, : self._act_dim]
         log_std = torch.clamp(out[:, self._act_dim :], LOG_STD_MIN, LOG_STD_MAX)
@@ -210,15 +238,21 @@ def build_path(
     *,
     row_block: int,
     device: torch.device,
+    num_threads: int,
 ) -> ForwardPath:
     """Build the ``kind`` path for ``state`` on ``device`` (int8 and numpy are CPU-only)."""
     if kind in ("eager", "jit"):
         block = BlockActor(
-            arch, state, row_block=row_block, device=device, per_block_gemm=device.type == "cuda"
+            arch,
+            state,
+            row_block=row_block,
+            device=device,
+            per_block_gemm=device.type == "cuda",
+            num_threads=num_threads,
         ).eval()
         return _ModulePath(kind, _jit_module(block) if kind == "jit" else block)
     if device.type != "cpu":
         raise ValueError(f"execution path {kind!r} runs on cpu only, not {device}")
     if kind == "int8":
-        return _Int8Path(arch, state)
+        return _Int8Path(arch, state, num_threads)
     return _NumpyPath(arch, state, row_block)

@@ -1,0 +1,112 @@
+"""A row's action never depends on which batch it arrived in, bit for bit, on every path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle
+from tether.spec import RobotSpec
+
+PATHS = ["eager", "jit", "int8", "numpy"]
+
+
+def _obs(bundle: PolicyBundle, rows: int, seed: int = 0) -> np.ndarray:
+    norm = bundle.manifest.normalizer
+    z = np.random.default_rng(seed).standard_normal((rows, bundle.architecture.obs_dim))
+    return (np.asarray(norm.mean) + 2 * np.sqrt(norm.var) * z).astype(np.float32)
+
+
+@pytest.mark.parametrize("execution", PATHS)
+def test_batch_1_and_batch_64_are_bitwise_identical(bundle: PolicyBundle, execution: str) -> None:
+    engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
+    obs = _obs(bundle, 64)
+    full = engine.act(obs, True)
+    singles = [engine.act(obs[i : i + 1], True) for i in range(64)]
+    np.testing.assert_array_equal(full.actions, np.concatenate([s.actions for s in singles]))
+    np.testing.assert_array_equal(full.log_probs, np.concatenate([s.log_probs for s in singles]))
+
+
+@pytest.mark.parametrize("execution", PATHS)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_row_in_any_batch_matches_its_single_row_result(
+    bundle: PolicyBundle, execution: str, data: st.DataObject
+) -> None:
+    engine = _engines(bundle, execution)
+    pool = _obs(bundle, 300, seed=1)
+    size = data.draw(st.integers(1, 300), label="batch size")
+    rows = data.draw(st.lists(st.integers(0, 299), min_size=size, max_size=size), label="rows")
+    batch = engine.act(pool[rows], True).actions
+    row = data.draw(st.integers(0, size - 1), label="checked row")
+    alone = engine.act(pool[rows[row] : rows[row] + 1], True).actions
+    np.testing.assert_array_equal(batch[row], alone[0])
+
+
+_CACHE: dict[tuple[str, str], PolicyEngine] = {}
+
+
+def _engines(bundle: PolicyBundle, execution: str) -> PolicyEngine:
+    key = (bundle.version.weights_sha256, execution)
+    if key not in _CACHE:
+        _CACHE[key] = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
+    return _CACHE[key]
+
+
+def test_without_fixed_row_blocks_batches_would_differ(bundle: PolicyBundle) -> None:
+    """The guard is needed: the plain Actor (one GEMM of B rows) is not batch-invariant here."""
+    obs = _obs(bundle, 64)
+    norm = bundle.manifest.normalizer
+    x = torch.from_numpy(
+        ((obs - np.asarray(norm.mean)) / np.sqrt(np.asarray(norm.var) + norm.epsilon)).astype(
+            np.float32
+        )
+    )
+    actor = bundle.build_actor()
+    with torch.inference_mode():
+        full, _ = actor.sample(x, deterministic=True)
+        single = torch.cat([actor.sample(x[i : i + 1], deterministic=True)[0] for i in range(64)])
+    if torch.equal(full, single):
+        pytest.skip("this BLAS happens to give batch-invariant GEMMs; nothing to demonstrate")
+    assert not torch.equal(full, single)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "elu", "silu"])
+@pytest.mark.parametrize("execution", PATHS)
+def test_transcendental_activations_stay_batch_invariant(
+    tmp_path_factory: pytest.TempPathFactory, spec: RobotSpec, activation: str, execution: str
+) -> None:
+    path = tmp_path_factory.mktemp(activation) / "b"
+    bundle = init_bundle(path, spec, hidden_sizes=(37, 19), activation=activation, seed=4)  # type: ignore[arg-type]
+    engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
+    obs = _obs(bundle, 70)
+    full = engine.act(obs, True)
+    for i in (0, 13, 69):
+        alone = engine.act(obs[i : i + 1], True)
+        np.testing.assert_array_equal(full.actions[i], alone.actions[0])
+        np.testing.assert_array_equal(full.log_probs[i], alone.log_probs[0])
+
+
+def test_two_threads_stay_batch_invariant(bundle: PolicyBundle) -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        engine = PolicyEngine(
+            bundle, EngineConfig(execution="eager", num_threads=2, max_batch_size=4096)
+        )
+        obs = _obs(bundle, 4096)
+        full = engine.act(obs, True)
+        for i in (0, 2047, 4095):
+            np.testing.assert_array_equal(
+                full.actions[i], engine.act(obs[i : i + 1], True).actions[0]
+            )
+            np.testing.assert_array_equal(
+                full.log_probs[i], engine.act(obs[i : i + 1], True).log_probs[0]
+            )
+    finally:
+        torch.set_num_threads(before)
