@@ -12,6 +12,7 @@ well-defined and does not depend on the order the ramps were listed in.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Literal
@@ -98,7 +99,7 @@ class DriftSchedule(BaseModel):
     def dynamics_at(self, step: int, base: ArmDynamics) -> ArmDynamics:
         """``base`` with every ramp applied as of global control step ``step``."""
         values: dict[str, float] = {}
-        for ramp in sorted(self.ramps, key=lambda r: r.start_step):
+        for ramp in self._by_start:
             if step < ramp.start_step:
                 continue
             start = values.get(ramp.knob, getattr(base, ramp.knob))
@@ -110,7 +111,14 @@ class DriftSchedule(BaseModel):
         if "action_delay_steps" in values:
             # A delay is whole steps: it switches when the ramp is half-way.
             values["action_delay_steps"] = math.floor(values["action_delay_steps"] + 0.5)
+        if not values:
+            return base
         return dataclasses.replace(base, **values)  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def _by_start(self) -> tuple[DriftRamp, ...]:
+        # dynamics_at runs every control step while a ramp is active; sort once.
+        return tuple(sorted(self.ramps, key=lambda r: r.start_step))
 
     @classmethod
     def demo(cls, *, start_step: int = 1000, ramp_steps: int = 3000) -> DriftSchedule:

@@ -82,9 +82,19 @@ _DAMPING_NM_S = np.array([link.damping_nm_s for link in ARM.links])
 _FRICTION_NM = np.array([link.friction_nm for link in ARM.links])
 
 
-def apply_dynamics(model: mujoco.MjModel, dynamics: ArmDynamics) -> None:
-    """Write the physical knobs of ``dynamics`` into ``model`` (in place)."""
-    model.actuator_gear[:, 0] = dynamics.actuator_gain * _TORQUE_NM
-    model.dof_damping[:] = dynamics.joint_damping * _DAMPING_NM_S
-    model.dof_frictionloss[:] = dynamics.joint_friction * _FRICTION_NM
-    set_payload(model, dynamics.payload_mass_kg)
+def apply_dynamics(
+    model: mujoco.MjModel, dynamics: ArmDynamics, previous: ArmDynamics | None = None
+) -> None:
+    """Write the physical knobs of ``dynamics`` into ``model`` (in place).
+
+    With ``previous`` (what the model holds now), only the knobs that differ are written:
+    a drifting env changes one or two knobs per step and this runs every step.
+    """
+    if previous is None or dynamics.actuator_gain != previous.actuator_gain:
+        model.actuator_gear[:, 0] = dynamics.actuator_gain * _TORQUE_NM
+    if previous is None or dynamics.joint_damping != previous.joint_damping:
+        model.dof_damping[:] = dynamics.joint_damping * _DAMPING_NM_S
+    if previous is None or dynamics.joint_friction != previous.joint_friction:
+        model.dof_frictionloss[:] = dynamics.joint_friction * _FRICTION_NM
+    if previous is None or dynamics.payload_mass_kg != previous.payload_mass_kg:
+        set_payload(model, dynamics.payload_mass_kg)

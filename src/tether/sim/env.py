@@ -263,7 +263,7 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
 
     def _set_dynamics(self, dynamics: ArmDynamics) -> None:
         if dynamics != self._dynamics:
-            apply_dynamics(self._model, dynamics)
+            apply_dynamics(self._model, dynamics, previous=self._dynamics)
             self._dynamics = dynamics
 
     def _delay(self, command: FloatArray) -> FloatArray:

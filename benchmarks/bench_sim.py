@@ -1,0 +1,119 @@
+"""Simulated-arm speed: env steps per second (single thread) and kinematics call cost.
+
+Target (issue 2): >= 5,000 env steps/s on one thread. The physics floor (the same
+substeps through bare ``mujoco.mj_step``, no env around them) is measured in the same
+run, so the env's own overhead reads as a ratio. Every figure comes from one run of:
+
+    python benchmarks/bench_sim.py [--steps 20000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+import mujoco
+import numpy as np
+import torch
+
+from tether.sim import ArmEnv, ArmKinematics, DomainRandomization, DriftSchedule, arm_spec
+from tether.sim.geometry import ARM
+from tether.sim.mjcf import build_model
+
+
+def env_steps_per_s(env: ArmEnv, actions: np.ndarray) -> float:
+    env.reset(seed=0)
+    start = time.perf_counter()
+    for action in actions:
+        *_, truncated, _ = env.step(action)
+        if truncated:
+            env.reset()
+    return len(actions) / (time.perf_counter() - start)
+
+
+def physics_floor_steps_per_s(actions: np.ndarray) -> float:
+    model = build_model()
+    data = mujoco.MjData(model)
+    data.qpos[:] = arm_spec().home_position_rad
+    start = time.perf_counter()
+    for i, action in enumerate(actions):
+        data.ctrl[:] = action
+        mujoco.mj_step(model, data, nstep=ARM.substeps)
+        if i % 200 == 199:
+            mujoco.mj_resetData(model, data)
+            data.qpos[:] = arm_spec().home_position_rad
+    return len(actions) / (time.perf_counter() - start)
+
+
+def microseconds_per_call(fn: Callable[[np.ndarray], object], qs: np.ndarray) -> float:
+    start = time.perf_counter()
+    for q in qs:
+        fn(q)
+    return (time.perf_counter() - start) / len(qs) * 1e6
+
+
+def best(repeats: int, measure: Callable[[], float], higher_is_better: bool = True) -> float:
+    values = [measure() for _ in range(repeats)]
+    return max(values) if higher_is_better else min(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000, help="control steps per measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements; the best is kept")
+    args = parser.parse_args()
+    spec = arm_spec()
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (args.steps, spec.act_dim)).astype(np.float32)
+    low, high = np.array(spec.joint_position_low_rad), np.array(spec.joint_position_high_rad)
+    qs = rng.uniform(low, high, (args.steps, spec.n_joints))
+    kin = ArmKinematics()
+
+    print(
+        f"machine: {platform.machine()}, nproc {os.cpu_count()}, python "
+        f"{sys.version.split()[0]}, torch {torch.__version__}, mujoco {mujoco.__version__}"
+    )
+    print(
+        f"{args.steps} random-action control steps ({ARM.substeps} physics substeps each), best of {args.repeats}"
+    )
+    floor = best(args.repeats, lambda: physics_floor_steps_per_s(actions))
+    nominal = best(args.repeats, lambda: env_steps_per_s(ArmEnv(seed=0), actions))
+    drifting = best(
+        args.repeats,
+        lambda: env_steps_per_s(
+            ArmEnv(
+                seed=0,
+                randomization=DomainRandomization.default(),
+                drift=DriftSchedule.demo(start_step=0, ramp_steps=args.steps),
+            ),
+            actions,
+        ),
+    )
+    print("| measurement | steps/s | vs physics floor |")
+    print("|---|---|---|")
+    print(f"| bare mj_step x{ARM.substeps} (physics floor) | {floor:,.0f} | 1.00 |")
+    print(f"| ArmEnv.step, nominal dynamics | {nominal:,.0f} | {nominal / floor:.2f} |")
+    print(
+        f"| ArmEnv.step, randomization + drift ramping every step | {drifting:,.0f} | "
+        f"{drifting / floor:.2f} |"
+    )
+    print()
+    print("| ArmKinematics call | µs/call |")
+    print("|---|---|")
+    for name, fn in (
+        ("end_effector(q)", kin.end_effector),
+        (f"collision_spheres(q) ({kin.n_spheres} spheres)", kin.collision_spheres),
+        ("gravity_torque(q)", kin.gravity_torque),
+    ):
+        cost = best(
+            args.repeats, lambda fn=fn: microseconds_per_call(fn, qs), higher_is_better=False
+        )
+        print(f"| {name} | {cost:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
