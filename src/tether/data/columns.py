@@ -78,7 +78,10 @@ class TransitionArrays(NamedTuple):
 
     def take(self, rows: np.ndarray | slice) -> TransitionArrays:
         """A copy of the selected rows (fancy index) or a view (slice)."""
-        return TransitionArrays(*(column[rows] for column in self))
+        if isinstance(rows, slice):
+            return TransitionArrays(*(column[rows] for column in self))
+        # ndarray.take is about twice as fast as fancy indexing on the 2-D columns.
+        return TransitionArrays(*(column.take(rows, axis=0) for column in self))
 
     def assign(self, rows: np.ndarray | slice, source: TransitionArrays) -> None:
         """Write ``source`` into the selected rows; with repeated indices the last row wins."""
@@ -86,18 +89,31 @@ class TransitionArrays(NamedTuple):
             column[rows] = values
 
     def to_batch(self) -> TransitionBatch:
-        """The learner's view of these rows."""
+        """The learner's view of all rows (shares memory with these columns)."""
+        return self.batch_of(slice(None))
+
+    def batch_of(self, rows: np.ndarray | slice) -> TransitionBatch:
+        """The learner's view of the selected rows, gathering only the columns it needs."""
+        if isinstance(rows, slice):
+
+            def pick(column: np.ndarray) -> np.ndarray:
+                return column[rows]
+        else:
+
+            def pick(column: np.ndarray) -> np.ndarray:
+                return column.take(rows, axis=0)
+
         return TransitionBatch(
-            observations=self.observations,
-            actions=self.actions,
-            rewards=self.rewards,
-            next_observations=self.next_observations,
-            terminated=self.terminated,
-            truncated=self.truncated,
-            policy_versions=self.policy_versions,
-            ingress_ns=self.ingress_ns,
-            safety_checks=self.safety_checks,
-            human=self.action_sources == HUMAN_SOURCE_CODE,
+            observations=pick(self.observations),
+            actions=pick(self.actions),
+            rewards=pick(self.rewards),
+            next_observations=pick(self.next_observations),
+            terminated=pick(self.terminated),
+            truncated=pick(self.truncated),
+            policy_versions=pick(self.policy_versions),
+            ingress_ns=pick(self.ingress_ns),
+            safety_checks=pick(self.safety_checks),
+            human=pick(self.action_sources) == HUMAN_SOURCE_CODE,
         )
 
     @staticmethod

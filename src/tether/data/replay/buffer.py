@@ -113,8 +113,7 @@ class ReplayBuffer:
         """Like :meth:`sample`, also returning which storage rows were drawn."""
         with self._lock:
             index = self.sampler.sample(self.storage, batch_size)
-            rows = self.storage.rows.take(index.rows)
-        return rows.to_batch(), index
+            return self.storage.rows.batch_of(index.rows), index
 
     def stats(self) -> ReplayStats:
         with self._lock:

@@ -67,17 +67,19 @@ class RecentMixSampler:
         older_in_ring = self._older_in_ring(storage)
         recent_available = storage.ring_size - older_in_ring
         older_available = older_in_ring + storage.reservoir_size
+        # One uniform draw per row (plus one for the fractional row): Generator.integers
+        # costs several times more per call, and this runs once per learner update.
+        u = self._rng.random(batch_size + 1)
         target = self.config.recent_fraction * batch_size
-        n_recent = int(target) + int(self._rng.random() < target - int(target))
+        n_recent = int(target) + int(u[batch_size] < target - int(target))
         if not older_available:
             n_recent = batch_size
         elif not recent_available:
             n_recent = 0
-        rng = self._rng
         recent = storage.ring_rows(
-            older_in_ring + rng.integers(0, max(recent_available, 1), n_recent)
+            older_in_ring + (u[:n_recent] * recent_available).astype(np.int64)
         )
-        pick = rng.integers(0, older_available or 1, batch_size - n_recent)
+        pick = (u[n_recent:batch_size] * older_available).astype(np.int64)
         older = np.where(
             pick < older_in_ring,
             storage.ring_rows(pick),
