@@ -144,6 +144,14 @@ def test_retention_removes_the_oldest_chunks_with_a_log_line(
     assert steps[0] > 0
 
 
+def test_retention_never_removes_the_newest_chunk(tmp_path: Path) -> None:
+    config = ExperienceLogConfig(fsync=False, chunk_max_bytes=4096, retention_max_bytes=4096)
+    write(tmp_path, [make_transitions(40, start=40 * i) for i in range(3)], config)
+    table, _ = read_log(tmp_path)
+    assert table is not None
+    assert table.column("step_index").to_pylist()[-1] == 119
+
+
 def test_a_directory_of_foreign_arrow_files_is_refused(tmp_path: Path) -> None:
     chunk = tmp_path / "chunk-00000001.arrow"
     table = pa.table({"x": [1, 2]})

@@ -173,10 +173,16 @@ def test_state_dict_round_trip_continues_identically(tmp_path) -> None:
         np.testing.assert_array_equal(x, y)
 
 
-def test_loading_a_state_of_another_size_says_what_differs() -> None:
+def test_loading_a_state_of_another_size_says_what_differs_and_changes_nothing() -> None:
     a = buffer(300, 200)
+    a.extend(make_arrays(50))
+    b = buffer(300, 100)
+    b.extend(make_arrays(20, start=1000))
+    before = b.state_dict()
     with pytest.raises(ReplayStateError, match="shape"):
-        buffer(100, 200).load_state_dict(a.state_dict())
+        b.load_state_dict(a.state_dict())
+    for key, value in b.state_dict().items():
+        np.testing.assert_array_equal(value, before[key], err_msg=key)
 
 
 def test_sampling_an_empty_buffer_is_an_error() -> None:

@@ -210,10 +210,10 @@ class ExperienceLog:
         chunk.file.close()
 
     def _apply_retention(self) -> None:
-        current = self._chunk.path if self._chunk else None
-        sealed = [p for p in chunk_paths(self.directory) if p != current]
-        total = sum(p.stat().st_size for p in chunk_paths(self.directory))
-        for path in sealed:
+        chunks = chunk_paths(self.directory)
+        total = sum(p.stat().st_size for p in chunks)
+        # The newest chunk always stays, even when it alone is above the limit.
+        for path in chunks[:-1]:
             if total <= self.config.retention_max_bytes:
                 break
             size = path.stat().st_size

@@ -115,11 +115,15 @@ class Recorder:
 
     def end_session(self, session_id: str) -> None:
         """The session's stream closed: pair what is left of it and forget it (in order)."""
+        if self._closed:
+            return  # nothing of the session can reach a sink any more
         self._queue.append(_EndSession(session_id))
         self._wake.set()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Wait until everything enqueued so far reached the sinks; False on timeout."""
+        if self._closed:
+            return not self._queue
         barrier = _Barrier(threading.Event())
         self._queue.append(barrier)
         self._wake.set()

@@ -18,10 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.numpy import load_file, save_file
 
 from tether.data.columns import TransitionArrays
-from tether.data.errors import ReplayStateError
 from tether.data.records import Transition, TransitionBatch
 from tether.data.replay.sampler import RecentMixSampler, SampleIndex, SamplerConfig
-from tether.data.replay.state import StateDict
+from tether.data.replay.state import StateDict, expect
 from tether.data.replay.storage import StorageConfig, TransitionStorage
 from tether.data.replay.writer import ReservoirWriter, WriterConfig, WriterStats
 
@@ -134,14 +133,17 @@ class ReplayBuffer:
         return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore all parts, or (on a ReplayStateError) none of them."""
+        ingested = expect(state, "ingested", (1,), "ReplayBuffer")
         with self._lock:
+            apply = []
             for part in _PARTS:
                 prefix = f"{part}."
                 sub = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-                getattr(self, part).load_state_dict(sub)
-            if "ingested" not in state:
-                raise ReplayStateError("ReplayBuffer state_dict has no 'ingested'")
-            self._ingested = int(state["ingested"][0])
+                apply.append(getattr(self, part).prepare_load(sub))
+            for step in apply:
+                step()
+            self._ingested = int(ingested[0])
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the whole buffer state to a safetensors file (no pickle)."""

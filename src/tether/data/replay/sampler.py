@@ -11,7 +11,7 @@ the other supplies the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -102,4 +102,9 @@ class RecentMixSampler:
         return {"rng": rng_state(self._rng)}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        set_rng_state(self._rng, expect(state, "rng", (6,), "RecentMixSampler"))
+        self.prepare_load(state)()
+
+    def prepare_load(self, state: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        """Check ``state`` completely; return the step that applies it (cannot fail)."""
+        rng = expect(state, "rng", (6,), "RecentMixSampler")
+        return lambda: set_rng_state(self._rng, rng)

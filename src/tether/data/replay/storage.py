@@ -10,12 +10,12 @@ search for the recent window relies on it), and a row leaves the ring only throu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.data.columns import COLUMN_DTYPES, TransitionArrays, row_shape
+from tether.data.columns import TransitionArrays, row_shape
 from tether.data.replay.state import StateDict, expect
 
 
@@ -112,16 +112,25 @@ class TransitionStorage:
         return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        self.prepare_load(state)()
+
+    def prepare_load(self, state: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        """Check ``state`` completely; return the step that applies it (cannot fail)."""
         total = self.ring_capacity + self.reservoir_capacity
-        for name, column in zip(TransitionArrays._fields, self.rows, strict=True):
-            shape = (total, *row_shape(name, self.obs_dim, self.act_dim))
-            column[...] = expect(state, f"rows.{name}", shape, "TransitionStorage").astype(
-                COLUMN_DTYPES[name]
+        owner = "TransitionStorage"
+        columns = [
+            expect(
+                state, f"rows.{name}", (total, *row_shape(name, self.obs_dim, self.act_dim)), owner
             )
-        self.ring_stamp_ns[...] = expect(
-            state, "ring_stamp_ns", (self.ring_capacity,), "TransitionStorage"
-        )
-        start, size, reservoir = (
-            int(x) for x in expect(state, "geometry", (3,), "TransitionStorage")
-        )
-        self.ring_start, self.ring_size, self.reservoir_size = start, size, reservoir
+            for name in TransitionArrays._fields
+        ]
+        stamps = expect(state, "ring_stamp_ns", (self.ring_capacity,), owner)
+        start, size, reservoir = (int(x) for x in expect(state, "geometry", (3,), owner))
+
+        def apply() -> None:
+            for column, value in zip(self.rows, columns, strict=True):
+                column[...] = value
+            self.ring_stamp_ns[...] = stamps
+            self.ring_start, self.ring_size, self.reservoir_size = start, size, reservoir
+
+        return apply

@@ -12,7 +12,7 @@ when the ring wraps (exponential biased reservoir sampling, Aggarwal 2006).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +118,17 @@ class ReservoirWriter:
         }
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        set_rng_state(self._rng, expect(state, "rng", (6,), "ReservoirWriter"))
-        self._latest_stamp_ns = int(expect(state, "latest_stamp_ns", (1,), "ReservoirWriter")[0])
-        self._counts[...] = expect(state, "counts", (3,), "ReservoirWriter")
+        self.prepare_load(state)()
+
+    def prepare_load(self, state: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        """Check ``state`` completely; return the step that applies it (cannot fail)."""
+        rng = expect(state, "rng", (6,), "ReservoirWriter")
+        latest = int(expect(state, "latest_stamp_ns", (1,), "ReservoirWriter")[0])
+        counts = expect(state, "counts", (3,), "ReservoirWriter")
+
+        def apply() -> None:
+            set_rng_state(self._rng, rng)
+            self._latest_stamp_ns = latest
+            self._counts[...] = counts
+
+        return apply
