@@ -28,11 +28,15 @@ from enum import IntFlag, StrEnum
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+import grpc
+
 from tether.serving.errors import NoPolicyLoaded, ServingError, VersionUnavailable
 
 
 class VersionError(ServingError):
     """Root of the registry's errors (a version that cannot do what was asked)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class IllegalTransition(VersionError):

@@ -1,0 +1,212 @@
+"""AdminService on a real gRPC server on 127.0.0.1 port 0: auth, roles and every method."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tether.policy.bundle import PolicyBundle
+from tether.policy.engine import PolicyEngine
+from tether.safety.degradation import DegradationMachine
+from tether.safety.levels import DegradationLevel
+from tether.safety.supervisor import Supervisor
+from tether.serving.admin import AdminServicer, start_admin_server
+from tether.serving.admin_auth import (
+    METHOD_ROLES,
+    AdminAuth,
+    AdminIdentity,
+    AdminRole,
+    AdminToken,
+)
+from tether.serving.admin_client import AdminCallError, AdminClient
+from tether.serving.errors import ServerSetupError
+from tether.serving.model_dir import load_into
+from tether.serving.promotion import PromotionConfig, PromotionController
+from tether.serving.registry import ModelRegistry
+from tether.serving.rollout import TrafficRouter
+from tether.v1 import admin_pb2 as apb
+
+from .conftest import derived, make_engine, nudged
+
+OPERATOR = "op-" + "a" * 30
+VIEWER = "view-" + "b" * 30
+AUTH = AdminAuth(
+    [
+        AdminToken(OPERATOR, AdminIdentity("alice", AdminRole.OPERATOR)),
+        AdminToken(VIEWER, AdminIdentity("victor", AdminRole.VIEWER)),
+    ]
+)
+
+
+@dataclass
+class Admin:
+    target: str
+    registry: ModelRegistry[PolicyEngine]
+    router: TrafficRouter
+    degradation: DegradationMachine
+    models: Path
+
+    def client(self, token: str = OPERATOR) -> AdminClient:
+        return AdminClient(self.target, token, timeout_s=20.0)
+
+
+@pytest.fixture
+def admin(
+    base_bundle: PolicyBundle,
+    tmp_path: Path,
+    supervisor: Supervisor,
+    loop: asyncio.AbstractEventLoop,
+) -> Iterator[Admin]:
+    """A real AdminService with version 1 live, served from its own event-loop thread."""
+    registry: ModelRegistry[PolicyEngine] = ModelRegistry()
+    load_into(registry, tmp_path / "base", make_engine)
+    router = TrafficRouter(registry)
+    degradation = DegradationMachine()
+    models = tmp_path / "models"
+    models.mkdir()
+    servicer = AdminServicer(
+        registry=registry,
+        router=router,
+        auth=AUTH,
+        engine_factory=make_engine,
+        model_dir=models,
+        promotion=PromotionController(registry, router, supervisor, PromotionConfig()),
+        degradation=degradation,
+    )
+    future = asyncio.run_coroutine_threadsafe(start_admin_server(servicer, AUTH), loop)
+    server, port = future.result(10)
+    try:
+        yield Admin(f"127.0.0.1:{port}", registry, router, degradation, models)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One event loop thread for every server of this module (grpc.aio binds to a loop)."""
+    event_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=event_loop.run_forever, daemon=True)
+    thread.start()
+    yield event_loop
+    event_loop.call_soon_threadsafe(event_loop.stop)
+    thread.join(10)
+    event_loop.close()
+
+
+def test_every_admin_method_has_a_role() -> None:
+    service = apb.DESCRIPTOR.services_by_name["AdminService"]
+    assert set(METHOD_ROLES) == {m.name for m in service.methods}
+
+
+def test_missing_token_is_unauthenticated(admin: Admin) -> None:
+    with admin.client(token="") as c, pytest.raises(AdminCallError) as err:
+        c.list_versions()
+    assert err.value.status is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_wrong_token_is_permission_denied(admin: Admin) -> None:
+    with admin.client(token="x" * 40) as c, pytest.raises(AdminCallError) as err:
+        c.list_versions()
+    assert err.value.status is grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_viewer_may_list_but_not_change(admin: Admin) -> None:
+    with admin.client(VIEWER) as c:
+        listing = c.list_versions()
+        assert listing.live_version == 1
+        for call in (lambda: c.rollback("x"), lambda: c.promote(1), lambda: c.reload()):
+            with pytest.raises(AdminCallError) as err:
+                call()
+            assert err.value.status is grpc.StatusCode.PERMISSION_DENIED
+            assert "needs role operator" in str(err.value)
+    assert admin.registry.live() is not None
+
+
+def test_load_split_promote_rollback_unload(
+    admin: Admin, base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)
+    with admin.client() as c:
+        entry = c.load_bundle(str(tmp_path / "v2"))
+        assert (entry.id, entry.state) == (2, apb.VERSION_STATE_CANDIDATE)
+        with pytest.raises(AdminCallError) as err:  # candidates never get traffic
+            c.set_traffic({2: 1.0})
+        assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+        promoted = c.promote(2, reason="bench test passed", skip_gate=True)
+        assert promoted.state == apb.VERSION_STATE_LIVE
+        assert "operator alice" in promoted.reason
+        assert "gate skipped" in promoted.reason
+        assert c.set_traffic({1: 1.0, 2: 3.0}) == ((1, 0.25), (2, 0.75))
+        listing = c.list_versions()
+        assert (listing.live_version, listing.last_known_good) == (2, 1)
+        assert {e.id: e.traffic_weight for e in listing.versions} == {1: 0.25, 2: 0.75}
+        back = c.rollback("operator saw oscillation")
+        assert (back.live.id, back.rolled_back) == (1, 2)
+        assert admin.registry.get(2).state.value == "rejected"
+        assert c.unload(2).loaded is False
+        with pytest.raises(AdminCallError) as err:
+            c.unload(1)
+        assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+        assert "is live" in str(err.value)
+        with pytest.raises(AdminCallError) as err:
+            c.load_bundle(str(tmp_path / "nowhere"))
+        assert err.value.status is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_promoting_a_candidate_enters_the_gate(
+    admin: Admin, base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)
+    with admin.client() as c:
+        c.load_bundle(str(tmp_path / "v2"))
+        entry = c.promote(2)
+        assert entry.state == apb.VERSION_STATE_SHADOW
+        assert c.list_versions().live_version == 1
+
+
+def test_reload_registers_new_bundles_as_candidates(
+    admin: Admin, base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    shutil.copytree(tmp_path / "base", admin.models / "base")
+    derived(base_bundle, admin.models / "next", 9, "next", nudged)
+    with admin.client() as c:
+        result = c.reload()
+        assert [(e.id, e.state) for e in result.loaded] == [(9, apb.VERSION_STATE_CANDIDATE)]
+        assert result.unchanged == [str(admin.models / "base")]
+        assert c.reload().loaded == []
+
+
+def test_resume_leaves_takeover_in_the_operators_name(admin: Admin) -> None:
+    with admin.client() as c:
+        with pytest.raises(AdminCallError) as err:
+            c.resume()
+        assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+        admin.degradation.escalate(DegradationLevel.TAKEOVER, reason="e-stop pressed")
+        reply = c.resume("area cleared")
+    assert reply.operator == "alice"
+    assert admin.degradation.level < DegradationLevel.TAKEOVER
+    assert admin.degradation.history()[-1].operator == "alice"
+
+
+def test_token_file_is_parsed_and_refuses_bad_lines(tmp_path: Path) -> None:
+    good = tmp_path / "tokens"
+    good.write_text(f"# who may administer\noperator alice {OPERATOR}\nviewer victor {VIEWER}\n")
+    auth = AdminAuth.from_file(good)
+    assert auth.identify([("authorization", f"Bearer {VIEWER}")]) == AdminIdentity(
+        "victor", AdminRole.VIEWER
+    )
+    bad = tmp_path / "bad"
+    bad.write_text("admin alice sometoken\n")
+    with pytest.raises(ServerSetupError, match=":1: expected"):
+        AdminAuth.from_file(bad)
+    short = tmp_path / "short"
+    short.write_text("operator alice 1234\n")
+    with pytest.raises(ServerSetupError, match="at least 16"):
+        AdminAuth.from_file(short)
