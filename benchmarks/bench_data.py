@@ -13,12 +13,15 @@ import argparse
 import multiprocessing
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
 
 from tether.data import (
     ChannelConfig,
+    ExperienceLog,
+    ExperienceLogConfig,
     Recorder,
     ReplayBuffer,
     ReplayBufferConfig,
@@ -105,6 +108,21 @@ def bench_record(seconds: float) -> float:
         cost = (time.perf_counter() - t0) / n * 1e6
         recorder.flush(60)
     return cost
+
+
+def bench_log(seconds: float) -> float:
+    """Transitions/s the experience log writes (1,000 per flush, fsync on, as by default)."""
+    batch = transitions(1000)
+    with tempfile.TemporaryDirectory() as directory:
+        log = ExperienceLog(directory, OBS, ACT, ExperienceLogConfig())
+        rows, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            log.put(batch)
+            log.flush()
+            rows += len(batch)
+        rate = rows / (time.perf_counter() - t0)
+        log.close()
+    return rate
 
 
 def make_steps(count: int, sessions: int) -> list[StepRecord]:
@@ -195,6 +213,7 @@ def main() -> None:
         f"p99 {p99_ms:.3f} ms (target <= 0.2 ms)"
     )
     print(f"Recorder.record(): {bench_record(args.seconds):.2f} us per call on the control path")
+    print(f"experience log write: {bench_log(args.seconds):,.0f} transitions/s")
     rate, received, dropped = bench_channel(args.seconds)
     print(
         f"server->learner (Recorder -> TransitionChannel -> ReplayBuffer, 2 processes): "

@@ -138,3 +138,16 @@ def test_shapes_that_disagree_are_refused_and_counted() -> None:
     )
     assert feed(pairer, [good, wrong]) == []
     assert pairer.stats().malformed == 1
+
+
+def test_an_unknown_action_source_is_refused_and_counted() -> None:
+    pairer = StepPairer()
+    assert feed(pairer, [make_step(0, source="autopilot"), make_step(1)]) == []
+    assert pairer.stats().malformed == 1
+
+
+def test_storage_codes_cover_exactly_the_safety_layers_action_sources() -> None:
+    from tether.data import ACTION_SOURCES
+    from tether.safety import ActionSource
+
+    assert set(ACTION_SOURCES) == {s.value for s in ActionSource}

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tether.data.records import Transition
-from tether.data.step import StepRecord
+from tether.data.step import ACTION_SOURCES, StepRecord
 
 # Episodes a session remembers after closing them, so stragglers are counted, not reopened.
 _CLOSED_EPISODES_REMEMBERED = 8
@@ -43,7 +43,7 @@ class PairingStats:
     missing: int  # step indices never received before their gap was given up
     late: int  # arrived after its gap was given up, or for an episode already closed
     after_end: int  # arrived after its episode's terminal step
-    malformed: int  # pairs refused because shapes of the two steps disagree
+    malformed: int  # pairs refused: shapes of the two steps disagree, or an unknown action source
     episodes_ended: int  # episodes closed by a terminated/truncated step
     episodes_abandoned: int  # episodes closed by a new episode or the session's end
     open_episodes: int
@@ -175,11 +175,12 @@ class StepPairer:
 
 
 def _pair(step: StepRecord, nxt: StepRecord) -> Transition | None:
-    """The transition from ``step`` to ``nxt``; None if their shapes disagree."""
+    """The transition from ``step`` to ``nxt``; None if their shapes or the source are unusable."""
     override = nxt.executed_previous_action
     action = step.safe_action if override is None else override
     if (
-        step.observation.shape != nxt.observation.shape
+        step.action_source not in ACTION_SOURCES
+        or step.observation.shape != nxt.observation.shape
         or action.shape != step.safe_action.shape
         or step.proposed_action.shape != step.safe_action.shape
     ):
