@@ -12,10 +12,10 @@ import typer
 
 _COMMAND_MODULES: tuple[str, ...] = (
     # one line per command module; uncomment yours when it exists
-    # "admin",
-    # "export",
-    # "inspect",
-    # "pretrain",
+    "admin",
+    "export",
+    "inspect",
+    "pretrain",
     "report",
     # "run",
     # "serve",

@@ -1,0 +1,134 @@
+"""``tether pretrain OUT``: train SAC on the built-in arm and write a bundle (thin layer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tether.errors import TetherError
+from tether.learning.config import SACConfig
+from tether.learning.pretrain import EvalPoint, PretrainConfig, pretrain
+
+_F = PretrainConfig.model_fields
+_D = PretrainConfig()
+_S = SACConfig.model_fields
+_HIDDEN_DEFAULT = ",".join(str(h) for h in _D.sac.hidden_sizes)
+
+
+def _help(field: str) -> str:
+    return str(_F[field].description)
+
+
+def pretrain_command(
+    out: Annotated[Path, typer.Argument(help="directory the bundle is written to")],
+    total_env_steps: Annotated[
+        int, typer.Option(help=_help("total_env_steps"))
+    ] = _D.total_env_steps,
+    time_budget_s: Annotated[float, typer.Option(help=_help("time_budget_s"))] = _D.time_budget_s,
+    n_envs: Annotated[int, typer.Option(help=_help("n_envs"))] = _D.n_envs,
+    learning_starts: Annotated[
+        int, typer.Option(help=_help("learning_starts"))
+    ] = _D.learning_starts,
+    updates_per_step: Annotated[
+        float, typer.Option(help=_help("updates_per_step"))
+    ] = _D.updates_per_step,
+    hidden: Annotated[
+        str, typer.Option(help=f"{_S['hidden_sizes'].description}, comma-separated")
+    ] = _HIDDEN_DEFAULT,
+    batch_size: Annotated[
+        int, typer.Option(help=str(_S["batch_size"].description))
+    ] = _D.sac.batch_size,
+    randomize: Annotated[bool, typer.Option(help=_help("randomize"))] = _D.randomize,
+    eval_interval_steps: Annotated[
+        int, typer.Option(help=_help("eval_interval_steps"))
+    ] = _D.eval_interval_steps,
+    eval_episodes: Annotated[int, typer.Option(help=_help("eval_episodes"))] = _D.eval_episodes,
+    final_eval_episodes: Annotated[
+        int, typer.Option(help=_help("final_eval_episodes"))
+    ] = _D.final_eval_episodes,
+    stop_success_rate: Annotated[
+        float, typer.Option(help=f"{_help('stop_success_rate')}; above 1 never stops early")
+    ] = _D.stop_success_rate or 1.01,
+    seed: Annotated[int, typer.Option(help=_help("seed"))] = _D.seed,
+    threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
+) -> None:
+    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle."""
+    import torch
+
+    torch.set_num_threads(threads)
+    console = Console()
+    try:
+        hidden_sizes = tuple(int(h) for h in hidden.split(","))
+        config = PretrainConfig(
+            sac=SACConfig(hidden_sizes=hidden_sizes, batch_size=batch_size, seed=seed),
+            total_env_steps=total_env_steps,
+            time_budget_s=time_budget_s,
+            n_envs=n_envs,
+            learning_starts=learning_starts,
+            updates_per_step=updates_per_step,
+            randomize=randomize,
+            eval_interval_steps=eval_interval_steps,
+            eval_episodes=eval_episodes,
+            final_eval_episodes=final_eval_episodes,
+            stop_success_rate=None if stop_success_rate > 1 else stop_success_rate,
+            seed=seed,
+        )
+    except ValueError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=2) from exc
+
+    with Progress(
+        TextColumn("pretrain"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} steps"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("pretrain", total=config.total_env_steps, status="collecting")
+
+        def on_progress(steps: int, point: EvalPoint | None) -> None:
+            if point is None:
+                progress.update(task, completed=steps)
+                return
+            r = point.result
+            status = (
+                f"eval: success {r.success_rate:.0%} return {r.mean_return:.1f} "
+                f"distance {r.mean_final_distance_m:.3f} m"
+            )
+            progress.update(task, completed=steps, status=status)
+            progress.console.print(
+                f"steps={point.env_steps} episodes={point.episodes} updates={point.updates} "
+                f"t={point.elapsed_s:.0f}s {status}",
+                markup=False,
+                highlight=False,
+            )
+
+        try:
+            result = pretrain(config, out, on_progress=on_progress, overwrite=overwrite)
+        except TetherError as exc:
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(code=1) from exc
+    f = result.final
+    console.print(
+        f"final success rate {f.success_rate:.0%} over {f.episodes} nominal-arm episodes "
+        f"(return {f.mean_return:.1f}, final distance {f.mean_final_distance_m:.3f} m); "
+        f"{result.env_steps} steps, {result.episodes} episodes, {result.updates} updates, "
+        f"{result.elapsed_s:.0f} s; bundle: {result.bundle.path}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        name="pretrain", help="Pretrain SAC on the built-in arm and write a policy bundle."
+    )(pretrain_command)

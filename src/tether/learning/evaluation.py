@@ -1,0 +1,74 @@
+"""Episodes of an actor on the built-in arm, and the success rate they add up to.
+
+An episode succeeds when the end effector is within the success radius on its last
+step (the same definition the promotion gate's simulation stage uses). Observations
+are normalized with the bundle's normalizer exactly as the engine does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tether.policy.manifest import Normalizer
+from tether.policy.networks import Actor
+from tether.policy.transforms import normalize_observation
+from tether.sim.env import ArmEnv
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    episodes: int
+    success_rate: float  # fraction of episodes at the target on their last step
+    mean_return: float
+    mean_final_distance_m: float
+
+
+class ObservationNormalizer:
+    """The bundle normalizer as a callable on numpy batches (float32 in, float32 out)."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self._mean = torch.tensor(normalizer.mean, dtype=torch.float32)
+        self._inv_std = torch.rsqrt(
+            torch.tensor(normalizer.var, dtype=torch.float32) + normalizer.epsilon
+        )
+        self._clip = normalizer.clip
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        obs = torch.from_numpy(np.ascontiguousarray(observations, dtype=np.float32))
+        return normalize_observation(obs, self._mean, self._inv_std, self._clip).numpy()
+
+
+def evaluate_actor(
+    actor: Actor,
+    normalize: ObservationNormalizer,
+    env: ArmEnv,
+    episodes: int,
+    *,
+    seed: int = 10_000,
+) -> EvaluationResult:
+    """Deterministic episodes (``tanh(mu)``) of ``actor`` in ``env``; seeds ``seed``, ``seed+1``, ..."""
+    successes, returns, distances = [], [], []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        info: dict[str, Any] = {}
+        while not done:
+            with torch.no_grad():
+                x = torch.from_numpy(normalize(obs[None, :]))
+                action, _ = actor.sample(x, deterministic=True)
+            obs, reward, terminated, truncated, info = env.step(action.numpy()[0])
+            total += float(reward)
+            done = terminated or truncated
+        successes.append(bool(info["success"]))
+        returns.append(total)
+        distances.append(float(info["distance_m"]))
+    return EvaluationResult(
+        episodes=episodes,
+        success_rate=float(np.mean(successes)),
+        mean_return=float(np.mean(returns)),
+        mean_final_distance_m=float(np.mean(distances)),
+    )

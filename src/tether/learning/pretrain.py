@@ -1,0 +1,271 @@
+"""Pretraining: SAC on the built-in arm under domain randomization, written as a bundle.
+
+``pretrain(config, out)`` collects experience from ``n_envs`` randomized arms with one
+batched policy call per step, streams SAC updates at ``updates_per_step`` per
+environment step, evaluates the deterministic policy on the *nominal* arm every
+``eval_interval_steps``, keeps the best evaluated snapshot (actor with its critics and
+entropy coefficient), and writes it as a bundle whose training section carries those
+critics, so on-robot fine-tuning starts from them.
+
+Invariant: the learner trains on observations normalized by the normalizer the bundle
+ships (``normalizer_from_spec``), through the same function the engine applies.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.data.columns import TransitionArrays
+from tether.data.replay.buffer import ReplayBuffer, ReplayBufferConfig
+from tether.data.replay.sampler import SamplerConfig
+from tether.data.replay.storage import StorageConfig
+from tether.learning.config import SACConfig
+from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
+from tether.learning.sac import SAC
+from tether.policy.bundle import PolicyBundle, TrainingState, save_bundle
+from tether.policy.initialize import normalizer_from_spec
+from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
+from tether.policy.networks import ActorArchitecture
+from tether.sim.env import ArmEnv
+from tether.sim.randomization import DomainRandomization
+from tether.sim.spec import arm_spec
+
+
+class PretrainConfig(BaseModel):
+    """How long and how pretraining runs; SAC's own hyper-parameters live in ``sac``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sac: SACConfig = Field(
+        default_factory=lambda: SACConfig(hidden_sizes=(128, 128)),
+        description="SAC hyper-parameters (128x128 networks keep pretraining short on a CPU)",
+    )
+    total_env_steps: int = Field(
+        default=150_000, ge=1, description="Environment steps, all arms together (steps)"
+    )
+    time_budget_s: float = Field(
+        default=1200.0, gt=0.0, description="Wall-clock limit; training stops when reached (s)"
+    )
+    n_envs: int = Field(default=4, ge=1, le=64, description="Arms stepped in lockstep (envs)")
+    learning_starts: int = Field(
+        default=5_000, ge=0, description="Uniform random steps before the first update (steps)"
+    )
+    updates_per_step: float = Field(
+        default=0.5, gt=0.0, description="Gradient updates per environment step (updates/step)"
+    )
+    replay_capacity: int = Field(
+        default=300_000, ge=1, description="Transitions the replay buffer keeps (transitions)"
+    )
+    randomize: bool = Field(
+        default=True,
+        description="Draw arm dynamics per episode from DomainRandomization.default() (flag)",
+    )
+    eval_interval_steps: int = Field(
+        default=10_000, ge=1, description="Environment steps between evaluations (steps)"
+    )
+    eval_episodes: int = Field(
+        default=10,
+        ge=1,
+        description="Episodes per periodic evaluation on the nominal arm (episodes)",
+    )
+    final_eval_episodes: int = Field(
+        default=50,
+        ge=1,
+        description="Episodes of the final evaluation on the nominal arm (episodes)",
+    )
+    stop_success_rate: float | None = Field(
+        default=0.95,
+        ge=0.0,
+        le=1.0,
+        description="Stop early once a periodic evaluation reaches this success rate; None never (fraction)",
+    )
+    seed: int = Field(
+        default=0, ge=0, description="Seed of environments, networks and sampling (1)"
+    )
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    env_steps: int
+    episodes: int  # training episodes completed so far
+    updates: int
+    elapsed_s: float
+    result: EvaluationResult
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    bundle: PolicyBundle
+    history: tuple[EvalPoint, ...]
+    final: EvaluationResult  # of the written policy, final_eval_episodes on the nominal arm
+    env_steps: int
+    episodes: int
+    updates: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    actor: dict[str, torch.Tensor]
+    critic: dict[str, torch.Tensor]
+    critic_target: dict[str, torch.Tensor]
+    log_alpha: float
+    success_rate: float
+
+
+def _snapshot(sac: SAC, success_rate: float) -> _Snapshot:
+    def copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    return _Snapshot(
+        copy(sac.actor),
+        copy(sac.critic),
+        copy(sac.critic_target),
+        float(sac.log_alpha.detach()),
+        success_rate,
+    )
+
+
+def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
+    # Uniform sampling over everything collected: pretraining has no "recent" to favour.
+    return ReplayBuffer(
+        obs_dim,
+        act_dim,
+        ReplayBufferConfig(
+            storage=StorageConfig(ring_capacity=config.replay_capacity, reservoir_capacity=0),
+            sampler=SamplerConfig(recent_fraction=0.0, seed=config.seed),
+        ),
+    )
+
+
+def pretrain(
+    config: PretrainConfig,
+    out: str | os.PathLike[str],
+    *,
+    on_progress: Callable[[int, EvalPoint | None], None] | None = None,
+    overwrite: bool = False,
+) -> PretrainResult:
+    """Train SAC on the arm and write the best evaluated policy as a bundle at ``out``.
+
+    ``on_progress(env_steps, eval_point_or_None)`` is called every collection step and
+    after each evaluation.
+    """
+    spec = arm_spec()
+    normalizer = normalizer_from_spec(spec)
+    normalize = ObservationNormalizer(normalizer)
+    arch = ActorArchitecture(
+        obs_dim=spec.obs_dim,
+        act_dim=spec.act_dim,
+        hidden_sizes=config.sac.hidden_sizes,
+        activation=config.sac.activation,
+    )
+    sac = SAC(arch, config.sac)
+    replay = _replay(config, spec.obs_dim, spec.act_dim)
+    randomization = DomainRandomization.default() if config.randomize else None
+    envs = [
+        ArmEnv(randomization=randomization, seed=config.seed * 1000 + i)
+        for i in range(config.n_envs)
+    ]
+    eval_env = ArmEnv(seed=config.seed + 7)
+    rng = np.random.default_rng(config.seed)
+    obs = normalize(np.stack([env.reset()[0] for env in envs]))
+    rows = TransitionArrays.empty(config.n_envs, spec.obs_dim, spec.act_dim)
+    history: list[EvalPoint] = []
+    best: _Snapshot | None = None
+    steps = episodes = 0
+    budget = 0.0
+    next_eval = config.eval_interval_steps
+    start = time.monotonic()
+
+    while steps < config.total_env_steps and time.monotonic() - start < config.time_budget_s:
+        if steps < config.learning_starts:
+            actions = rng.uniform(-1.0, 1.0, (config.n_envs, spec.act_dim)).astype(np.float32)
+        else:
+            actions = sac.act(obs)
+        rows.observations[:] = obs
+        rows.actions[:] = actions
+        rows.proposed_actions[:] = actions
+        next_raw = np.empty((config.n_envs, spec.obs_dim), dtype=np.float32)
+        reset_raw = next_raw.copy()
+        for i, env in enumerate(envs):
+            o, reward, terminated, truncated, _ = env.step(actions[i])
+            next_raw[i] = o
+            rows.rewards[i] = reward
+            rows.terminated[i] = terminated
+            rows.truncated[i] = truncated
+            reset_raw[i] = env.reset()[0] if terminated or truncated else o
+            episodes += int(terminated or truncated)
+        rows.next_observations[:] = normalize(next_raw)
+        replay.extend(rows)
+        obs = normalize(reset_raw)
+        steps += config.n_envs
+
+        if steps > config.learning_starts:
+            budget += config.n_envs * config.updates_per_step
+            n = int(budget)
+            budget -= n
+            for _ in range(n):
+                sac.update(replay.sample(config.sac.batch_size))
+
+        point = None
+        if steps >= next_eval:
+            next_eval += config.eval_interval_steps
+            result = evaluate_actor(sac.actor, normalize, eval_env, config.eval_episodes)
+            point = EvalPoint(steps, episodes, sac.updates, time.monotonic() - start, result)
+            history.append(point)
+            if best is None or result.success_rate >= best.success_rate:
+                best = _snapshot(sac, result.success_rate)
+        if on_progress is not None:
+            on_progress(steps, point)
+        if (
+            point is not None
+            and config.stop_success_rate is not None
+            and point.result.success_rate >= config.stop_success_rate
+        ):
+            break
+
+    chosen = best if best is not None else _snapshot(sac, math.nan)
+    sac.actor.load_state_dict(chosen.actor)
+    final = evaluate_actor(sac.actor, normalize, eval_env, config.final_eval_episodes, seed=20_000)
+    elapsed = time.monotonic() - start
+    bundle = save_bundle(
+        Path(out),
+        actor_state=chosen.actor,
+        architecture=arch,
+        observation=ObservationSpec(spec.observation_names),
+        action=ActionSpec(spec.action_names, (-1.0,) * spec.act_dim, (1.0,) * spec.act_dim),
+        normalizer=normalizer,
+        version_id=1,
+        version_name=f"pretrained-arm-seed{config.seed}",
+        robot_spec=spec,
+        training=TrainingState(
+            critic=chosen.critic, critic_target=chosen.critic_target, log_alpha=chosen.log_alpha
+        ),
+        metadata=TrainingMetadata(
+            algorithm="sac",
+            source="tether pretrain (tether/Arm-v0, domain randomization)"
+            if config.randomize
+            else "tether pretrain (tether/Arm-v0, nominal dynamics)",
+            env_steps=steps,
+            gradient_updates=sac.updates,
+            seed=config.seed,
+            metrics=(
+                ("success_rate", final.success_rate),
+                ("mean_return", final.mean_return),
+                ("mean_final_distance_m", final.mean_final_distance_m),
+                ("final_eval_episodes", float(final.episodes)),
+                ("train_seconds", elapsed),
+            ),
+        ),
+        overwrite=overwrite,
+    )
+    return PretrainResult(bundle, tuple(history), final, steps, episodes, sac.updates, elapsed)

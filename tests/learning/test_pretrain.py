@@ -1,0 +1,67 @@
+"""Pretraining writes a loadable bundle with critics, through the library and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from tether.cli.app import app
+from tether.learning.config import SACConfig
+from tether.learning.pretrain import PretrainConfig, pretrain
+from tether.policy import PolicyEngine, load_bundle
+from tether.sim.spec import arm_spec
+
+TINY = PretrainConfig(
+    sac=SACConfig(hidden_sizes=(16, 16), batch_size=32),
+    total_env_steps=400,
+    learning_starts=200,
+    n_envs=2,
+    eval_interval_steps=200,
+    eval_episodes=1,
+    final_eval_episodes=1,
+)
+
+
+def test_pretrain_writes_a_servable_bundle_with_its_critics(tmp_path: Path) -> None:
+    seen: list[int] = []
+    result = pretrain(TINY, tmp_path / "b", on_progress=lambda steps, _: seen.append(steps))
+    assert result.env_steps == 400
+    assert result.updates == 100  # (400 - 200) steps x 0.5 updates per step
+    assert len(result.history) == 2
+    assert seen[-1] == 400
+    bundle = load_bundle(tmp_path / "b")
+    assert bundle.robot_spec is not None
+    assert bundle.robot_spec.fingerprint() == arm_spec().fingerprint()
+    assert bundle.training is not None
+    metrics = dict(bundle.manifest.metadata.metrics)
+    assert metrics["success_rate"] == result.final.success_rate
+    assert bundle.manifest.metadata.gradient_updates == 100
+    engine = PolicyEngine(bundle)
+    out = engine.act(torch.zeros(3, bundle.architecture.obs_dim).numpy(), deterministic=True)
+    assert out.actions.shape == (3, 4)
+
+
+def test_cli_pretrain_reports_the_final_success_rate(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "cli"),
+            "--total-env-steps=200",
+            "--learning-starts=100",
+            "--n-envs=2",
+            "--hidden=16,16",
+            "--batch-size=32",
+            "--eval-interval-steps=200",
+            "--eval-episodes=1",
+            "--final-eval-episodes=1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "final success rate" in result.output
+    assert (tmp_path / "cli" / "training.safetensors").is_file()
+    bad = CliRunner().invoke(app, ["pretrain", str(tmp_path / "x"), "--n-envs=0"])
+    assert bad.exit_code == 2
+    assert "n_envs" in bad.output
