@@ -13,7 +13,9 @@ from rich.console import Console
 
 from tether.runtime.dashboard import Dashboard, DashboardConfig
 from tether.runtime.dashboard_view import duration, size
+from tether.runtime.degradation_view import level_style
 from tether.runtime.records import RobotSnapshot, RunEvent, SystemSnapshot
+from tether.safety.levels import DegradationLevel
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -197,3 +199,16 @@ def test_duration(seconds: float, text: str) -> None:
 )
 def test_size(n_bytes: int, text: str) -> None:
     assert size(n_bytes) == text
+
+
+def test_levels_rank_as_the_degradation_machine_orders_them() -> None:
+    assert [level_style(level.name).rank for level in DegradationLevel] == [0, 1, 2, 3]
+    assert level_style(" restricted ").rank == int(DegradationLevel.RESTRICTED)
+
+
+def test_an_unknown_level_is_shown_not_dropped() -> None:
+    console, out = _terminal()
+    with Dashboard(console=console) as dash:
+        dash.update(_snapshot(level="DEGRADED_V2"))
+    assert level_style("DEGRADED_V2").rank == -1
+    assert "\x1b[1;35m DEGRADED_V2 " in out.getvalue()
