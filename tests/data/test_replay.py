@@ -212,3 +212,19 @@ def test_sampler_alone_draws_from_a_storage() -> None:
     storage.push_ring(rows, rows.ingress_ns)
     index = RecentMixSampler(SamplerConfig(seed=0)).sample(storage, 100)
     assert set(index.rows.tolist()) <= set(range(10))
+
+
+def test_an_infinite_window_samples_uniformly_over_everything() -> None:
+    b = buffer(1_000, 0, recent=0.0, window_s=math.inf)
+    b.extend(make_arrays(1_000, step_ns=10**9))  # 1000 s of data
+    batch = b.sample(20_000)
+    assert abs(float(np.mean(batch.rewards >= 500)) - 0.5) < 0.03
+
+
+def test_replace_swaps_columns_and_keeps_the_rest() -> None:
+    rows = make_arrays(4)
+    swapped = rows.replace(rewards=np.zeros(4, np.float32))
+    assert swapped.rewards.tolist() == [0, 0, 0, 0]
+    assert swapped.observations is rows.observations
+    with pytest.raises(TypeError, match="no columns"):
+        rows.replace(reward=rows.rewards)

@@ -76,6 +76,16 @@ class TransitionArrays(NamedTuple):
         out.next_ingress_ns[:] = [t.next_ingress_ns for t in transitions]
         return out
 
+    def replace(self, **columns: np.ndarray) -> TransitionArrays:
+        """A copy with some columns swapped; use it, not ``_replace``, which breaks here
+        because ``__len__`` counts rows, not fields."""
+        unknown = set(columns) - set(self._fields)
+        if unknown:
+            raise TypeError(f"TransitionArrays has no columns {sorted(unknown)}")
+        return TransitionArrays(
+            *(columns.get(name, col) for name, col in zip(self._fields, self, strict=True))
+        )
+
     def take(self, rows: np.ndarray | slice) -> TransitionArrays:
         """A copy of the selected rows (fancy index) or a view (slice)."""
         if isinstance(rows, slice):

@@ -37,7 +37,7 @@ class SamplerConfig(BaseModel):
     recent_window_s: float = Field(
         default=60.0,
         gt=0,
-        description="age, before the newest transition, that still counts as recent (s)",
+        description="age before the newest transition that still counts as recent; inf: all (s)",
     )
     seed: int | None = Field(
         default=None, description="seed of the sampling draws; None: OS entropy (int)"
@@ -57,7 +57,8 @@ class RecentMixSampler:
     def __init__(self, config: SamplerConfig | None = None) -> None:
         self.config = config or SamplerConfig()
         self._rng = make_rng(self.config.seed)
-        self._window_ns = int(self.config.recent_window_s * 1e9)
+        # math.inf is allowed and means "everything is recent": uniform sampling.
+        self._window_ns = int(min(self.config.recent_window_s * 1e9, 2.0**62))
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> SampleIndex:
         if batch_size < 1:
