@@ -2,8 +2,8 @@
 
 Runs inside the batcher (on the event loop or its worker thread). Queries are grouped
 by the engine that serves them (one group while a single version is live), each group
-is one ``engine.act`` call, and then *every* row passes ``supervisor.filter`` with its
-own session's previous action. This is the only place actions are produced, so
+is one ``engine.act`` call, and then *every* row passes its session's supervisor
+(``SessionSupervisor.decide``) with its own previous action, at the batch's level. This is the only place actions are produced, so
 invariant 1 of the design holds here: no action leaves without the supervisor's
 verdict, and the supervisor never returns a non-finite action.
 
@@ -16,27 +16,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
 
 from tether.data.clock import ingress_ns
+from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
 from tether.serving.errors import ServingError
 from tether.serving.holder import EngineLike, ModelSource, VersionLike
-
-
-class SafetyFilter(Protocol):
-    """What serving calls of ``tether.safety.Supervisor``."""
-
-    def filter(
-        self,
-        observation: Any,
-        proposed_action: Any,
-        previous_action: Any | None = None,
-        *,
-        observation_age_s: float | None = None,
-    ) -> tuple[np.ndarray, SafetyVerdict]: ...
+from tether.serving.supervision import SessionSupervisor
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +34,7 @@ class ActionQuery:
     observation: np.ndarray  # (obs_dim,) float32, finite
     deterministic: bool
     previous_action: np.ndarray | None  # what the robot executed last step, if known
-    supervisor: SafetyFilter  # the session's own supervisor (it keeps per-robot state)
+    supervisor: SessionSupervisor  # the session's own supervisor (it keeps per-robot state)
     ingress_ns: int  # tether.data.ingress_ns() at arrival; the supervisor judges staleness
     pinned_version: int | None = None
 
@@ -70,9 +58,11 @@ class InferencePipeline:
         self,
         models: ModelSource,
         *,
+        level: Callable[[], DegradationLevel] = lambda: DegradationLevel.NORMAL,
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
     ) -> None:
         self._models = models
+        self._level = level
         self._on_actions = on_actions
 
     def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | ServingError]:
@@ -85,8 +75,9 @@ class InferencePipeline:
                 results[i] = exc
                 continue
             groups.setdefault(id(engine), (engine, []))[1].append(i)
+        level = self._level()  # read once: one batch is supervised at one level
         for engine, rows in groups.values():
-            self._run_group(engine, [queries[i] for i in rows], rows, results)
+            self._run_group(engine, [queries[i] for i in rows], rows, results, level)
         out: list[ActionOutcome | ServingError] = []
         for r in results:
             assert r is not None  # every index was filled by a group or an error above
@@ -99,6 +90,7 @@ class InferencePipeline:
         queries: list[ActionQuery],
         rows: list[int],
         results: list[ActionOutcome | ServingError | None],
+        level: DegradationLevel,
     ) -> None:
         obs = np.stack([q.observation for q in queries])
         deterministic = np.fromiter((q.deterministic for q in queries), bool, len(queries))
@@ -107,11 +99,13 @@ class InferencePipeline:
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             start = time.perf_counter_ns()
-            action, verdict = q.supervisor.filter(
+            action, verdict = q.supervisor.decide(
                 q.observation,
                 out.actions[j],
                 q.previous_action,
                 observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
+                level=level,
+                policy_version=version.id,
             )
             elapsed = time.perf_counter_ns() - start
             safe_rows[j] = action

@@ -9,18 +9,19 @@ would be no limits to supervise its actions with (design invariant 1).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
+from tether.safety.degradation import DegradationMachine
+from tether.safety.limits import SafetyLimits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer, run_until_signal
-from tether.serving.supervision import supervisor_factory
+from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def build_server(
     config: ServerConfig,
     *,
     engine_config: EngineConfig | None = None,
+    degradation: DegradationMachine | None = None,
 ) -> PolicyServer:
     """A ready-to-start server for the bundle at ``bundle_path``."""
     bundle = load_bundle(bundle_path)
@@ -50,13 +52,14 @@ def build_server(
         {"max_batch_size": config.batcher.max_batch_size}
     )
     engine = PolicyEngine(bundle, engine_cfg)
-    factory, limits = supervisor_factory(spec)
+    limits = SafetyLimits.from_spec(spec)
+    if degradation is None:
+        degradation = DegradationMachine(limits=limits)
     return PolicyServer(
         config,
         spec=ServedSpec.from_robot_spec(spec),
-        supervisor_factory=factory,
+        supervisors=SupervisorFactory(spec, limits=limits, degradation=degradation),
         engine=engine,
-        safety_limits_json=json.dumps(limits.to_dict(), sort_keys=True),
         cuda=engine.device.type == "cuda",
     )
 

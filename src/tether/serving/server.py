@@ -7,12 +7,14 @@ flips health to NOT_SERVING, then lets in-flight requests finish within the grac
 period, then stops the batcher and the metrics endpoint.
 
 Invariant: the server never answers with an action that did not pass a supervisor —
-it cannot be constructed without a supervisor factory.
+it cannot be constructed without a ``SupervisorFactory``, and every session and every
+stateless request gets a supervisor from it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import Callable
 
@@ -28,11 +30,12 @@ from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.holder import EngineLike, LiveModel
-from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline, SafetyFilter
+from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
 from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
+from tether.serving.supervision import SupervisorFactory
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
 
@@ -47,13 +50,11 @@ class PolicyServer:
         config: ServerConfig,
         *,
         spec: ServedSpec,
-        supervisor_factory: Callable[[], SafetyFilter],
+        supervisors: SupervisorFactory,
         engine: EngineLike | None = None,
         record_step: Callable[[StepRecord], object] | None = None,
         end_session: Callable[[str], None] | None = None,
         before_batch: Callable[[], None] | None = None,
-        degradation_level: Callable[[], int] = lambda: 0,
-        safety_limits_json: str = "",
         cuda: bool = False,
     ) -> None:
         self.config = config
@@ -64,13 +65,13 @@ class PolicyServer:
         self.admission = Admission(
             config.admission, control_period_s=spec.control_period_s, cuda=cuda
         )
-        self._degradation_level = degradation_level
-        self._pipeline = InferencePipeline(self.models, on_actions=self._observe_actions)
-        self._supervisor_factory = supervisor_factory
+        self._supervisors = supervisors
+        self._pipeline = InferencePipeline(
+            self.models, level=supervisors.level, on_actions=self._observe_actions
+        )
         self._record_step = record_step
         self._end_session = end_session
         self._before_batch = before_batch
-        self._safety_limits_json = safety_limits_json
         self._server: grpc.aio.Server | None = None
         self._batcher: DynamicBatcher[ActionQuery, ActionOutcome] | None = None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -119,12 +120,10 @@ class PolicyServer:
             batcher=self._batcher,
             admission=self.admission,
             metrics=self.metrics,
-            supervisor=self._supervisor_factory(),
-            new_session_supervisor=self._supervisor_factory,
+            supervisors=self._supervisors,
             record_step=self._record_step,
             end_session=self._end_session,
-            degradation_level=self._degradation_level,
-            safety_limits_json=self._safety_limits_json,
+            safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
         )
         pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -197,7 +196,7 @@ class PolicyServer:
 
     def _observe_actions(self, engine: EngineLike, actions: np.ndarray) -> None:
         self.metrics.live_version.set(engine.version.id)
-        self.metrics.degradation.set(self._degradation_level())
+        self.metrics.degradation.set(int(self._supervisors.level()))
         self.metrics.actions(actions, engine.action_low, engine.action_high)
 
 

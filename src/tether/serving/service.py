@@ -29,10 +29,11 @@ from tether.serving.config import ServerConfig
 from tether.serving.convert import action_response, degradation_to_proto, version_to_proto
 from tether.serving.errors import RequestInvalid, ServingError
 from tether.serving.holder import ModelSource
-from tether.serving.inference import ActionOutcome, ActionQuery, SafetyFilter
+from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.session import ControlSession
+from tether.serving.supervision import SupervisorFactory
 from tether.serving.validation import identifier, scalar, vector
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
@@ -53,11 +54,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         batcher: DynamicBatcher[ActionQuery, ActionOutcome],
         admission: Admission,
         metrics: ServingMetrics,
-        supervisor: SafetyFilter,
-        new_session_supervisor: Callable[[], SafetyFilter],
+        supervisors: SupervisorFactory,
         record_step: StepSink | None = None,
         end_session: Callable[[str], None] | None = None,
-        degradation_level: Callable[[], int] = lambda: 0,
         safety_limits_json: str = "",
     ) -> None:
         self._config = config
@@ -66,11 +65,12 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._batcher = batcher
         self._admission = admission
         self._metrics = metrics
-        self._supervisor = supervisor
-        self._new_session_supervisor = new_session_supervisor
+        # GetAction is stateless: its callers share one supervisor.
+        self._supervisor = supervisors()
+        self._supervisors = supervisors
         self._record_step = record_step
         self._end_session = end_session
-        self._degradation_level = degradation_level
+        self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
         self._max_obs = config.validation.max_abs_observation
 
@@ -160,7 +160,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         except ServingError as exc:
             self._metrics.request("Control", exc.code.name, "none", 0.0)
             await context.abort(exc.code, str(exc))
-        return ControlSession(robot, self._new_session_supervisor())
+        return ControlSession(robot, self._supervisors())
 
     async def _step(
         self, session: ControlSession, step: pb.StepData, context: Context
@@ -182,6 +182,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             missed = session.misses_reported(step.watchdog_misses)
             if missed:
                 self._metrics.watchdog_misses.inc(missed)
+                live = self._models.live_engine()
+                session.supervisor.watchdog_misses(missed, live.version.id if live else None)
             self._admission.admit(session.robot_id)
             query = ActionQuery(
                 obs,

@@ -17,13 +17,14 @@ import uuid
 import numpy as np
 
 from tether.data.step import StepRecord
-from tether.serving.inference import ActionOutcome, SafetyFilter
+from tether.serving.inference import ActionOutcome
+from tether.serving.supervision import SessionSupervisor
 
 
 class ControlSession:
     """State of one open ``Control`` stream."""
 
-    def __init__(self, robot_id: str, supervisor: SafetyFilter) -> None:
+    def __init__(self, robot_id: str, supervisor: SessionSupervisor) -> None:
         self.session_id = uuid.uuid4().hex
         self.robot_id = robot_id
         self.supervisor = supervisor

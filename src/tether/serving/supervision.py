@@ -1,17 +1,29 @@
-"""Supervisors for a robot spec: one per session, sharing limits and kinematics.
+"""The safety side of serving: one supervisor per session, driven by the degradation level.
 
-Every supervisor keeps per-robot state (where its robot was last seen), so the server
-gives each Control session its own; limits and kinematics are immutable or used one
-batch at a time, so they are shared.
+Every supervisor keeps per-robot state (where its robot was last seen), so each Control
+session gets its own ``SessionSupervisor``; limits and kinematics are shared (immutable,
+or used one batch at a time inside the batcher). The degradation machine decides what
+the supervisor enforces: the base limits at NORMAL, the tightened ones below it, and at
+TAKEOVER the backup action replaces the policy's. Every verdict is fed back to the
+machine, with the version that proposed the action.
+
+Invariant: ``decide`` is the only way serving turns a proposed action into one it may
+send, and it always returns the output of ``Supervisor.filter`` or
+``Supervisor.backup_action`` (finite, within limits).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
+from tether.safety.degradation import DegradationMachine
 from tether.safety.kinematics import Kinematics
+from tether.safety.levels import DegradationLevel, EventKind
 from tether.safety.limits import SafetyLimits
 from tether.safety.supervisor import Supervisor
+from tether.safety.verdict import SafetyVerdict
 from tether.spec import RobotSpec
 
 
@@ -24,11 +36,71 @@ def kinematics_for(spec: RobotSpec) -> Kinematics | None:
     return None
 
 
-def supervisor_factory(spec: RobotSpec) -> tuple[Callable[[], Supervisor], SafetyLimits]:
-    """A factory of per-session supervisors sharing limits and kinematics.
+class SessionSupervisor:
+    """One robot's supervisor at every degradation level (see the module docstring)."""
 
-    Kinematics are shared: every supervisor runs inside the batcher, one batch at a time.
-    """
-    limits = SafetyLimits.from_spec(spec)
-    kinematics = kinematics_for(spec)
-    return (lambda: Supervisor(limits, kinematics=kinematics)), limits
+    def __init__(self, base: Supervisor, degradation: DegradationMachine | None = None) -> None:
+        self._base = base
+        self._degradation = degradation
+        self._restricted: Supervisor | None = None
+
+    def decide(
+        self,
+        observation: np.ndarray,
+        proposed: np.ndarray,
+        previous: np.ndarray | None,
+        *,
+        observation_age_s: float,
+        level: DegradationLevel,
+        policy_version: int,
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        if level is DegradationLevel.TAKEOVER:
+            action, verdict = self._base.backup_action(observation, previous)
+        else:
+            supervisor = self._base if level is DegradationLevel.NORMAL else self._tight()
+            action, verdict = supervisor.filter(
+                observation, proposed, previous, observation_age_s=observation_age_s
+            )
+        if self._degradation is not None:
+            self._degradation.observe(verdict, policy_version=policy_version)
+        return action, verdict
+
+    def watchdog_misses(self, count: int, policy_version: int | None) -> None:
+        """Clients' watchdog misses count towards degradation like interventions do."""
+        if self._degradation is not None:
+            for _ in range(count):
+                self._degradation.report(EventKind.WATCHDOG_MISS, policy_version=policy_version)
+
+    def _tight(self) -> Supervisor:
+        if self._restricted is None:
+            assert self._degradation is not None  # levels above NORMAL come from the machine
+            limits = self._degradation.limits_for(DegradationLevel.RESTRICTED)
+            self._restricted = self._base.with_limits(limits)
+        return self._restricted
+
+
+class SupervisorFactory:
+    """Makes ``SessionSupervisor``s for one robot spec; owns the shared limits."""
+
+    def __init__(
+        self,
+        spec: RobotSpec,
+        *,
+        limits: SafetyLimits | None = None,
+        kinematics: Kinematics | None = None,
+        degradation: DegradationMachine | None = None,
+    ) -> None:
+        self.limits = limits or SafetyLimits.from_spec(spec)
+        self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
+        self.degradation = degradation
+
+    def __call__(self) -> SessionSupervisor:
+        return SessionSupervisor(
+            Supervisor(self.limits, kinematics=self.kinematics), self.degradation
+        )
+
+    def level(self) -> DegradationLevel:
+        return DegradationLevel.NORMAL if self.degradation is None else self.degradation.level
+
+
+SupervisorSource = Callable[[], SessionSupervisor]

@@ -1,0 +1,69 @@
+"""Fixtures for the serving tests: the built-in arm, a small bundle, servers on port 0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from serving_harness import RunningServer, make_engine, relaxed_limits, server_config
+
+from tether.policy.engine import PolicyEngine
+from tether.policy.initialize import init_bundle
+from tether.serving.config import ServerConfig
+from tether.serving.served_spec import ServedSpec
+from tether.serving.server import PolicyServer
+from tether.serving.supervision import SupervisorFactory
+from tether.sim import arm_spec
+from tether.spec import RobotSpec
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def arm() -> RobotSpec:
+    return arm_spec()
+
+
+@pytest.fixture(scope="session")
+def bundle_path(tmp_path_factory: pytest.TempPathFactory, arm: RobotSpec) -> Path:
+    path = tmp_path_factory.mktemp("bundle") / "arm"
+    init_bundle(path, arm, hidden_sizes=(64, 64), seed=3)
+    return path
+
+
+@pytest.fixture
+def engine(bundle_path: Path) -> PolicyEngine:
+    return make_engine(bundle_path)
+
+
+MakeServer = Callable[..., RunningServer]
+
+
+@pytest.fixture
+def make_server(arm: RobotSpec, bundle_path: Path) -> Iterator[MakeServer]:
+    started: list[RunningServer] = []
+
+    def make(
+        config: ServerConfig | None = None,
+        *,
+        engine: Any = "default",
+        supervisors: SupervisorFactory | None = None,
+        **kwargs: Any,
+    ) -> RunningServer:
+        server = PolicyServer(
+            config or server_config(),
+            spec=ServedSpec.from_robot_spec(arm),
+            supervisors=supervisors or SupervisorFactory(arm, limits=relaxed_limits(arm)),
+            engine=make_engine(bundle_path) if engine == "default" else engine,
+            **kwargs,
+        )
+        running = RunningServer(server)
+        started.append(running)
+        return running
+
+    yield make
+    for running in started:
+        running.stop()

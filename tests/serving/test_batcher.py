@@ -1,0 +1,237 @@
+"""DynamicBatcher: every caller gets exactly its own result or error, deadlines, hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.serving.batcher import BatchStats, DynamicBatcher
+from tether.serving.config import BatcherConfig
+from tether.serving.errors import (
+    AdmissionRefused,
+    BatchFailed,
+    DeadlineExpired,
+    RequestInvalid,
+    ServingError,
+)
+
+
+def square_or_refuse(items: list[int]) -> list[int | ServingError]:
+    """Squares, except negative inputs, which are refused one by one."""
+    return [RequestInvalid(f"item {x} is negative") if x < 0 else x * x for x in items]
+
+
+async def gather_all(batcher: DynamicBatcher[int, int], values: list[int]) -> list[object]:
+    batcher.start()
+    try:
+        return await asyncio.gather(*(batcher.submit(v) for v in values), return_exceptions=True)
+    finally:
+        await batcher.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    values=st.lists(st.integers(-50, 50), min_size=1, max_size=80),
+    max_batch=st.integers(1, 16),
+    mode=st.sampled_from(["inline", "thread"]),
+)
+def test_each_caller_gets_exactly_its_own_result(
+    values: list[int], max_batch: int, mode: str
+) -> None:
+    batches: list[int] = []
+    batcher: DynamicBatcher[int, int] = DynamicBatcher(
+        square_or_refuse,
+        BatcherConfig(max_batch_size=max_batch, execution=mode),  # type: ignore[arg-type]
+        on_batch=lambda s: batches.append(s.size),
+    )
+    results = asyncio.run(gather_all(batcher, values))
+    for v, r in zip(values, results, strict=True):
+        if v < 0:
+            assert isinstance(r, RequestInvalid)
+            assert str(v) in str(r)
+        else:
+            assert not isinstance(r, BaseException)
+            assert r.value == v * v  # type: ignore[union-attr]
+    assert max(batches) <= max_batch
+    assert sum(batches) == len(values)
+
+
+def test_requests_coalesce_while_a_batch_computes() -> None:
+    def slow(items: list[int]) -> list[int | ServingError]:
+        time.sleep(0.02)
+        return list(items)
+
+    sizes: list[int] = []
+    batcher: DynamicBatcher[int, int] = DynamicBatcher(
+        slow,
+        BatcherConfig(max_batch_size=64, execution="thread"),
+        on_batch=lambda s: sizes.append(s.size),
+    )
+    results = asyncio.run(gather_all(batcher, list(range(40))))
+    assert [r.value for r in results] == list(range(40))  # type: ignore[union-attr]
+    assert max(sizes) > 1, f"no batch formed: {sizes}"
+
+
+def test_wrong_result_count_fails_each_caller_with_its_own_error() -> None:
+    calls = 0
+
+    def broken(items: list[int]) -> list[int | ServingError]:
+        nonlocal calls
+        calls += 1
+        return list(items)[:-1] if calls == 1 else list(items)
+
+    async def run() -> tuple[list[object], object]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            broken, BatcherConfig(max_batch_size=8, execution="thread")
+        )
+        batcher.start()
+        try:
+            first = await asyncio.gather(
+                *(batcher.submit(i) for i in range(4)), return_exceptions=True
+            )
+            after = await batcher.submit(7)  # the worker survived
+            return first, after
+        finally:
+            await batcher.close()
+
+    first, after = asyncio.run(run())
+    errors = [e for e in first if isinstance(e, BatchFailed)]
+    assert errors, first
+    assert len({id(e) for e in errors}) == len(errors)  # one exception object per caller
+    assert all("returned" in str(e) for e in errors)
+    assert after.value == 7  # type: ignore[attr-defined]
+
+
+def test_raising_batch_fails_its_callers_and_not_the_next_batch() -> None:
+    def explode_on_13(items: list[int]) -> list[int | ServingError]:
+        if 13 in items:
+            raise RuntimeError("engine fell over")
+        return list(items)
+
+    async def run() -> tuple[object, object]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(explode_on_13, BatcherConfig())
+        batcher.start()
+        try:
+            bad = await asyncio.gather(batcher.submit(13), return_exceptions=True)
+            good = await batcher.submit(5)
+            return bad[0], good
+        finally:
+            await batcher.close()
+
+    bad, good = asyncio.run(run())
+    assert isinstance(bad, BatchFailed)
+    assert "engine fell over" in str(bad)
+    assert good.value == 5  # type: ignore[attr-defined]
+
+
+def test_expired_requests_are_answered_and_never_computed() -> None:
+    computed: list[int] = []
+    gate = threading.Event()
+
+    def record(items: list[int]) -> list[int | ServingError]:
+        gate.wait(1.0)
+        computed.extend(items)
+        return list(items)
+
+    async def run() -> list[object]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            record, BatcherConfig(execution="thread")
+        )
+        batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.submit(1))  # occupies the worker
+            await asyncio.sleep(0.01)
+            expired = asyncio.ensure_future(batcher.submit(2, time.monotonic() + 0.02))
+            alive = asyncio.ensure_future(batcher.submit(3, time.monotonic() + 10))
+            await asyncio.sleep(0.05)  # the 20 ms deadline passes while queued
+            gate.set()
+            return await asyncio.gather(first, expired, alive, return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    first, expired, alive = asyncio.run(run())
+    assert isinstance(expired, DeadlineExpired)
+    assert "not computed" in str(expired)
+    assert first.value == 1
+    assert alive.value == 3
+    assert 2 not in computed
+
+
+def test_before_batch_runs_before_every_batch() -> None:
+    order: list[str] = []
+
+    def run_batch(items: list[int]) -> list[int | ServingError]:
+        order.append(f"batch{len(items)}")
+        return list(items)
+
+    for mode in ("inline", "thread"):
+        order.clear()
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            run_batch,
+            BatcherConfig(execution=mode),  # type: ignore[arg-type]
+            before_batch=lambda: order.append("hook"),
+        )
+        asyncio.run(gather_all(batcher, [1, 2, 3]))
+        assert order[0] == "hook"
+        assert order.count("hook") == sum(1 for o in order if o.startswith("batch"))
+        assert all(order[i] == "hook" for i in range(0, len(order), 2))
+
+
+def test_queue_bound_refuses_with_resource_exhausted() -> None:
+    gate = threading.Event()
+
+    def blocked(items: list[int]) -> list[int | ServingError]:
+        gate.wait(1.0)
+        return list(items)
+
+    async def run() -> list[object]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            blocked, BatcherConfig(execution="thread"), max_queued=2
+        )
+        batcher.start()
+        try:
+            running = asyncio.ensure_future(batcher.submit(0))
+            await asyncio.sleep(0.01)
+            queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+            await asyncio.sleep(0)
+            with pytest.raises(AdmissionRefused, match="queue is full"):
+                await batcher.submit(3)
+            gate.set()
+            return await asyncio.gather(running, *queued)
+        finally:
+            await batcher.close()
+
+    assert [r.value for r in asyncio.run(run())] == [0, 1, 2]  # type: ignore[attr-defined]
+
+
+def test_auto_mode_moves_slow_batches_off_the_event_loop() -> None:
+    stats: list[BatchStats] = []
+
+    def slow(items: list[int]) -> list[int | ServingError]:
+        time.sleep(0.002)  # 10x the inline threshold
+        return list(items)
+
+    def fast(items: list[int]) -> list[int | ServingError]:
+        return list(items)
+
+    for fn, want_inline in ((slow, False), (fast, True)):
+        stats.clear()
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            fn, BatcherConfig(execution="auto"), on_batch=stats.append
+        )
+
+        async def sequential(b: DynamicBatcher[int, int] = batcher) -> None:
+            b.start()
+            try:
+                for i in range(30):
+                    await b.submit(i)
+            finally:
+                await b.close()
+
+        asyncio.run(sequential())
+        assert stats[-1].inline is want_inline, [s.inline for s in stats]
