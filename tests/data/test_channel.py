@@ -75,13 +75,30 @@ def test_channel_matches_a_bounded_queue_model(capacity: int, ops: list[tuple[bo
         assert stats.backlog == len(model)
 
 
-def test_after_the_consumer_closes_puts_are_counted_as_dropped() -> None:
+def attached(channel: TransitionChannel) -> TransitionChannel:
+    """The channel as a child process receives it (what unpickling does there)."""
+    other = TransitionChannel.__new__(TransitionChannel)
+    other.__setstate__(channel.__getstate__())
+    return other
+
+
+def test_a_restarted_consumer_finds_the_rows_its_predecessor_left() -> None:
     producer = TransitionChannel(OBS_DIM, ACT_DIM, ChannelConfig(capacity=8))
-    consumer = TransitionChannel.__new__(TransitionChannel)
-    consumer.__setstate__(producer.__getstate__())  # what unpickling in a child does
-    consumer.close()
-    assert producer.put_arrays(make_arrays(3)) == 0
-    assert producer.stats().dropped == 3
+    attached(producer).close()  # a learner that attached and exited
+    assert producer.put_arrays(make_arrays(10)) == 8
+    assert producer.stats().dropped == 2
+    successor = attached(producer)
+    assert successor.get(100).rewards.tolist() == list(range(8))
+    successor.close()
     producer.close()
     with pytest.raises(ChannelError, match="closed"):
         producer.put_arrays(make_arrays(1))
+
+
+def test_after_the_creator_closes_a_remote_producer_counts_its_rows_as_dropped() -> None:
+    owner = TransitionChannel(OBS_DIM, ACT_DIM, ChannelConfig(capacity=8))
+    remote = attached(owner)
+    owner.close()
+    assert remote.put_arrays(make_arrays(3)) == 0
+    assert remote.stats().dropped == 3
+    remote.close()

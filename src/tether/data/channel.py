@@ -135,8 +135,8 @@ class TransitionChannel:
         with self._lock:
             written, read, closed = (int(self._header[i]) for i in (_H_WRITE, _H_READ, _H_CLOSED))
         n = len(rows)
-        # Once the other side closed, rows are dropped (and counted) rather than raised about,
-        # so a learner that exits cannot turn the server's recorder into an error loop.
+        # Once the creator closed, rows are dropped (and counted) rather than raised about, so
+        # a producer in another process cannot turn into an error loop.
         fit = 0 if closed else min(n, cap - (written - read))
         if fit:
             self._rows.assign((written + np.arange(fit)) % cap, rows.take(slice(0, fit)))
@@ -178,12 +178,15 @@ class TransitionChannel:
         )
 
     def close(self) -> None:
-        """Refuse further puts; detach; the creating side also frees the segment."""
+        """Detach; the creating side also marks the channel closed and frees the segment."""
         if self._closed:
             return
         self._closed = True
-        with self._lock:
-            self._header[_H_CLOSED] = 1
+        if self._owner:
+            # Only the creator ends the channel: a learner that exits (and is restarted)
+            # detaches without it, so a restarted learner finds the channel still open.
+            with self._lock:
+                self._header[_H_CLOSED] = 1
         del self._header, self._rows  # views must go before the mapping can close
         self._shm.close()
         if self._owner:
