@@ -104,3 +104,16 @@ def planar_spec() -> RobotSpec:
         workspace=Box((-0.6, -0.3, 0.0), (0.6, 0.3, 0.9)),
         obstacles=(Sphere((0.45, 0.0, 0.45), 0.08),),
     )
+
+
+def step_model(
+    limits: SafetyLimits, q: np.ndarray, v: np.ndarray, u: np.ndarray, gain: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One control period of the supervisor's model q̈ = gain·u (no gravity), semi-implicit.
+
+    ``gain`` is the robot's true acceleration per unit action, anywhere between the
+    braking deceleration and the acceleration-per-action bound the limits declare.
+    """
+    dt = limits.control_period_s
+    v_next = v + gain * u.astype(np.float64) * dt
+    return q + v_next * dt, v_next

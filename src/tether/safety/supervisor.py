@@ -21,6 +21,8 @@ it unchanged.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,23 @@ from tether.safety.verdict import (
     SafetyCheck,
     SafetyVerdict,
 )
+
+# Check bits as plain ints on the hot path: IntFlag arithmetic costs a microsecond per
+# operation, more than the numpy work of a whole check.
+_INVALID_OBSERVATION = int(SafetyCheck.INVALID_OBSERVATION)
+_INVALID_PREVIOUS = int(SafetyCheck.INVALID_PREVIOUS)
+_TAKEOVER = int(SafetyCheck.TAKEOVER)
+_INVALID_SHAPE = int(SafetyCheck.INVALID_SHAPE)
+_NON_FINITE = int(SafetyCheck.NON_FINITE)
+_STALE = int(SafetyCheck.STALE)
+_WORKSPACE = int(SafetyCheck.WORKSPACE)
+_OBSTACLE = int(SafetyCheck.OBSTACLE)
+_TORQUE = int(SafetyCheck.TORQUE)
+_VELOCITY = int(SafetyCheck.VELOCITY)
+_POSITION = int(SafetyCheck.POSITION)
+_ACCELERATION = int(SafetyCheck.ACCELERATION)
+_RATE = int(SafetyCheck.RATE)
+_REPLACING = int(REPLACING_CHECKS)
 
 # Finite proposals are clipped to this before the float32 cast, so 1e300 stays finite;
 # anything beyond [-1, 1] is corrected anyway.
@@ -87,8 +106,9 @@ class Supervisor:
         self._min_obs = limits.min_obs_dim
         self._scale = np.asarray(limits.action_scale_nm, dtype=np.float64)
         self._zeros = np.zeros(self._n, dtype=np.float64)
-        # Where the robot was last seen: an unreadable observation holds there.
-        self._last_hold = np.zeros(self._n, dtype=np.float32)
+        # Gravity compensation where the robot was last seen: an unreadable observation
+        # holds there rather than letting the arm drop.
+        self._last_gravity = self._zeros
 
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
         """The same supervisor (kinematics, backup, config) enforcing other limits."""
@@ -123,39 +143,41 @@ class Supervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         state = self._read_state(observation)
         if state is None:
-            out = self._last_hold.copy()
+            u_max = self._envelope.u_max
+            out = np.minimum(np.maximum(self._last_gravity, -u_max), u_max).astype(np.float32)
             norm = float(np.linalg.norm(out))
             return out, SafetyVerdict(
-                ActionSource.BACKUP, SafetyCheck.INVALID_OBSERVATION, norm, tuple(range(self._n))
+                ActionSource.BACKUP,
+                SafetyCheck.INVALID_OBSERVATION,
+                norm,
+                tuple(range(self._n)),
             )
         q, v = state
-        checks = SafetyCheck.NONE
+        checks = 0
         prev = _vector(previous, self._n)
         if previous is not None and prev is None:
-            checks |= SafetyCheck.INVALID_PREVIOUS
+            checks |= _INVALID_PREVIOUS
         u_g = self._gravity(q)
-        self._last_hold = np.clip(u_g, -1.0, 1.0).astype(np.float32)
+        self._last_gravity = u_g
         bounds = self._envelope.bounds(q, v, u_g, prev)
 
         u: np.ndarray | None = None
         if takeover:
-            checks |= SafetyCheck.TAKEOVER
+            checks |= _TAKEOVER
         else:
             raw = _array(proposed)
             if raw is None or raw.shape != (self._n,):
-                checks |= SafetyCheck.INVALID_SHAPE
-            elif not np.all(np.isfinite(raw)):
-                checks |= SafetyCheck.NON_FINITE
+                checks |= _INVALID_SHAPE
+            elif not _finite(raw):
+                checks |= _NON_FINITE
             else:
-                u = np.clip(raw, -_HUGE, _HUGE).astype(np.float32)
+                u = np.minimum(np.maximum(raw, -_HUGE), _HUGE).astype(np.float32)
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
-                checks |= SafetyCheck.STALE
+                checks |= _STALE
 
-        if checks & REPLACING_CHECKS:
+        if checks & _REPLACING:
             candidate = self.backup.action(q, v, u_g)
-            candidate = np.clip(
-                np.nan_to_num(candidate, nan=0.0), bounds.inner_lo, bounds.inner_hi
-            ).astype(np.float32)
+            candidate = _place(np.nan_to_num(candidate, nan=0.0), bounds)
         else:
             assert u is not None
             candidate, joint_checks = self._joint_stage(u, bounds, prev, u_g)
@@ -171,7 +193,7 @@ class Supervisor:
             return None
         q = obs[self._q]
         v = obs[self._v]
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v))):
+        if not (_finite(q) and _finite(v)):
             return None
         return q, v
 
@@ -179,21 +201,24 @@ class Supervisor:
         if self.kinematics is None:
             return self._zeros
         g = np.asarray(self.kinematics.gravity_torque(q), dtype=np.float64)
-        if g.shape != (self._n,) or not np.all(np.isfinite(g)):
+        if g.shape != (self._n,) or not _finite(g):
             # A broken model must not steer the arm; plain damping still works without it.
             return self._zeros
         return g / self._scale
 
     def _joint_stage(
         self, u32: np.ndarray, b: JointBounds, prev: np.ndarray | None, u_g: np.ndarray
-    ) -> tuple[np.ndarray, SafetyCheck]:
+    ) -> tuple[np.ndarray, int]:
+        values = u32.tolist()
+        if all(map(operator.le, b.lo.tolist(), values)) and all(
+            map(operator.le, values, b.hi.tolist())
+        ):
+            return u32, 0
         u = u32.astype(np.float64)
         below = u < b.lo
         above = u > b.hi
-        if not (np.any(below) or np.any(above)):
-            return u32, SafetyCheck.NONE
         checks = _fired(u, b)
-        base = np.clip(u_g if prev is None else prev, b.inner_lo, b.inner_hi)
+        base = np.minimum(np.maximum(u_g if prev is None else prev, b.inner_lo), b.inner_hi)
         # Largest alpha with base + alpha (u - base) inside every joint's interval.
         step = u - base
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -201,7 +226,7 @@ class Supervisor:
             alpha_lo = np.where(below, (b.inner_lo - base) / step, 1.0)
         alpha = float(np.min(np.minimum(alpha_hi, alpha_lo)))
         out = base + alpha * step if alpha >= self.config.uniform_scale_floor else u
-        return np.clip(out, b.inner_lo, b.inner_hi).astype(np.float32), checks
+        return _place(out, b), checks
 
     def _cartesian_stage(
         self,
@@ -210,56 +235,68 @@ class Supervisor:
         v: np.ndarray,
         u_g: np.ndarray,
         b: JointBounds,
-    ) -> tuple[np.ndarray, SafetyCheck]:
+    ) -> tuple[np.ndarray, int]:
         if not self._cartesian:
-            return u32, SafetyCheck.NONE
+            return u32, 0
         kin = self.kinematics
         assert kin is not None
         q_ahead = self._envelope.predict(q, v, u32.astype(np.float64), u_g)
-        checks = SafetyCheck.NONE
+        checks = 0
         if self._clearance.has_workspace:
             ahead = self._clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
             if ahead < 0 and ahead <= self._clearance.workspace(np.asarray(kin.end_effector(q))):
-                checks |= SafetyCheck.WORKSPACE
+                checks |= _WORKSPACE
         if self._clearance.has_obstacles:
             ahead = self._clearance.obstacles(*_spheres(kin, q_ahead))
             if ahead < 0 and ahead <= self._clearance.obstacles(*_spheres(kin, q)):
-                checks |= SafetyCheck.OBSTACLE
+                checks |= _OBSTACLE
         if not checks:
             return u32, checks
-        brake = u_g - v * self._envelope.per_velocity
-        return np.clip(brake, b.inner_lo, b.inner_hi).astype(np.float32), checks
+        brake = u_g - v * self._envelope.per_velocity_brake
+        return _place(brake, b), checks
 
-    def _verdict(
-        self, out: np.ndarray, proposed: np.ndarray | None, checks: SafetyCheck
-    ) -> SafetyVerdict:
-        if checks & REPLACING_CHECKS or proposed is None:
+    def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
+        if checks & _REPLACING or proposed is None:
             norm = float(np.linalg.norm(out))
-            return SafetyVerdict(ActionSource.BACKUP, checks, norm, tuple(range(self._n)))
-        changed = out != proposed
-        if not np.any(changed):
-            return PASSED if not checks else SafetyVerdict(ActionSource.POLICY, checks, 0.0, ())
+            return SafetyVerdict(
+                ActionSource.BACKUP, SafetyCheck(checks), norm, tuple(range(self._n))
+            )
+        if out is proposed or out.tobytes() == proposed.tobytes():
+            if not checks:
+                return PASSED
+            return SafetyVerdict(ActionSource.POLICY, SafetyCheck(checks), 0.0, ())
         diff = out.astype(np.float64) - proposed.astype(np.float64)
-        joints = tuple(int(i) for i in np.flatnonzero(changed))
-        return SafetyVerdict(ActionSource.CLIPPED, checks, float(np.linalg.norm(diff)), joints)
+        joints = tuple(int(i) for i in np.flatnonzero(diff))
+        norm = float(np.linalg.norm(diff))
+        return SafetyVerdict(ActionSource.CLIPPED, SafetyCheck(checks), norm, joints)
 
 
-def _fired(u: np.ndarray, b: JointBounds) -> SafetyCheck:
+def _fired(u: np.ndarray, b: JointBounds) -> int:
     """The checks whose own interval ``u`` violates on some joint."""
-    checks = SafetyCheck.NONE
-    if np.any((u < b.torque_lo) | (u > b.torque_hi)):
-        checks |= SafetyCheck.TORQUE
     low = u < b.motion_lo
     high = u > b.motion_hi
-    if np.any(low & b.velocity_bound_lo) or np.any(high & b.velocity_bound_hi):
-        checks |= SafetyCheck.VELOCITY
-    if np.any(low & ~b.velocity_bound_lo) or np.any(high & ~b.velocity_bound_hi):
-        checks |= SafetyCheck.POSITION
-    if np.any((u < b.accel_lo) | (u > b.accel_hi)):
-        checks |= SafetyCheck.ACCELERATION
-    if np.any((u < b.rate_lo) | (u > b.rate_hi)):
-        checks |= SafetyCheck.RATE
+    checks = 0
+    for bit, violated in (
+        (_TORQUE, (u < b.torque_lo) | (u > b.torque_hi)),
+        (_VELOCITY, (low & b.velocity_bound_lo) | (high & b.velocity_bound_hi)),
+        (_POSITION, (low & ~b.velocity_bound_lo) | (high & ~b.velocity_bound_hi)),
+        (_ACCELERATION, (u < b.accel_lo) | (u > b.accel_hi)),
+        (_RATE, (u < b.rate_lo) | (u > b.rate_hi)),
+    ):
+        if any(violated.tolist()):
+            checks |= bit
     return checks
+
+
+def _finite(values: np.ndarray) -> bool:
+    # A Python loop over a short vector beats np.all(np.isfinite(...)) several times over.
+    return all(map(math.isfinite, values.ravel().tolist()))
+
+
+def _place(u: np.ndarray, b: JointBounds) -> np.ndarray:
+    """``u`` moved into the inset final interval, as the float32 action to execute."""
+    placed: np.ndarray = np.minimum(np.maximum(u, b.inner_lo), b.inner_hi).astype(np.float32)
+    return placed
 
 
 def _array(value: Any) -> np.ndarray | None:
@@ -275,9 +312,9 @@ def _array(value: Any) -> np.ndarray | None:
 
 def _vector(value: Any, n: int) -> np.ndarray | None:
     arr = _array(value)
-    if arr is None or arr.shape != (n,) or not np.all(np.isfinite(arr)):
+    if arr is None or arr.shape != (n,) or not _finite(arr):
         return None
-    clipped: np.ndarray = np.clip(arr, -1.0, 1.0)
+    clipped: np.ndarray = np.minimum(np.maximum(arr, -1.0), 1.0)
     return clipped
 
 

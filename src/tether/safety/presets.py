@@ -1,0 +1,31 @@
+"""Safety settings for the built-in arm (``tether.sim``), ready to use.
+
+The arm's declared acceleration limits are the decelerations it can *guarantee* in its
+rated envelope (see ``tether.sim.braking``); its motors can accelerate a joint far
+faster than that. The supervisor needs an upper bound of that too
+(``acceleration_per_action_rad_s2``). Sampling ``|M(q)⁻¹|·τ_max`` over the joint range
+gives 22-45 times the declared limit per joint; with the +10 % actuator gain domain
+randomization allows, 60 bounds every joint (``tests/safety/test_presets.py`` re-measures
+it on the MuJoCo model, so a change of the arm that breaks the bound fails a test).
+"""
+
+from __future__ import annotations
+
+from tether.safety.limits import LimitsConfig, SafetyLimits
+from tether.safety.supervisor import Supervisor, SupervisorConfig
+from tether.sim import ArmKinematics, arm_spec
+
+ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
+ARM_LIMITS_CONFIG = LimitsConfig(acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE)
+
+
+def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:
+    """The built-in arm's safety limits (pass a config built from ``ARM_LIMITS_CONFIG``)."""
+    return SafetyLimits.from_spec(arm_spec(), config)
+
+
+def arm_supervisor(
+    limits: SafetyLimits | None = None, config: SupervisorConfig | None = None
+) -> Supervisor:
+    """A supervisor for the built-in arm with its MuJoCo kinematics (obstacle, workspace)."""
+    return Supervisor(limits or arm_limits(), kinematics=ArmKinematics(arm_spec()), config=config)
