@@ -33,7 +33,12 @@ from tether.policy.networks import actor_parameter_shapes, log_prob_terms, order
 from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
 from tether.policy.tensors import StateDict, check_state, state_sha256
-from tether.policy.transforms import normalize_observation, scale_action
+from tether.policy.transforms import (
+    action_arrays,
+    normalize_observation,
+    normalizer_arrays,
+    scale_action,
+)
 from tether.policy.uniform import parallel_multiple, row_multiple
 
 
@@ -57,17 +62,14 @@ class PolicyEngine:
             torch.set_num_threads(cfg.num_threads)
         self._par_multiple = parallel_multiple(torch.get_num_threads())
         m = bundle.manifest
-        var = np.asarray(m.normalizer.var, dtype=np.float64)
-        self._mean = torch.tensor(m.normalizer.mean, dtype=torch.float32, device=self._device)
-        self._inv_std = torch.tensor(
-            1.0 / np.sqrt(var + m.normalizer.epsilon), dtype=torch.float32, device=self._device
-        )
+        mean, inv_std = normalizer_arrays(m.normalizer)
+        self._mean = torch.from_numpy(mean).to(self._device)
+        self._inv_std = torch.from_numpy(inv_std).to(self._device)
         self._clip = float(m.normalizer.clip)
-        self._low_np = np.asarray(m.action.low, dtype=np.float32)
-        self._high_np = np.asarray(m.action.high, dtype=np.float32)
+        self._low_np, half_range, self._high_np = action_arrays(m.action)
         self._low = torch.from_numpy(self._low_np).to(self._device)
         self._high = torch.from_numpy(self._high_np).to(self._device)
-        self._half_range = (self._high - self._low) / 2
+        self._half_range = torch.from_numpy(half_range).to(self._device)
         self._generator = torch.Generator(device=self._device)
         if cfg.seed is None:
             self._generator.seed()

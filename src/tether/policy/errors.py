@@ -13,6 +13,7 @@ and what to do, so an operator can fix a bundle without reading code.
         │   ├── BundleHashMismatch  a weights file does not hash to the manifest's sha256
         │   ├── BundleTensorError   tensor names, shapes, dtypes or non-finite values
         │   └── BundleSpecError     normalizer, action bounds, names or robot spec inconsistent
+        ├── ExportError             an export that could not be written or does not match
         └── EngineError             the inference engine refused a call
             ├── EngineConfigError   a configuration the engine cannot run (e.g. cuda absent)
             ├── ObservationError    an act() input with the wrong shape, dtype or values
@@ -58,6 +59,10 @@ class BundleTensorError(BundleError, ValueError):
 
 class BundleSpecError(BundleError, ValueError):
     """Observation/action specs, normalizer or robot spec are inconsistent or out of range."""
+
+
+class ExportError(PolicyError):
+    """An export that could not be produced or does not reproduce the engine's actions."""
 
 
 class EngineError(PolicyError):

@@ -78,9 +78,12 @@ class GaussianHead(nn.Module):
         super().__init__()
         self.mu = nn.Linear(in_dim, act_dim)
         self.log_std = nn.Linear(in_dim, act_dim)
+        # attributes, not globals, so `tether export` can script this module
+        self.log_std_min = LOG_STD_MIN
+        self.log_std_max = LOG_STD_MAX
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_std = torch.clamp(self.log_std(features), LOG_STD_MIN, LOG_STD_MAX)
+        log_std = torch.clamp(self.log_std(features), self.log_std_min, self.log_std_max)
         return self.mu(features), log_std
 
 

@@ -7,7 +7,24 @@ rounding would push ``low + (a + 1) * half_range`` one ulp past ``high``.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from tether.policy.manifest import ActionSpec, Normalizer
+
+
+def normalizer_arrays(norm: Normalizer) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, 1 / sqrt(var + epsilon))`` as float32, computed in float64 first."""
+    var = np.asarray(norm.var, dtype=np.float64)
+    inv_std = 1.0 / np.sqrt(var + norm.epsilon)
+    return np.asarray(norm.mean, dtype=np.float32), inv_std.astype(np.float32)
+
+
+def action_arrays(action: ActionSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, half_range, high)`` as float32 for :func:`scale_action`."""
+    low = np.asarray(action.low, dtype=np.float32)
+    high = np.asarray(action.high, dtype=np.float32)
+    return low, (high - low) / np.float32(2.0), high
 
 
 def normalize_observation(
