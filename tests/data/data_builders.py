@@ -115,3 +115,11 @@ def produce_into_channel(channel: object, count: int, batch: int) -> None:
 
             time.sleep(0.001)
     channel.close()
+
+
+def die_holding_the_channel_lock(channel: object) -> None:
+    """Child-process body: a learner killed inside the channel's critical section."""
+    import os
+
+    channel._lock.acquire()  # type: ignore[attr-defined]
+    os._exit(0)

@@ -7,10 +7,17 @@ from collections import deque
 
 import numpy as np
 import pytest
-from data_builders import ACT_DIM, OBS_DIM, make_arrays, make_transitions, produce_into_channel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.data.data_builders import (
+    ACT_DIM,
+    OBS_DIM,
+    die_holding_the_channel_lock,
+    make_arrays,
+    make_transitions,
+    produce_into_channel,
+)
 from tether.data import ChannelConfig, ChannelError, TransitionChannel
 
 
@@ -102,3 +109,21 @@ def test_after_the_creator_closes_a_remote_producer_counts_its_rows_as_dropped()
     assert remote.put_arrays(make_arrays(3)) == 0
     assert remote.stats().dropped == 3
     remote.close()
+
+
+def test_a_consumer_that_died_holding_the_lock_cannot_block_the_producer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    channel = TransitionChannel(OBS_DIM, ACT_DIM, ChannelConfig(capacity=8))
+    child = multiprocessing.get_context("spawn").Process(
+        target=die_holding_the_channel_lock, args=(channel,)
+    )
+    child.start()
+    child.join(30)
+    try:
+        assert channel.put_arrays(make_arrays(5)) == 0  # returns after the lock timeout
+        stats = channel.stats()
+        assert stats.dropped_locally == 5
+        assert "lock is stuck" in caplog.text
+    finally:
+        channel.close()

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from data_builders import ACT_DIM, OBS_DIM, make_transitions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
 from tether.data import (
     ExperienceLog,
     ExperienceLogConfig,

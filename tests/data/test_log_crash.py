@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from data_builders import ACT_DIM, OBS_DIM, make_transitions
 
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
 from tether.data import ExperienceLog, ExperienceLogConfig, read_log
 from tether.data.log_reader import chunk_paths
 
@@ -20,7 +20,7 @@ from tether.data.log_reader import chunk_paths
 WRITER = """
 import sys
 sys.path.insert(0, sys.argv[2])
-from data_builders import make_transitions
+from tests.data.data_builders import make_transitions
 from tether.data import ExperienceLog, ExperienceLogConfig
 config = ExperienceLogConfig(flush_interval_s=0.02, fsync=False, chunk_max_bytes=200_000)
 log = ExperienceLog(sys.argv[1], 5, 3, config)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from data_builders import make_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.data.data_builders import make_step
 from tether.data import StepPairer, StepRecord
 
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from data_builders import ACT_DIM, OBS_DIM, make_step
 
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_step
 from tether.data import (
     DataError,
     ExperienceLog,

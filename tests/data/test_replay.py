@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from data_builders import ACT_DIM, OBS_DIM, make_arrays, make_transitions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_arrays, make_transitions
 from tether.data import (
     DataError,
     RecentMixSampler,

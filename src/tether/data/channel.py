@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
@@ -40,6 +41,8 @@ _H_MAGIC, _H_CAPACITY, _H_OBS, _H_ACT = 0, 1, 2, 3
 _H_WRITE, _H_READ, _H_DROPPED, _H_OFFERED, _H_CLOSED = 4, 5, 6, 7, 8
 _ALIGN = 64
 _DROP_WARNING_INTERVAL_S = 5.0
+# Far longer than any critical section (a few counter reads): only a dead holder explains it.
+_LOCK_TIMEOUT_S = 1.0
 
 
 class ChannelConfig(BaseModel):
@@ -69,6 +72,7 @@ class ChannelStats:
     accepted: int
     dropped: int
     consumed: int
+    dropped_locally: int = 0  # dropped by this handle while the lock was stuck (not in the header)
 
     @property
     def backlog(self) -> int:
@@ -92,6 +96,7 @@ class TransitionChannel:
 
     _closed: bool
     _last_drop_warning: float
+    _dropped_locally: int
 
     def __init__(
         self,
@@ -131,19 +136,28 @@ class TransitionChannel:
     def put_arrays(self, rows: TransitionArrays) -> int:
         """Producer: queue ``rows`` without waiting; return how many fit."""
         self._check_open()
-        cap = self.config.capacity
-        with self._lock:
-            written, read, closed = (int(self._header[i]) for i in (_H_WRITE, _H_READ, _H_CLOSED))
         n = len(rows)
-        # Once the creator closed, rows are dropped (and counted) rather than raised about, so
-        # a producer in another process cannot turn into an error loop.
-        fit = 0 if closed else min(n, cap - (written - read))
-        if fit:
-            self._rows.assign((written + np.arange(fit)) % cap, rows.take(slice(0, fit)))
-        with self._lock:
-            self._header[_H_WRITE] = written + fit
-            self._header[_H_DROPPED] += n - fit
-            self._header[_H_OFFERED] += n
+        cap = self.config.capacity
+        try:
+            with self._locked():
+                written, read, closed = (
+                    int(self._header[i]) for i in (_H_WRITE, _H_READ, _H_CLOSED)
+                )
+            # Once the creator closed, rows are dropped (and counted) rather than raised
+            # about, so a producer in another process cannot turn into an error loop.
+            fit = 0 if closed else min(n, cap - (written - read))
+            if fit:
+                self._rows.assign((written + np.arange(fit)) % cap, rows.take(slice(0, fit)))
+            with self._locked():
+                self._header[_H_WRITE] = written + fit
+                self._header[_H_DROPPED] += n - fit
+                self._header[_H_OFFERED] += n
+        except ChannelError:
+            # The lock is stuck (its holder died): the shared counters cannot be updated,
+            # so the loss is counted on this side instead; still never silent, never blocking.
+            self._dropped_locally += n
+            self._warn_dropped()
+            return 0
         if fit < n:
             self._warn_dropped()
         return fit
@@ -153,7 +167,7 @@ class TransitionChannel:
         self._check_open()
         deadline = time.monotonic() + timeout_s
         while True:
-            with self._lock:
+            with self._locked():
                 written, read = int(self._header[_H_WRITE]), int(self._header[_H_READ])
             if written > read or time.monotonic() >= deadline:
                 break
@@ -161,21 +175,38 @@ class TransitionChannel:
         count = min(written - read, max_rows)
         out = self._rows.take((read + np.arange(count)) % self.config.capacity)
         if count:
-            with self._lock:
+            with self._locked():
                 self._header[_H_READ] = read + count
         return out
 
     def stats(self) -> ChannelStats:
         self._check_open()
-        with self._lock:
-            h = [int(x) for x in self._header]
+        try:
+            with self._locked():
+                h = [int(x) for x in self._header]
+        except ChannelError:
+            h = [int(x) for x in self._header]  # a stuck lock: a best-effort, unlocked read
         return ChannelStats(
             capacity=h[_H_CAPACITY],
             offered=h[_H_OFFERED],
             accepted=h[_H_WRITE],
             dropped=h[_H_DROPPED],
             consumed=h[_H_READ],
+            dropped_locally=self._dropped_locally,
         )
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if not self._lock.acquire(timeout=_LOCK_TIMEOUT_S):
+            raise ChannelError(
+                f"transition channel {self.name}: its lock was held for over {_LOCK_TIMEOUT_S} s, "
+                "so a process died holding it (a killed learner); create a new channel and "
+                "restart the learner with it"
+            )
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Detach; the creating side also marks the channel closed and frees the segment."""
@@ -185,8 +216,11 @@ class TransitionChannel:
         if self._owner:
             # Only the creator ends the channel: a learner that exits (and is restarted)
             # detaches without it, so a restarted learner finds the channel still open.
-            with self._lock:
-                self._header[_H_CLOSED] = 1
+            try:
+                with self._locked():
+                    self._header[_H_CLOSED] = 1
+            except ChannelError:
+                self._header[_H_CLOSED] = 1  # the lock is stuck; a lone store is still seen
         del self._header, self._rows  # views must go before the mapping can close
         self._shm.close()
         if self._owner:
@@ -239,6 +273,7 @@ class TransitionChannel:
         )
         self._last_drop_warning = 0.0
         self._closed = False
+        self._dropped_locally = 0
 
     def _check_open(self) -> None:
         if self._closed:
@@ -252,9 +287,11 @@ class TransitionChannel:
         if now - self._last_drop_warning >= _DROP_WARNING_INTERVAL_S:
             self._last_drop_warning = now
             logger.warning(
-                "transition channel %s is full (capacity %d) or its consumer closed it: %d "
-                "transitions dropped so far; the learner is not draining fast enough",
+                "transition channel %s is full (capacity %d), closed, or its lock is stuck: "
+                "%d transitions dropped so far (%d counted only here); the learner is not "
+                "draining",
                 self.name,
                 self.config.capacity,
-                int(self._header[_H_DROPPED]),
+                int(self._header[_H_DROPPED]) + self._dropped_locally,
+                self._dropped_locally,
             )
