@@ -31,7 +31,11 @@ SPHERE_INFLATION = 1.25
 
 
 class ArmKinematics:
-    """Kinematic queries on the built-in arm at a given joint position ``q`` (rad)."""
+    """Kinematic queries on the built-in arm at a given joint position ``q`` (rad).
+
+    Each call reuses one private ``MjData``, so an instance is not thread-safe: give
+    each thread its own (construction takes a few milliseconds).
+    """
 
     def __init__(
         self,
