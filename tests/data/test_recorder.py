@@ -69,6 +69,8 @@ def test_recorded_steps_reach_the_buffer_and_the_log(tmp_path: Path) -> None:
     assert stats.pairing.transitions == 58
     assert stats.pairing.episodes_ended == 2
     assert stats.dropped_queue_full == stats.sink_errors == 0
+    assert stats.worker_alive
+    assert not recorder.stats().worker_alive  # closed by the with block
     table, _ = read_log(tmp_path)
     assert table is not None
     assert table.num_rows == 58

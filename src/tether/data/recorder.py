@@ -65,6 +65,7 @@ class RecorderStats:
     dropped_queue_full: int  # steps record() refused because the queue was full
     sink_errors: int  # sink calls that raised
     last_sink_error: str  # "" if none
+    worker_alive: bool  # False once closed, or if the worker died (then steps pile up and drop)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class Recorder:
             dropped_queue_full=self._dropped,
             sink_errors=sink_errors,
             last_sink_error=last,
+            worker_alive=self._worker.is_alive(),
         )
 
     def __enter__(self) -> Recorder:
