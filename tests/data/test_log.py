@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -184,3 +185,44 @@ def test_log_written_reopened_and_rebuilt_gives_the_same_buffer(tmp_path: Path) 
     assert live_state.keys() == rebuilt_state.keys()
     for key in live_state:
         np.testing.assert_array_equal(live_state[key], rebuilt_state[key], err_msg=key)
+
+
+def test_a_malformed_transition_is_rejected_and_counted_without_blocking_the_log(
+    tmp_path: Path,
+) -> None:
+    good = make_transitions(3)
+    bad = dataclasses.replace(good[1], observation=np.zeros(OBS_DIM + 2, np.float32))
+    with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
+        log.put([good[0], bad, good[2]])
+        log.flush()
+        log.put(make_transitions(2, start=10))
+        log.flush()
+        stats = log.stats()
+    assert stats.rows_rejected == 1
+    assert stats.rows_flushed == 4
+    table, _ = read_log(tmp_path)
+    assert table is not None
+    assert table.column("step_index").to_pylist() == [0, 2, 10, 11]
+
+
+def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: Path) -> None:
+    # A long interval: only this test's flushes run, so the failure lands where it expects.
+    config = ExperienceLogConfig(flush_interval_s=60, fsync=False)
+    log = ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, config)
+    try:
+        log.put(make_transitions(3))
+        log.flush()
+        assert log._chunk is not None
+        log._chunk.file.close()  # the disk goes away under the open chunk
+        log.put(make_transitions(2, start=3))
+        with pytest.raises(ValueError, match="closed file"):
+            log.flush()
+        assert log.stats().pending_rows == 2
+        assert log.stats().flush_errors == 1
+        assert log.flush() == 5  # retried into a new chunk
+    finally:
+        log.close()
+    table, report = read_log(tmp_path)
+    assert table is not None
+    assert table.column("step_index").to_pylist() == [0, 1, 2, 3, 4]
+    assert len(report.chunks) == 2

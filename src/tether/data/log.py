@@ -77,6 +77,7 @@ class ExperienceLogStats:
     bytes_removed: int
     torn_chunks_repaired: int
     torn_bytes_dropped: int
+    rows_rejected: int  # transitions that could not be stored (wrong dims or source), dropped
     flush_errors: int
     last_error: str
 
@@ -137,10 +138,12 @@ class ExperienceLog:
                 parts, self._pending = self._pending, []
                 self._pending_rows = 0
             rows = [t for part in parts for t in part]
-            if rows:
+            batch, rows = self._convert(rows) if rows else (None, rows)
+            if batch is not None:
                 try:
-                    self._write(rows)
+                    self._write(batch)
                 except Exception as exc:
+                    self._abandon_chunk()
                     with self._pending_lock:  # keep them for the next try, in order
                         self._pending.insert(0, rows)
                         self._pending_rows += len(rows)
@@ -180,12 +183,38 @@ class ExperienceLog:
             except Exception:  # kept pending and counted; retried next interval
                 logger.exception("experience log %s: flush failed; will retry", self.directory)
 
-    def _write(self, rows: list[Transition]) -> None:
+    def _convert(self, rows: list[Transition]) -> tuple[pa.RecordBatch | None, list[Transition]]:
+        """The rows as one record batch; rows that cannot be stored are counted and dropped,
+        so one malformed transition cannot block every later flush."""
+        try:
+            return record_batch(rows, self._schema), rows
+        except (ValueError, TypeError, pa.ArrowException):
+            good = [t for t in rows if self._fits(t)]
+            rejected = len(rows) - len(good)
+            self._n["rows_rejected"] += rejected
+            logger.error(
+                "experience log %s: rejected %d transitions that do not fit obs_dim=%d, "
+                "act_dim=%d or the known action sources; they are not logged",
+                self.directory,
+                rejected,
+                self.obs_dim,
+                self.act_dim,
+            )
+            return (record_batch(good, self._schema) if good else None), good
+
+    def _fits(self, transition: Transition) -> bool:
+        try:
+            record_batch([transition], self._schema)
+        except (ValueError, TypeError, pa.ArrowException):
+            return False
+        return True
+
+    def _write(self, batch: pa.RecordBatch) -> None:
         chunk = self._chunk or self._open_chunk()
-        chunk.writer.write_batch(record_batch(rows, self._schema))
+        chunk.writer.write_batch(batch)
         if self.config.fsync:
             os.fsync(chunk.file.fileno())
-        self._n["rows_flushed"] += len(rows)
+        self._n["rows_flushed"] += batch.num_rows
         self._n["flushes"] += 1
         if chunk.path.stat().st_size >= self.config.chunk_max_bytes:
             self._seal()
@@ -208,6 +237,16 @@ class ExperienceLog:
         if self.config.fsync:
             os.fsync(chunk.file.fileno())
         chunk.file.close()
+
+    def _abandon_chunk(self) -> None:
+        """After a failed write: leave the chunk unsealed (its tail may be half a batch) so
+        later rows go to a fresh chunk instead of behind bytes no reader can step over."""
+        chunk, self._chunk = self._chunk, None
+        if chunk is not None:
+            try:
+                chunk.file.close()
+            except OSError:
+                logger.exception("experience log %s: closing %s failed", self.directory, chunk.path)
 
     def _apply_retention(self) -> None:
         chunks = chunk_paths(self.directory)
