@@ -34,7 +34,7 @@ _GAPS_REMEMBERED = 64
 
 @dataclass(frozen=True)
 class PairingStats:
-    """Counters of everything the pairer saw; every step lands in exactly one outcome."""
+    """Counters of what the pairer saw, and of why anything could not be paired."""
 
     steps: int  # steps received
     transitions: int  # transitions emitted
