@@ -58,15 +58,22 @@ def observation(limits: SafetyLimits, q: np.ndarray, v: np.ndarray, size: int = 
 
 
 class PlanarArm:
-    """Two links in the x-z plane from a base at height ``base_z``; no gravity torque.
+    """Two links in the x-z plane from a base at height ``base_z``.
 
     Joint 0 pitches the first link from vertical, joint 1 the second relative to it.
+    ``gravity_nm`` scales a simple gravity torque (zero when upright).
     """
 
-    def __init__(self, lengths: tuple[float, float] = (0.4, 0.3), base_z: float = 0.1) -> None:
+    def __init__(
+        self,
+        lengths: tuple[float, float] = (0.4, 0.3),
+        base_z: float = 0.1,
+        gravity_nm: float = 0.0,
+    ) -> None:
         self.l1, self.l2 = lengths
         self.base_z = base_z
         self.radius = 0.04
+        self.gravity_nm = gravity_nm
 
     def _joints(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         base = np.array([0.0, 0.0, self.base_z])
@@ -84,7 +91,15 @@ class PlanarArm:
         return centers, np.full(len(centers), self.radius)
 
     def gravity_torque(self, q: np.ndarray) -> np.ndarray:
-        return np.zeros(2)
+        # Both links lean: the torque that holds them grows with the sine of the lean.
+        outer = np.sin(q[0] + q[1])
+        return -self.gravity_nm * np.array([np.sin(q[0]) + outer, outer])
+
+
+def planar_limits(**config: float) -> SafetyLimits:
+    return SafetyLimits.from_spec(
+        planar_spec(), LimitsConfig(**config), acceleration_per_action_rad_s2=(GAIN_HI, GAIN_HI)
+    )
 
 
 def planar_spec() -> RobotSpec:
@@ -107,13 +122,20 @@ def planar_spec() -> RobotSpec:
 
 
 def step_model(
-    limits: SafetyLimits, q: np.ndarray, v: np.ndarray, u: np.ndarray, gain: np.ndarray
+    limits: SafetyLimits,
+    q: np.ndarray,
+    v: np.ndarray,
+    u: np.ndarray,
+    gain: np.ndarray,
+    u_gravity: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One control period of the supervisor's model q̈ = gain·u (no gravity), semi-implicit.
+    """One control period of the supervisor's model q̈ = gain·(u − u_gravity), semi-implicit.
 
     ``gain`` is the robot's true acceleration per unit action, anywhere between the
-    braking deceleration and the acceleration-per-action bound the limits declare.
+    braking deceleration and the acceleration-per-action bound the limits declare;
+    ``u_gravity`` is the action that holds the robot still (zero without gravity).
     """
     dt = limits.control_period_s
-    v_next = v + gain * u.astype(np.float64) * dt
+    push = u.astype(np.float64) - (0.0 if u_gravity is None else u_gravity)
+    v_next = v + gain * push * dt
     return q + v_next * dt, v_next

@@ -35,3 +35,13 @@ def test_acceleration_per_action_bounds_the_arm_everywhere_in_its_range() -> Non
     declared = np.asarray(arm_spec().joint_acceleration_limit_rad_s2)
     assert np.all(worst > 10 * declared)
     assert np.all(bound == ARM_ACCELERATION_PER_ACTION_SCALE * declared)
+
+
+def test_default_limits_use_the_arm_preset_only_for_the_arm() -> None:
+    from safety.builders import seven_joint_spec
+    from tether.safety import SafetyLimits
+    from tether.safety.presets import default_limits
+
+    assert default_limits(arm_spec()) == arm_limits()
+    other = seven_joint_spec()
+    assert default_limits(other) == SafetyLimits.from_spec(other)

@@ -50,6 +50,10 @@ class DegradationMachine:
         self._by_kind: Counter[EventKind] = Counter()
         self._by_check: Counter[SafetyCheck] = Counter()
         self._calm_since: float | None = None
+        # Latest moments that were not calm: the last eviction from the window (the
+        # counts may have been at a threshold until then) and the last level change.
+        self._evicted_until = float("-inf")
+        self._changed_at = float("-inf")
         self._version: int | None = None
         self._history: deque[DegradationTransition] = deque(maxlen=self.config.history_size)
         self._per_version: Counter[tuple[int | None, DegradationLevel]] = Counter()
@@ -192,7 +196,8 @@ class DegradationMachine:
     def _evict(self, now: float) -> None:
         horizon = now - self.config.window_s
         while self._events and self._events[0][0] <= horizon:
-            _, kind, checks = self._events.popleft()
+            at, kind, checks = self._events.popleft()
+            self._evicted_until = at + self.config.window_s
             self._by_kind[kind] -= 1
             for c in _SINGLE_CHECKS:
                 if checks & c:
@@ -230,7 +235,9 @@ class DegradationMachine:
             self._calm_since = None
             return
         if self._calm_since is None:
-            self._calm_since = now
+            # Calm since the window last lost an event (or the level last changed), not
+            # since this call: a late poll must not lengthen the quiet period.
+            self._calm_since = min(now, max(self._evicted_until, self._changed_at))
         quiet = self.config.quiet_period_s
         # One level per quiet period; a late call catches up with the levels it missed.
         while (
@@ -261,6 +268,7 @@ class DegradationMachine:
             self._level, level, reason, at, self._version, trigger, operator
         )
         self._level = level
+        self._changed_at = at
         self._history.append(record)
         self._per_version[(self._version, level)] += 1
         fired.append(record)

@@ -115,6 +115,7 @@ class SafetyLimits:
     obstacles: tuple[Obstacle, ...] = ()
     obstacle_margin_m: float = 0.03
     command_staleness_s: float = 0.1
+    observation_dim: int = 0  # exact observation length; 0 accepts any that holds the layout
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -166,6 +167,13 @@ class SafetyLimits:
                     f"joint {name!r}: max_action_change_per_step must be at most 2 "
                     f"(the whole [-1, 1] range), got {self.max_action_change_per_step[i]}"
                 )
+        if self.observation_dim < 0 or (
+            self.observation_dim and self.observation_dim < self.min_obs_dim
+        ):
+            raise LimitsError(
+                f"SafetyLimits.observation_dim {self.observation_dim} is shorter than the "
+                f"layout needs ({self.min_obs_dim}); use the robot's obs_dim or 0"
+            )
         for f, (start, stop) in (
             ("joint_position", self.layout.joint_position),
             ("joint_velocity", self.layout.joint_velocity),
@@ -229,6 +237,7 @@ class SafetyLimits:
             obstacles=spec.obstacles,
             obstacle_margin_m=cfg.obstacle_margin_m,
             command_staleness_s=cfg.command_staleness_s,
+            observation_dim=spec.obs_dim,
         )
 
     def tightened(self, factor: float) -> SafetyLimits:
@@ -301,6 +310,8 @@ class SafetyLimits:
                     kwargs[key] = tuple(_obstacle(o) for o in value)
                 elif key == "joint_names":
                     kwargs[key] = tuple(str(v) for v in value)
+                elif key == "observation_dim":
+                    kwargs[key] = int(value)
                 elif isinstance(value, list):
                     kwargs[key] = tuple(float(v) for v in value)
                 else:

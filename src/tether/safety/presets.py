@@ -14,6 +14,7 @@ from __future__ import annotations
 from tether.safety.limits import LimitsConfig, SafetyLimits
 from tether.safety.supervisor import Supervisor, SupervisorConfig
 from tether.sim import ArmKinematics, arm_spec
+from tether.spec import RobotSpec
 
 ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
 ARM_LIMITS_CONFIG = LimitsConfig(acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE)
@@ -22,6 +23,14 @@ ARM_LIMITS_CONFIG = LimitsConfig(acceleration_per_action_scale=ARM_ACCELERATION_
 def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:
     """The built-in arm's safety limits (pass a config built from ``ARM_LIMITS_CONFIG``)."""
     return SafetyLimits.from_spec(arm_spec(), config)
+
+
+def default_limits(spec: RobotSpec) -> SafetyLimits:
+    """The limits to enforce for ``spec``: the arm's preset when ``spec`` is the built-in
+    arm (same fingerprint), else ``SafetyLimits.from_spec(spec)``."""
+    if spec.fingerprint() == arm_spec().fingerprint():
+        return arm_limits()
+    return SafetyLimits.from_spec(spec)
 
 
 def arm_supervisor(

@@ -104,6 +104,7 @@ class Supervisor:
         self._q = slice(*limits.layout.joint_position)
         self._v = slice(*limits.layout.joint_velocity)
         self._min_obs = limits.min_obs_dim
+        self._obs_dim = limits.observation_dim
         self._scale = np.asarray(limits.action_scale_nm, dtype=np.float64)
         self._zeros = np.zeros(self._n, dtype=np.float64)
         # Gravity compensation where the robot was last seen: an unreadable observation
@@ -190,6 +191,8 @@ class Supervisor:
     def _read_state(self, observation: Any) -> tuple[np.ndarray, np.ndarray] | None:
         obs = _array(observation)
         if obs is None or obs.ndim != 1 or obs.shape[0] < self._min_obs:
+            return None
+        if self._obs_dim and obs.shape[0] != self._obs_dim:
             return None
         q = obs[self._q]
         v = obs[self._v]

@@ -1,0 +1,74 @@
+"""Backups: hold damps to standstill where the arm is, brake stops fast, go_home goes home.
+
+Run in closed loop on the supervisor's model with gravity, through the supervisor (as
+in production), at the weakest and the fastest gain the limits allow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safety.builders import PlanarArm, observation, planar_limits, step_model
+from tether.safety import BackupConfig, Supervisor, SupervisorConfig
+
+LIMITS = planar_limits()
+ARM = PlanarArm(gravity_nm=3.0)
+SCALE = np.asarray(LIMITS.action_scale_nm)
+GAINS = (LIMITS.braking_deceleration_rad_s2[0], LIMITS.acceleration_per_action_rad_s2[0])
+
+
+def _run(kind: str, gain: float, q0: np.ndarray, v0: np.ndarray, steps: int) -> np.ndarray:
+    """Joint positions and velocities over time, shape (steps, 4)."""
+    supervisor = Supervisor(
+        LIMITS, kinematics=ARM, config=SupervisorConfig(backup=BackupConfig(kind=kind))
+    )
+    q, v = q0.copy(), v0.copy()
+    previous: np.ndarray | None = None
+    trace = []
+    for _ in range(steps):
+        u, _ = supervisor.backup_action(observation(LIMITS, q, v, size=10), previous)
+        previous = u
+        q, v = step_model(LIMITS, q, v, u, np.full(2, gain), ARM.gravity_torque(q) / SCALE)
+        trace.append(np.concatenate([q, v]))
+    return np.asarray(trace)
+
+
+@pytest.mark.parametrize("gain", GAINS)
+def test_hold_damps_to_standstill_near_where_the_arm_was(gain: float) -> None:
+    q0 = np.array([0.4, -0.3])
+    trace = _run("hold", gain, q0, np.array([0.3, -0.2]), steps=400)
+    q_end, v_end = trace[-1, :2], trace[-1, 2:]
+    assert np.all(np.abs(v_end) < 1e-3)
+    # It stops after a short coast, nowhere near "zero positions".
+    assert np.all(np.abs(q_end - q0) < 0.2)
+    assert np.linalg.norm(q_end) > 0.3
+
+
+@pytest.mark.parametrize("gain", GAINS)
+def test_hold_at_rest_is_exactly_gravity_compensation(gain: float) -> None:
+    q = np.array([0.4, -0.3])
+    supervisor = Supervisor(LIMITS, kinematics=ARM)
+    u, _ = supervisor.backup_action(observation(LIMITS, q, np.zeros(2), size=10))
+    np.testing.assert_allclose(u, ARM.gravity_torque(q) / SCALE, rtol=1e-5)
+    assert np.all(u != 0)
+
+
+def test_brake_stops_sooner_than_hold() -> None:
+    q0, v0 = np.array([0.0, 0.0]), np.array([1.5, -1.5])
+    gain = GAINS[0]
+
+    def steps_to_stop(kind: str) -> int:
+        speeds = np.abs(_run(kind, gain, q0, v0, steps=400)[:, 2:]).max(axis=1)
+        return int(np.argmax(speeds < 0.05))
+
+    assert 0 < steps_to_stop("brake") < steps_to_stop("hold")
+
+
+@pytest.mark.parametrize("gain", GAINS)
+def test_go_home_reaches_home_slowly(gain: float) -> None:
+    trace = _run("go_home", gain, np.array([1.2, -1.0]), np.zeros(2), steps=1500)
+    home = np.asarray(LIMITS.home_position_rad)
+    assert np.all(np.abs(trace[-1, :2] - home) < 0.02)
+    speed_cap = 0.2 * np.asarray(LIMITS.velocity_limit_rad_s)
+    assert np.all(np.abs(trace[:, 2:]) <= speed_cap + 0.05)
