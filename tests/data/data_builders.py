@@ -6,6 +6,9 @@ check from a transition alone which two steps it joined.
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 
 from tether.data import StepRecord, Transition, TransitionArrays
@@ -111,15 +114,11 @@ def produce_into_channel(channel: object, count: int, batch: int) -> None:
         accepted = channel.put_arrays(make_arrays(n, start=sent))
         sent += accepted
         if accepted < n:  # the ring is full: this test's producer waits instead of dropping
-            import time
-
             time.sleep(0.001)
     channel.close()
 
 
 def die_holding_the_channel_lock(channel: object) -> None:
     """Child-process body: a learner killed inside the channel's critical section."""
-    import os
-
     channel._lock.acquire()  # type: ignore[attr-defined]
     os._exit(0)
