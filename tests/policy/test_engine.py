@@ -206,3 +206,23 @@ def test_auto_picks_an_exact_path_and_reports_all(bundle: PolicyBundle) -> None:
     int8 = PolicyEngine(bundle, EngineConfig(auto_candidates=("int8",), auto_repeats=2))
     assert int8.execution == "eager"  # int8 is not exact, so auto refuses it
     assert not next(m for m in int8.measurements if m.kind == "int8").eligible
+
+
+def test_stochastic_rows_match_the_actor_given_the_same_noise(bundle: PolicyBundle) -> None:
+    from tether.policy.networks import gaussian_log_prob, squash_correction
+
+    obs = _obs(bundle, 40)
+    engine = PolicyEngine(bundle, EngineConfig(execution="eager", seed=21))
+    out = engine.act(obs, False)
+    noise = torch.randn((40, 3), generator=torch.Generator().manual_seed(21)).double()
+    norm = bundle.manifest.normalizer
+    x = (obs.astype(np.float64) - np.asarray(norm.mean)) / np.sqrt(
+        np.asarray(norm.var) + norm.epsilon
+    )
+    actor = bundle.build_actor().double()
+    with torch.no_grad():
+        mu, log_std = actor(torch.from_numpy(np.clip(x, -norm.clip, norm.clip)))
+        u = mu + log_std.exp() * noise
+        logp = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
+    np.testing.assert_allclose(out.actions, torch.tanh(u).numpy(), atol=5e-6)
+    np.testing.assert_allclose(out.log_probs, logp.numpy(), atol=1e-4, rtol=1e-5)

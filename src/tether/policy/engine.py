@@ -29,17 +29,12 @@ from tether.policy.errors import (
     WeightSwapError,
 )
 from tether.policy.manifest import VersionInfo
-from tether.policy.networks import actor_parameter_shapes, log_prob_terms, ordered_row_sum
+from tether.policy.networks import actor_parameter_shapes
 from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
+from tether.policy.squash import squash
 from tether.policy.tensors import StateDict, check_state, state_sha256
-from tether.policy.transforms import (
-    action_arrays,
-    normalize_observation,
-    normalizer_arrays,
-    scale_action,
-)
-from tether.policy.uniform import parallel_multiple, row_multiple
+from tether.policy.transforms import action_arrays, normalizer_arrays
 
 
 class EngineOutput(NamedTuple):
@@ -60,17 +55,12 @@ class PolicyEngine:
         self._device = _resolve_device(cfg.device)
         if torch.get_num_threads() > cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        self._par_multiple = parallel_multiple(torch.get_num_threads())
         m = bundle.manifest
-        mean, inv_std = normalizer_arrays(m.normalizer)
-        self._mean = torch.from_numpy(mean).to(self._device)
-        self._inv_std = torch.from_numpy(inv_std).to(self._device)
-        self._clip = float(m.normalizer.clip)
-        self._low_np, half_range, self._high_np = action_arrays(m.action)
-        self._low = torch.from_numpy(self._low_np).to(self._device)
-        self._high = torch.from_numpy(self._high_np).to(self._device)
-        self._half_range = torch.from_numpy(half_range).to(self._device)
-        self._generator = torch.Generator(device=self._device)
+        self._mean, self._inv_std = normalizer_arrays(m.normalizer)
+        self._clip = np.float32(m.normalizer.clip)
+        self._low, self._half_range, self._high = action_arrays(m.action)
+        # The sampling generator lives on the host: squash() runs there for every device.
+        self._generator = torch.Generator()
         if cfg.seed is None:
             self._generator.seed()
         else:
@@ -81,7 +71,7 @@ class PolicyEngine:
         self._pinned_out: torch.Tensor | None = None
         if self._device.type == "cuda":
             self._pinned_in = torch.empty((padded_max, self._arch.obs_dim), pin_memory=True)
-            self._pinned_out = torch.empty((padded_max, self._arch.act_dim + 1), pin_memory=True)
+            self._pinned_out = torch.empty((padded_max, 2 * self._arch.act_dim), pin_memory=True)
         self._measurements: tuple[PathMeasurement, ...] = ()
         kind: PathKind
         if cfg.execution == "auto":
@@ -122,11 +112,11 @@ class PolicyEngine:
 
     @property
     def action_low(self) -> np.ndarray:
-        return self._low_np.copy()
+        return self._low.copy()
 
     @property
     def action_high(self) -> np.ndarray:
-        return self._high_np.copy()
+        return self._high.copy()
 
     @property
     def execution(self) -> PathKind:
@@ -159,29 +149,16 @@ class PolicyEngine:
     ) -> tuple[np.ndarray, np.ndarray]:
         """One unchecked pass of ``observations`` through ``path`` (callers hold the lock)."""
         n = observations.shape[0]
-        x = self._to_device(observations)
-        x = normalize_observation(x, self._mean, self._inv_std, self._clip)
-        pad = _padded(n, self._config.row_block) - n
-        if pad:
-            x = torch.cat([x, x.new_zeros((pad, x.shape[1]))])
-        mu, log_std = path(x)
-        # Squash and log-prob run on a row count whose element count is a SIMD multiple, so
-        # exp/tanh/softplus give each row the same bits at any batch size (see uniform.py).
-        rows = _padded(n, row_multiple(n * self.act_dim, self._par_multiple))
-        mu, log_std = _exactly_rows(mu, rows), _exactly_rows(log_std, rows)
-        if isinstance(deterministic, bool) and deterministic:
-            u = mu
-        else:
-            noise = torch.randn(
-                (n, self.act_dim), generator=self._generator, dtype=mu.dtype, device=mu.device
-            )
-            u = mu + log_std.exp() * _exactly_rows(noise, rows)
+        x = np.zeros((_padded(n, self._config.row_block), self.obs_dim), dtype=np.float32)
+        np.clip((observations - self._mean) * self._inv_std, -self._clip, self._clip, out=x[:n])
+        mu, log_std = path(self._to_device(x))
+        mu_np, log_std_np = self._to_host(mu, log_std)
+        noise: np.ndarray | None = None
+        if not (isinstance(deterministic, bool) and deterministic):
+            noise = torch.randn((n, self.act_dim), generator=self._generator).numpy()
             if not isinstance(deterministic, bool):
-                mask = _exactly_rows(torch.from_numpy(deterministic).to(mu.device)[:, None], rows)
-                u = torch.where(mask, mu, u)
-        log_prob = ordered_row_sum(log_prob_terms(u, mu, log_std))[:n]
-        actions = scale_action(torch.tanh(u[:n]), self._low, self._half_range, self._high)
-        return self._to_host(actions, log_prob)
+                noise[deterministic] = 0.0
+        return squash(mu_np, log_std_np, noise, n, self._low, self._half_range, self._high)
 
     def swap_weights(self, version: VersionInfo, actor_state: StateDict) -> None:
         """Serve ``actor_state`` as ``version`` from the next ``act()``; validated first."""
@@ -252,33 +229,24 @@ class PolicyEngine:
             f"deterministic must be a bool or a bool array of shape ({n},), got {shown} {dtype}"
         )
 
-    def _to_device(self, observations: np.ndarray) -> torch.Tensor:
-        host = torch.from_numpy(np.ascontiguousarray(observations))
+    def _to_device(self, x: np.ndarray) -> torch.Tensor:
+        host = torch.from_numpy(x)
         if self._pinned_in is None:
             return host
         staging = self._pinned_in[: host.shape[0]]
         staging.copy_(host)
         return staging.to(self._device, non_blocking=True)
 
-    def _to_host(
-        self, actions: torch.Tensor, log_prob: torch.Tensor
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _to_host(self, mu: torch.Tensor, log_std: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         if self._pinned_out is None:
-            return actions.numpy().copy(), log_prob.numpy().copy()
-        n = actions.shape[0]
-        out = self._pinned_out[:n]
-        out[:, : self.act_dim].copy_(actions, non_blocking=True)
-        out[:, self.act_dim].copy_(log_prob, non_blocking=True)
+            return mu.numpy(), log_std.numpy()
+        rows, act = mu.shape
+        out = self._pinned_out[:rows]
+        out[:, :act].copy_(mu, non_blocking=True)
+        out[:, act:].copy_(log_std, non_blocking=True)
         torch.cuda.current_stream(self._device).synchronize()
         host = out.numpy()
-        return host[:, : self.act_dim].copy(), host[:, self.act_dim].copy()
-
-
-def _exactly_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
-    """``t`` cut or zero-padded to ``rows`` rows, contiguous."""
-    if t.shape[0] >= rows:
-        return t[:rows].contiguous()
-    return torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])
+        return host[:, :act], host[:, act:]
 
 
 def _padded(n: int, block: int) -> int:
