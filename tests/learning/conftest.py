@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,16 @@ def small_bundle(tmp_path: Path) -> PolicyBundle:
     return init_bundle(tmp_path / "bundle", arm_spec(), hidden_sizes=(16, 16), with_training=True)
 
 
-def traffic(bundle: PolicyBundle, n: int, seed: int = 0) -> TransitionArrays:
+Traffic = Callable[..., TransitionArrays]
+
+
+@pytest.fixture
+def traffic() -> Traffic:
+    """``traffic(bundle, n, seed=0)``: fake arm transitions (see :func:`make_traffic`)."""
+    return make_traffic
+
+
+def make_traffic(bundle: PolicyBundle, n: int, seed: int = 0) -> TransitionArrays:
     """``n`` transitions of raw (unnormalized) arm observations and random actions."""
     arch = bundle.architecture
     rows = TransitionArrays.empty(n, arch.obs_dim, arch.act_dim)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from conftest import traffic
 
 from tether.data.channel import ChannelConfig, TransitionChannel
+from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
@@ -16,6 +17,8 @@ from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
+
+Traffic = Callable[..., TransitionArrays]
 
 
 def config(**overrides: object) -> LearnerConfig:
@@ -43,7 +46,7 @@ def make(
 
 
 def test_updates_start_once_a_mini_batch_is_buffered_and_follow_the_ratio(
-    small_bundle: PolicyBundle,
+    small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
     learner, channel, weights = make(small_bundle, config(updates_per_transition=0.5))
     try:
@@ -66,7 +69,9 @@ def test_updates_start_once_a_mini_batch_is_buffered_and_follow_the_ratio(
         weights.close()
 
 
-def test_restricted_trains_without_publishing_and_paused_stops(small_bundle: PolicyBundle) -> None:
+def test_restricted_trains_without_publishing_and_paused_stops(
+    small_bundle: PolicyBundle, traffic: Traffic
+) -> None:
     learner, channel, weights = make(small_bundle, config(updates_per_transition=1.0))
     try:
         weights.set_degradation_level(DegradationLevel.RESTRICTED)
@@ -97,7 +102,9 @@ def test_restricted_trains_without_publishing_and_paused_stops(small_bundle: Pol
         weights.close()
 
 
-def test_learner_trains_on_the_bundle_normalized_observations(small_bundle: PolicyBundle) -> None:
+def test_learner_trains_on_the_bundle_normalized_observations(
+    small_bundle: PolicyBundle, traffic: Traffic
+) -> None:
     learner, channel, weights = make(small_bundle, config())
     try:
         rows = traffic(small_bundle, 40)
@@ -120,7 +127,7 @@ def test_learner_trains_on_the_bundle_normalized_observations(small_bundle: Poli
 
 
 def test_fine_tuning_starts_from_the_bundle_critics_and_freezes_the_trunk(
-    small_bundle: PolicyBundle,
+    small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
     learner, channel, weights = make(
         small_bundle, config(fine_tune=True, updates_per_transition=1.0)
@@ -142,7 +149,9 @@ def test_fine_tuning_starts_from_the_bundle_critics_and_freezes_the_trunk(
         weights.close()
 
 
-def test_a_restarted_learner_continues_the_published_lineage(small_bundle: PolicyBundle) -> None:
+def test_a_restarted_learner_continues_the_published_lineage(
+    small_bundle: PolicyBundle, traffic: Traffic
+) -> None:
     """Publications made after the last checkpoint keep their ids: the learner builds on them."""
     arch = small_bundle.architecture
     channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096))

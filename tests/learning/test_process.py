@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import traffic
-
 from tether.data.channel import ChannelConfig, TransitionChannel
+from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import learner_placement
@@ -18,6 +17,8 @@ from tether.learning.process import LearnerEventKind, LearnerSupervisor
 from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
+
+Traffic = Callable[..., TransitionArrays]
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -28,7 +29,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 
 def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_served(
-    small_bundle: PolicyBundle, tmp_path: Path
+    small_bundle: PolicyBundle, tmp_path: Path, traffic: Traffic
 ) -> None:
     arch = small_bundle.architecture
     config = LearnerConfig(

@@ -1,1 +1,71 @@
-"""tether.learning (see docs/architecture.md)."""
+"""tether.learning: SAC, the learner process, what gets deployed, and pretraining.
+
+- the algorithm: :class:`SAC` (``update(batch) -> TrainingStats``, ``actor_state()``,
+  ``load_actor_state()``), configured by :class:`SACConfig`;
+- the learner: :class:`Learner` (the loop), :class:`LearnerSupervisor` (its own process,
+  restarted from :func:`save_checkpoint` checkpoints), :class:`LearnerConfig`,
+  :func:`learner_placement`;
+- deployment: :class:`PublicationConfig`, :class:`TrustRegion`, :func:`polyak_blend`;
+- pretraining: :func:`pretrain`, :class:`PretrainConfig`, :func:`evaluate_actor`.
+
+See docs/learning.md.
+"""
+
+from tether.learning.checkpoint import LearnerProgress, restore_checkpoint, save_checkpoint
+from tether.learning.config import SACConfig
+from tether.learning.errors import CheckpointError, LearnerProcessError, LearningError
+from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
+from tether.learning.learner import Learner, LearnerCounters
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.placement import LearnerPlacement, learner_placement
+from tether.learning.pretrain import PretrainConfig, PretrainResult, pretrain
+from tether.learning.process import (
+    LearnerEvent,
+    LearnerEventKind,
+    LearnerSupervisor,
+)
+from tether.learning.publication import (
+    PolicyDistance,
+    PublicationConfig,
+    PublishOutcome,
+    RecentStates,
+    TrustRegion,
+    TrustRegionDecision,
+    gaussian_kl,
+    polyak_blend,
+)
+from tether.learning.sac import SAC, TrainingStats
+
+__all__ = [
+    "SAC",
+    "CheckpointError",
+    "EvaluationResult",
+    "Learner",
+    "LearnerConfig",
+    "LearnerCounters",
+    "LearnerEvent",
+    "LearnerEventKind",
+    "LearnerPlacement",
+    "LearnerProcessError",
+    "LearnerProgress",
+    "LearnerSupervisor",
+    "LearningError",
+    "ObservationNormalizer",
+    "PolicyDistance",
+    "PretrainConfig",
+    "PretrainResult",
+    "PublicationConfig",
+    "PublishOutcome",
+    "RecentStates",
+    "SACConfig",
+    "TrainingStats",
+    "TrustRegion",
+    "TrustRegionDecision",
+    "evaluate_actor",
+    "gaussian_kl",
+    "learner_placement",
+    "polyak_blend",
+    "pretrain",
+    "restore_checkpoint",
+    "save_checkpoint",
+]

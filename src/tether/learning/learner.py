@@ -37,13 +37,13 @@ from tether.learning.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
+from tether.learning.evaluation import ObservationNormalizer
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.learning.sac import SAC
 from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import TwinCritic
 from tether.policy.shared_weights import SharedWeights
-from tether.policy.transforms import normalize_observation
 from tether.safety.levels import DegradationLevel
 
 logger = logging.getLogger(__name__)
@@ -134,10 +134,7 @@ class Learner:
         self._set("publications", self.progress.publications)
         self._set("deployed_version", self.progress.deployed_version)
 
-        norm = bundle.manifest.normalizer
-        self._mean = torch.tensor(norm.mean, dtype=torch.float32)
-        self._inv_std = torch.rsqrt(torch.tensor(norm.var, dtype=torch.float32) + norm.epsilon)
-        self._clip = norm.clip
+        self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
         self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
         self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
         self.trust_region = TrustRegion(self.sac.actor, config.publication)
@@ -168,10 +165,6 @@ class Learner:
         return LearnerCounters(*(int(v) for v in self._counters))
 
     # --- the loop ---------------------------------------------------------------------
-
-    def normalize(self, observations: np.ndarray) -> np.ndarray:
-        obs = torch.from_numpy(np.ascontiguousarray(observations, dtype=np.float32))
-        return normalize_observation(obs, self._mean, self._inv_std, self._clip).numpy()
 
     def ingest(self, rows: TransitionArrays) -> None:
         """Normalize and store transitions from the channel."""
