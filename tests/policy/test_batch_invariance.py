@@ -110,3 +110,31 @@ def test_two_threads_stay_batch_invariant(bundle: PolicyBundle) -> None:
             )
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("scripted", [False, True])
+def test_per_block_gemm_used_on_cuda_matches_batched_blocks(
+    bundle: PolicyBundle, scripted: bool
+) -> None:
+    """The CUDA forward (one GEMM per block) computes what the CPU one does, run here on CPU."""
+    from tether.policy.paths import BlockActor, _jit_module
+
+    def block(per_block: bool) -> torch.nn.Module:
+        m = BlockActor(
+            bundle.architecture,
+            bundle.actor_state,
+            row_block=8,
+            device=torch.device("cpu"),
+            per_block_gemm=per_block,
+            num_threads=1,
+        ).eval()
+        return _jit_module(m) if scripted else m
+
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal((64, 12)).astype(np.float32))
+    with torch.inference_mode():
+        mu_loop, ls_loop = block(True)(x)
+        mu_bmm, ls_bmm = block(False)(x)
+        mu_one, _ = block(True)(x[:8])
+    np.testing.assert_allclose(mu_loop.numpy(), mu_bmm.numpy(), atol=1e-6)
+    np.testing.assert_allclose(ls_loop.numpy(), ls_bmm.numpy(), atol=1e-6)
+    assert torch.equal(mu_one, mu_loop[:8])

@@ -128,6 +128,11 @@ class PolicyEngine:
         return self._device
 
     @property
+    def pinned_host_buffers(self) -> bool:
+        """Whether observations and results are staged in pinned host memory (CUDA only)."""
+        return self._pinned_in is not None and bool(self._pinned_in.is_pinned())
+
+    @property
     def measurements(self) -> tuple[PathMeasurement, ...]:
         """What 'auto' measured at construction (empty if the path was configured)."""
         return self._measurements
