@@ -146,11 +146,11 @@ class PromotionController:
         return self._finish(verdict.candidate, promoted=verdict.passed)
 
     def wait_shadow(self, timeout_s: float) -> None:
-        """Block until the shadow thread has finished (tests and orderly shutdown)."""
+        """Block until the shadow thread has worked off every batch offered so far."""
         with self._lock:
             runner = self._shadow
         if runner is not None:
-            runner.join(timeout_s)
+            runner.wait_idle(timeout_s)
 
     def _on_shadow_verdict(self, verdict: StageVerdict) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -191,22 +192,43 @@ class ShadowRunner:
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every queued batch is processed (or the stage ended); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(remaining)
+        return True
+
     def stop(self, timeout_s: float = 5.0) -> None:
-        # Make room for the sentinel: pending work of a stopped stage is worthless.
+        self._discard_pending()
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    def _discard_pending(self) -> None:
+        # Pending work of a finished or stopped stage is worthless; mark it done so
+        # wait_idle() returns and there is room for the stop sentinel.
         while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
-                break
-        self._queue.put(None)
-        self._thread.join(timeout_s)
+                return
+            self._queue.task_done()
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is None or self.evaluator.done:
-                return
-            verdict = self.evaluator.observe(*item)
-            if verdict is not None:
-                self._on_verdict(verdict)
-                return
+            try:
+                if item is None or self.evaluator.done:
+                    return
+                verdict = self.evaluator.observe(*item)
+                if verdict is not None:
+                    self._on_verdict(verdict)
+                    return
+            finally:
+                self._queue.task_done()
+                if item is None or self.evaluator.done:
+                    self._discard_pending()

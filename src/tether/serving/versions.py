@@ -1,0 +1,192 @@
+"""Policy versions in one object: what the server calls to route, feed the gate and roll back.
+
+``PolicyVersions`` assembles the registry, the router, the server-side gate and the
+rollback monitor from one :class:`VersionsConfig`, and offers the server exactly the
+calls it makes at each point of a control step:
+
+- ``engine_for(pinned)`` / ``live_engine()`` — the ``ModelSource`` interface of
+  ``tether.serving.holder`` (client pins may name live or retired versions only);
+- ``route(session_id, episode_id)`` then ``engine_for_route(decision)`` — the operator's
+  A/B split and the canary share (canary steps use tightened limits: ``decision.tightened``);
+- ``on_batch`` after a live batch (feeds the shadow stage), ``on_step`` after the
+  supervisor (per-version counts), ``on_episode`` at an episode's end (canary and
+  rollback);
+- ``submit_candidate`` when the learner publishes, ``load``/``reload`` for bundles.
+
+Invariant: nothing here runs long on the caller's thread — shadow inference has its own
+thread, bundle loading is for worker threads (the admin service and SIGHUP use them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.safety.degradation import DegradationMachine
+from tether.safety.verdict import ActionSource, SafetyVerdict
+from tether.serving.admin import AdminServicer
+from tether.serving.admin_auth import AdminAuth
+from tether.serving.gate_records import EpisodeOutcome, StageVerdict
+from tether.serving.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
+from tether.serving.promotion import PromotionConfig, PromotionController
+from tether.serving.registry import LiveChange, ModelRegistry, VersionRecord, VersionSource
+from tether.serving.rollback import RollbackConfig, RollbackMonitor
+from tether.serving.rollout import Role, RouteDecision, TrafficRouter
+from tether.serving.shadow import Supervises
+
+
+class VersionsConfig(BaseModel):
+    """Versions, gate and rollback of one server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_dir: Path | None = Field(
+        None, description="Directory of bundles that Reload and SIGHUP re-read (path)"
+    )
+    reload_makes_live: bool = Field(
+        False,
+        description="A reload promotes new bundles at once instead of registering them as "
+        "candidates for the gate (flag)",
+    )
+    admin_tokens_file: Path | None = Field(
+        None,
+        description="Admin token file, one '<viewer|operator> <name> <token>' per line; "
+        "None disables AdminService (path)",
+    )
+    max_sticky_sessions: int = Field(
+        65536, ge=1, description="Sessions whose A/B assignment is remembered (sessions)"
+    )
+    promotion: PromotionConfig = Field(
+        default_factory=PromotionConfig,
+        description="Shadow and canary stages",
+    )
+    rollback: RollbackConfig = Field(
+        default_factory=RollbackConfig,  # type: ignore[arg-type]
+        description="Automatic rollback",
+    )
+
+
+class PolicyVersions:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: VersionsConfig,
+        *,
+        engine_factory: EngineFactory,
+        shadow_supervisor: Supervises,
+        degradation: DegradationMachine | None = None,
+    ) -> None:
+        self.config = config
+        self._engine_factory = engine_factory
+        self._degradation = degradation
+        self.registry: ModelRegistry[Any] = ModelRegistry()
+        self.router = TrafficRouter(self.registry, max_sessions=config.max_sticky_sessions)
+        self.promotion = PromotionController(
+            self.registry, self.router, shadow_supervisor, config.promotion
+        )
+        self.rollback = RollbackMonitor(self.registry, config.rollback)
+        if degradation is not None:
+            self.registry.add_listener(lambda c: degradation.set_policy_version(c.current.id))
+
+    # ----------------------------------------------------------------- ModelSource
+
+    def engine_for(self, pinned_version: int | None) -> Any:
+        return self.registry.engine_for(pinned_version)
+
+    def live_engine(self) -> Any:
+        return self.registry.live_engine()
+
+    # ----------------------------------------------------------------- routing
+
+    def route(self, session_id: str, episode_id: str) -> RouteDecision:
+        return self.router.route(session_id, episode_id)
+
+    def engine_for_route(self, decision: RouteDecision) -> Any:
+        """The engine a routed step runs on; the canary is reachable only this way."""
+        if decision.role is Role.CANARY and decision.version is not None:
+            return self.registry.engine(decision.version)
+        return self.registry.engine_for(decision.version)
+
+    def end_session(self, session_id: str) -> None:
+        self.router.forget(session_id)
+
+    # ----------------------------------------------------------------- observations
+
+    def on_batch(
+        self,
+        version: int,
+        observations: np.ndarray,
+        proposed_actions: np.ndarray,
+        previous_actions: np.ndarray | None = None,
+    ) -> None:
+        """A batch served by ``version``: live batches feed the shadow stage."""
+        live = self.registry.live()
+        if live is not None and live.id == version:
+            self.promotion.on_batch(observations, proposed_actions, previous_actions)
+
+    def on_step(self, version: int, verdict: SafetyVerdict) -> None:
+        """One supervised step served by ``version`` (per-version intervention counts)."""
+        self.registry.record_step(
+            version,
+            checks=verdict.checks,
+            intervened=verdict.intervened,
+            backup=verdict.source is ActionSource.BACKUP,
+        )
+
+    def on_episode(self, outcome: EpisodeOutcome) -> None:
+        """A finished episode: per-version numbers, the canary stage, the rollback monitor."""
+        self.registry.record_episode(
+            outcome.version, episode_return=outcome.episode_return, success=outcome.success
+        )
+        self.promotion.on_episode(outcome)
+        self.rollback.add(outcome)
+
+    # ----------------------------------------------------------------- versions
+
+    def submit_candidate(self, engine: Any, prior: Sequence[StageVerdict] = ()) -> VersionRecord:
+        """A version the learner published (with its offline/simulation verdicts) enters the gate."""
+        record = self.registry.register(engine, source=VersionSource.LEARNER)
+        if self.registry.live() is not None and record.state.value == "candidate":
+            self.promotion.submit(record.id, prior)
+        return self.registry.get(record.id)
+
+    def load(self, path: Path, *, make_live: bool = False) -> VersionRecord:
+        """Verify and register a bundle (call from a worker thread: it builds an engine)."""
+        return load_into(self.registry, path, self._engine_factory, make_live=make_live)
+
+    def reload(self) -> ReloadResult:
+        """Re-read the model directory (call from a worker thread; SIGHUP does)."""
+        if self.config.model_dir is None:
+            return ReloadResult((), (), ())
+        return reload_model_dir(
+            self.registry,
+            self.config.model_dir,
+            self._engine_factory,
+            make_live=self.config.reload_makes_live,
+        )
+
+    def add_live_listener(self, listener: Callable[[LiveChange], None]) -> None:
+        """Called after every promotion or rollback: how the learner learns what is live."""
+        self.registry.add_listener(listener)
+
+    def admin_servicer(self, auth: AdminAuth | None = None) -> AdminServicer | None:
+        """The AdminService over these versions, or None when no token file is configured."""
+        if auth is None:
+            if self.config.admin_tokens_file is None:
+                return None
+            auth = AdminAuth.from_file(self.config.admin_tokens_file)
+        return AdminServicer(
+            registry=self.registry,
+            router=self.router,
+            auth=auth,
+            engine_factory=self._engine_factory,
+            model_dir=self.config.model_dir,
+            reload_makes_live=self.config.reload_makes_live,
+            promotion=self.promotion,
+            degradation=self._degradation,
+        )
