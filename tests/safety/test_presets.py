@@ -5,7 +5,9 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from tether.safety.presets import ARM_ACCELERATION_PER_ACTION_SCALE, arm_limits
+from safety.builders import seven_joint_spec
+from tether.safety import SafetyLimits
+from tether.safety.presets import ARM_ACCELERATION_PER_ACTION_SCALE, arm_limits, default_limits
 from tether.sim import arm_spec
 from tether.sim.geometry import ARM
 from tether.sim.mjcf import build_model
@@ -38,9 +40,6 @@ def test_acceleration_per_action_bounds_the_arm_everywhere_in_its_range() -> Non
 
 
 def test_default_limits_use_the_arm_preset_only_for_the_arm() -> None:
-    from safety.builders import seven_joint_spec
-    from tether.safety import SafetyLimits
-    from tether.safety.presets import default_limits
 
     assert default_limits(arm_spec()) == arm_limits()
     other = seven_joint_spec()

@@ -42,8 +42,11 @@ class Clearance:
         best = np.inf
         if self._sphere_r.size:
             diff = centers[:, None, :] - self._sphere_c[None, :, :]
-            dist = np.sqrt(np.einsum("kmj,kmj->km", diff, diff))
-            best = float(np.min(dist - radii[:, None] - self._sphere_r[None, :]))
+            diff *= diff
+            dist = np.sqrt(diff.sum(axis=2))
+            dist -= radii[:, None]
+            dist -= self._sphere_r[None, :]
+            best = float(dist.min())
         if self._box_lo.shape[0]:
             # Signed distance to an axis-aligned box: outside part + (negative) inside part.
             d = np.maximum(
@@ -59,5 +62,5 @@ class Clearance:
         """Distance of ``point`` inside the workspace box minus the margin (m); +inf without one."""
         if self._ws_lo is None or self._ws_hi is None:
             return float(np.inf)
-        inner = min(float(np.min(point - self._ws_lo)), float(np.min(self._ws_hi - point)))
-        return inner - self._ws_margin
+        inner = min(*(point - self._ws_lo).tolist(), *(self._ws_hi - point).tolist())
+        return float(inner) - self._ws_margin

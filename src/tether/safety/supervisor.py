@@ -218,16 +218,15 @@ class Supervisor:
         ):
             return u32, 0
         u = u32.astype(np.float64)
-        below = u < b.lo
-        above = u > b.hi
         checks = _fired(u, b)
         base = np.minimum(np.maximum(u_g if prev is None else prev, b.inner_lo), b.inner_hi)
-        # Largest alpha with base + alpha (u - base) inside every joint's interval.
+        # Largest alpha with base + alpha (u - base) inside every joint's interval; only
+        # joints outside their interval limit it (and there step != 0).
         step = u - base
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alpha_hi = np.where(above, (b.inner_hi - base) / step, 1.0)
-            alpha_lo = np.where(below, (b.inner_lo - base) / step, 1.0)
-        alpha = float(np.min(np.minimum(alpha_hi, alpha_lo)))
+        alpha_each = np.ones_like(u)
+        np.divide(b.inner_hi - base, step, out=alpha_each, where=u > b.hi)
+        np.divide(b.inner_lo - base, step, out=alpha_each, where=u < b.lo)
+        alpha = min(alpha_each.tolist())
         out = base + alpha * step if alpha >= self.config.uniform_scale_floor else u
         return _place(out, b), checks
 
@@ -269,8 +268,8 @@ class Supervisor:
                 return PASSED
             return SafetyVerdict(ActionSource.POLICY, SafetyCheck(checks), 0.0, ())
         diff = out.astype(np.float64) - proposed.astype(np.float64)
-        joints = tuple(int(i) for i in np.flatnonzero(diff))
-        norm = float(np.linalg.norm(diff))
+        joints = tuple(i for i, d in enumerate(diff.tolist()) if d)
+        norm = math.sqrt(float(diff @ diff))
         return SafetyVerdict(ActionSource.CLIPPED, SafetyCheck(checks), norm, joints)
 
 

@@ -1,0 +1,154 @@
+"""Supervisor cost per action: a 7-joint synthetic robot and the built-in MuJoCo arm.
+
+Target (issue 4): tens of microseconds per action for a 7-joint spec. Cases: an action
+already inside every limit (the common case, returned untouched), random actions that
+need correcting, NaN actions replaced by the backup, and the built-in arm with its
+MuJoCo kinematics (gravity, obstacle and workspace checks). Every figure comes from one
+run of this script:
+
+    python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import timeit
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from tether.safety import LimitsConfig, SafetyLimits, Supervisor
+from tether.safety.presets import arm_supervisor
+from tether.sim import ArmKinematics, arm_spec
+from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
+
+
+def panda_like_spec() -> RobotSpec:
+    """A 7-joint arm with Franka-Panda-like published limits."""
+    n = 7
+    names = tuple(f"q{i}" for i in range(n)) + tuple(f"qd{i}" for i in range(n))
+    names += ("ee_x", "ee_y", "ee_z", "target_x", "target_y", "target_z")
+    return RobotSpec(
+        name="panda-like-7",
+        joint_names=tuple(f"panda_joint{i + 1}" for i in range(n)),
+        control_period_s=0.001,
+        observation_names=names,
+        layout=ObservationLayout((0, n), (n, 2 * n), (2 * n, 2 * n + 3), (2 * n + 3, 2 * n + 6)),
+        joint_position_low_rad=(-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973),
+        joint_position_high_rad=(2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973),
+        joint_velocity_limit_rad_s=(2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61),
+        joint_acceleration_limit_rad_s2=(15.0, 7.5, 10.0, 12.5, 15.0, 20.0, 20.0),
+        torque_limit_nm=(87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0),
+        home_position_rad=(0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785),
+        workspace=Box((-0.9, -0.9, 0.0), (0.9, 0.9, 1.2)),
+        obstacles=(Sphere((0.5, 0.0, 0.3), 0.1),),
+    )
+
+
+def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """Best of ``repeats`` runs of ``calls`` calls, in microseconds per call (the least
+    disturbed run on a shared machine)."""
+    return min(timeit.repeat(fn, number=calls, repeat=repeats)) / calls * 1e6
+
+
+def cycling(
+    items: list[tuple[np.ndarray, np.ndarray]], supervisor: Supervisor
+) -> Callable[[], None]:
+    """A call that filters the next (observation, action) pair each time."""
+    index = [0]
+
+    def call() -> None:
+        i = index[0]
+        obs, action = items[i]
+        supervisor.filter(obs, action, None)
+        index[0] = (i + 1) % len(items)
+
+    return call
+
+
+def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list[np.ndarray]:
+    low = np.asarray(spec.joint_position_low_rad)
+    high = np.asarray(spec.joint_position_high_rad)
+    vmax = np.asarray(spec.joint_velocity_limit_rad_s)
+    out = []
+    for _ in range(count):
+        obs = np.zeros(spec.obs_dim, dtype=np.float32)
+        obs[slice(*spec.layout.joint_position)] = rng.uniform(low, high)
+        obs[slice(*spec.layout.joint_velocity)] = rng.uniform(-0.5, 0.5) * vmax
+        out.append(obs)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5000, help="filter calls per timed run")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs; the best is kept")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+
+    spec7 = panda_like_spec()
+    # The joint checks only (no kinematics given): what any 7-joint robot pays.
+    sup7 = Supervisor(
+        SafetyLimits.from_spec(spec7, LimitsConfig(acceleration_per_action_scale=10.0))
+    )
+    home = np.zeros(spec7.obs_dim, dtype=np.float32)
+    home[:7] = spec7.home_position_rad
+    inside = np.full(7, 0.01, dtype=np.float32)
+    assert sup7.filter(home, inside)[1].source == "policy"
+    states7 = random_states(spec7, rng, 256)
+    random7 = [(s, rng.uniform(-1, 1, 7).astype(np.float32)) for s in states7]
+    corrected = sum(sup7.filter(o, a)[1].source != "policy" for o, a in random7) / len(random7)
+    nan = np.full(7, np.nan, dtype=np.float32)
+
+    arm = arm_spec()
+    sup_arm = arm_supervisor()
+    kin = ArmKinematics(arm)
+    states_arm = random_states(arm, rng, 256)
+    random_arm = [(s, rng.uniform(-1, 1, 4).astype(np.float32)) for s in states_arm]
+    q_arm = states_arm[0][:4].astype(np.float64)
+    a = np.ones(7)
+
+    c, r = args.calls, args.repeats
+    rows = [
+        (
+            "7-joint, action inside every limit",
+            per_call_us(lambda: sup7.filter(home, inside), c, r),
+        ),
+        (
+            f"7-joint, random action ({corrected:.0%} corrected)",
+            per_call_us(cycling(random7, sup7), c, r),
+        ),
+        ("7-joint, NaN action -> backup", per_call_us(lambda: sup7.filter(home, nan), c, r)),
+        (
+            "built-in arm (4 joints + MuJoCo kinematics), random action",
+            per_call_us(cycling(random_arm, sup_arm), c, r),
+        ),
+        (
+            "  of which kinematics: gravity + end effector + spheres",
+            per_call_us(
+                lambda: (
+                    kin.gravity_torque(q_arm),
+                    kin.end_effector(q_arm),
+                    kin.collision_spheres(q_arm),
+                ),
+                c,
+                r,
+            ),
+        ),
+        ("reference: numpy add of two 7-vectors", per_call_us(lambda: a + a, c, r)),
+    ]
+    print(
+        f"machine: {platform.machine()}, nproc {os.cpu_count()}, python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {torch.__version__}"
+    )
+    print("| case | µs per action |")
+    print("|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
