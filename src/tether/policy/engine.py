@@ -92,6 +92,8 @@ class PolicyEngine:
     # -- what the engine serves -------------------------------------------------------
     @property
     def bundle(self) -> PolicyBundle:
+        """The bundle the engine was built from (specs, normalizer, bounds); see ``version``
+        for the weights served now."""
         return self._bundle
 
     @property

@@ -214,6 +214,7 @@ class _NumpyPath:
             for w, b in _layers(arch, state)
         ]
         self._act = _NP_ACTIVATIONS[arch.activation]
+        self._exact_activation = arch.activation == "relu"
         self._act_dim = arch.act_dim
         self._row_block = row_block
 
@@ -224,11 +225,11 @@ class _NumpyPath:
             h = h @ w_t
             h += b
             if i < last:
-                h = apply_uniform_np(self._act, h)
-        out = torch.from_numpy(np.ascontiguousarray(h.reshape(-1, 2 * self._act_dim)))
-        mu = out[:, : self._act_dim]
-        log_std = torch.clamp(out[:, self._act_dim :], LOG_STD_MIN, LOG_STD_MAX)
-        return mu, log_std
+                h = self._act(h) if self._exact_activation else apply_uniform_np(self._act, h)
+        out = h.reshape(-1, 2 * self._act_dim)
+        log_std = out[:, self._act_dim :]
+        np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX, out=log_std)
+        return torch.from_numpy(out[:, : self._act_dim]), torch.from_numpy(log_std)
 
 
 def build_path(
