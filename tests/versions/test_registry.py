@@ -223,3 +223,22 @@ def test_swaps_under_load_happen_between_batches(
     assert errors == []
     assert seen >= {2, 3}
     assert batches[0] >= 120
+
+
+def test_version_metrics_are_exported_with_a_version_label(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tether.serving.version_metrics import VersionCollector
+
+    reg = _registry(base_bundle, tmp_path, 2)
+    reg.record_step(1, checks=SafetyCheck.RATE, intervened=True, backup=False)
+    reg.record_episode(1, episode_return=-12.5, success=True)
+    prom = CollectorRegistry()
+    prom.register(VersionCollector(reg))
+    text = generate_latest(prom).decode()
+    assert 'tether_version_info{name="init-seed0",state="live",version="1"} 1.0' in text
+    assert 'tether_version_info{name="v2",state="candidate",version="2"} 1.0' in text
+    assert 'tether_version_interventions_total{check="RATE",version="1"} 1.0' in text
+    assert 'tether_version_mean_return{version="1"} -12.5' in text

@@ -13,7 +13,7 @@ from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
 from tether.serving.canary import CanaryConfig, CanaryEvaluator
 from tether.serving.gate_records import EpisodeOutcome, GateStage
-from tether.serving.registry import ModelRegistry, VersionSource, VersionState
+from tether.serving.registry import LiveChange, ModelRegistry, VersionSource, VersionState
 from tether.serving.rollback import RollbackConfig, RollbackEvent, RollbackMonitor
 from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 from tether.spec import RobotSpec
@@ -169,6 +169,8 @@ def test_sustained_degradation_rolls_back_to_last_known_good(
     reg = _live_with_lkg(base_bundle, tmp_path)
     cfg = RollbackConfig(window_episodes=20, min_episodes=8, sustain_episodes=4)
     monitor = RollbackMonitor(reg, cfg)
+    told_learner: list[LiveChange] = []
+    reg.add_listener(told_learner.append)
     events: list[RollbackEvent] = []
     monitor.add_listener(events.append)
     for o in outcomes(1, 20, mean_return=-50, success=0.7, rate=0.01, seed=3):
@@ -192,6 +194,8 @@ def test_sustained_degradation_rolls_back_to_last_known_good(
     assert live is not None
     assert live.id == 1
     assert reg.get(2).state is VersionState.REJECTED
+    assert told_learner[-1].kind == "rollback"
+    assert told_learner[-1].current.id == 1  # which weights are live now
     assert any(not m.passed for m in fired.measurements)
     assert "FAIL" in fired.describe()
 

@@ -33,7 +33,13 @@ from tether.serving.admin_auth import AdminAuth
 from tether.serving.gate_records import EpisodeOutcome, StageVerdict
 from tether.serving.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
 from tether.serving.promotion import PromotionConfig, PromotionController
-from tether.serving.registry import LiveChange, ModelRegistry, VersionRecord, VersionSource
+from tether.serving.registry import (
+    LiveChange,
+    ModelRegistry,
+    VersionRecord,
+    VersionSource,
+    VersionState,
+)
 from tether.serving.rollback import RollbackConfig, RollbackMonitor
 from tether.serving.rollout import Role, RouteDecision, TrafficRouter
 from tether.serving.shadow import Supervises
@@ -151,7 +157,7 @@ class PolicyVersions:
     def submit_candidate(self, engine: Any, prior: Sequence[StageVerdict] = ()) -> VersionRecord:
         """A version the learner published (with its offline/simulation verdicts) enters the gate."""
         record = self.registry.register(engine, source=VersionSource.LEARNER)
-        if self.registry.live() is not None and record.state.value == "candidate":
+        if self.registry.live() is not None and record.state is VersionState.CANDIDATE:
             self.promotion.submit(record.id, prior)
         return self.registry.get(record.id)
 
