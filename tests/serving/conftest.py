@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from serving_harness import RunningServer, make_engine, relaxed_limits, server_config
 
+from tests.serving.serving_harness import (
+    MakeServer,
+    RunningServer,
+    make_engine,
+    relaxed_limits,
+    server_config,
+)
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
 from tether.serving.config import ServerConfig
@@ -37,9 +43,6 @@ def bundle_path(tmp_path_factory: pytest.TempPathFactory, arm: RobotSpec) -> Pat
 @pytest.fixture
 def engine(bundle_path: Path) -> PolicyEngine:
     return make_engine(bundle_path)
-
-
-MakeServer = Callable[..., RunningServer]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,3 +74,7 @@ RELAXED = LimitsConfig(command_staleness_s=30.0)
 
 def relaxed_limits(spec: RobotSpec) -> SafetyLimits:
     return SafetyLimits.from_spec(spec, RELAXED)
+
+
+# The ``make_server`` fixture: builds and starts a server, stopped at teardown.
+MakeServer = Callable[..., RunningServer]

@@ -59,3 +59,17 @@ def test_every_field_is_documented() -> None:
     ):
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def test_mismatched_tls_pair_is_a_setup_error(tmp_path: Path) -> None:
+    from tether.serving.config import SecurityConfig
+    from tether.serving.errors import ServerSetupError
+    from tether.serving.security import server_credentials
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(ServerSetupError, match=r"cert\.pem and key .*not a valid PEM pair"):
+        server_credentials(SecurityConfig(tls_cert_file=cert, tls_key_file=key))
+    with pytest.raises(ServerSetupError, match="tls_key_file is not set"):
+        server_credentials(SecurityConfig(tls_cert_file=cert))

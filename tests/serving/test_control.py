@@ -8,10 +8,9 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import MakeServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serving_harness import server_config
 
+from tests.serving.serving_harness import MakeServer, server_config
 from tether.data.step import StepRecord
 from tether.policy.engine import PolicyEngine
 from tether.serving.client import ClientOptions, PolicyClient

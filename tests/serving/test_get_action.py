@@ -8,10 +8,9 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
-from conftest import MakeServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serving_harness import make_engine, relaxed_limits, server_config
 
+from tests.serving.serving_harness import MakeServer, make_engine, relaxed_limits, server_config
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
 from tether.serving.client import ClientOptions, PolicyClient

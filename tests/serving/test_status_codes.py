@@ -8,9 +8,8 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import MakeServer
-from serving_harness import server_config
 
+from tests.serving.serving_harness import MakeServer, server_config
 from tether.policy.engine import PolicyEngine
 from tether.serving.client import ClientOptions, PolicyClient
 from tether.serving.errors import RemoteError

@@ -18,7 +18,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "pretrain",
     "report",
     # "run",
-    # "serve",
+    "serve",
 )
 
 app = typer.Typer(

@@ -9,7 +9,7 @@ would be no limits to supervise its actions with (design invariant 1).
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from tether.policy.bundle import PolicyBundle, load_bundle
@@ -23,8 +23,6 @@ from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer, run_until_signal
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
-
-log = logging.getLogger(__name__)
 
 
 def robot_spec_of(bundle: PolicyBundle) -> RobotSpec:
@@ -64,19 +62,24 @@ def build_server(
     )
 
 
-async def serve(bundle_path: Path, config: ServerConfig) -> None:
+async def serve(
+    bundle_path: Path,
+    config: ServerConfig,
+    *,
+    announce: Callable[[PolicyServer], None] | None = None,
+) -> None:
     """Serve ``bundle_path`` until SIGTERM/SIGINT; returns after a graceful stop."""
     server = build_server(bundle_path, config)
     await server.start()
-    log.info(
-        "serving %s (version %d) on %s, metrics on port %s",
-        bundle_path,
-        server.models.engine_for(None).version.id,
-        server.address,
-        server.metrics_port,
-    )
+    if announce is not None:
+        announce(server)
     await run_until_signal(server)
 
 
-def serve_blocking(bundle_path: Path, config: ServerConfig) -> None:
-    asyncio.run(serve(bundle_path, config))
+def serve_blocking(
+    bundle_path: Path,
+    config: ServerConfig,
+    *,
+    announce: Callable[[PolicyServer], None] | None = None,
+) -> None:
+    asyncio.run(serve(bundle_path, config, announce=announce))

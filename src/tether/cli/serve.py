@@ -1,0 +1,63 @@
+"""``tether serve --bundle PATH``: serve one policy bundle over gRPC until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tether.errors import TetherError
+from tether.serving.config import ServerConfig
+from tether.serving.launch import serve_blocking
+from tether.serving.server import PolicyServer
+
+_FIELDS = ServerConfig.model_fields
+
+
+def _announce(server: PolicyServer) -> None:
+    engine = server.models.live_engine()
+    version = "none" if engine is None else f"{engine.version.id} ({engine.version.name})"
+    metrics = "off" if server.metrics_port is None else f"port {server.metrics_port}"
+    # One line, flushed: scripts and tests read the bound port from it when --port 0.
+    print(
+        f"tether serve: listening on {server.address}, policy version {version}, metrics {metrics}",
+        flush=True,
+    )
+
+
+def serve(
+    bundle: Annotated[Path, typer.Option(help="Policy bundle directory to serve (path)")],
+    port: Annotated[
+        int | None, typer.Option(help=f"{_FIELDS['port'].description}; overrides --config")
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help=f"{_FIELDS['metrics_port'].description}; overrides --config"),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help=f"{_FIELDS['host'].description}; overrides --config")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file of ServerConfig fields (see docs/protocol.md)")
+    ] = None,
+) -> None:
+    """Serve BUNDLE over gRPC (PolicyService, health, reflection) with Prometheus metrics."""
+    try:
+        cfg = ServerConfig.from_yaml(config) if config is not None else ServerConfig()
+        overrides = {"port": port, "metrics_port": metrics_port, "host": host}
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        if chosen:
+            cfg = ServerConfig.model_validate({**cfg.model_dump(), **chosen})
+        serve_blocking(bundle, cfg, announce=_announce)
+    except (TetherError, ValueError) as exc:
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(code=1) from exc
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="serve", help="Serve a policy bundle to robots over gRPC.")(serve)
