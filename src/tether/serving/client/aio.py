@@ -1,0 +1,243 @@
+"""``AsyncPolicyClient``: the asyncio client, and its ``AsyncControlSession``.
+
+Same contract as the blocking client: a deadline on every unary call, gRPC retries on
+UNAVAILABLE, and a session whose ``step`` returns the watchdog's backup action when no
+reply arrives within the control deadline. A reader task moves replies into a queue,
+so waiting for one can be bounded without cancelling a read on the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+
+from tether.serving.client.options import ClientOptions
+from tether.serving.client.protocol import (
+    EpisodeCounter,
+    RobotIdentity,
+    answers,
+    result_of,
+    step_message,
+)
+from tether.serving.client.records import ActionResult
+from tether.serving.client.sync import remote_error, session_parts
+from tether.serving.client.watchdog import BackupPolicy, Watchdog
+from tether.serving.errors import RemoteError
+from tether.spec import RobotSpec
+from tether.v1 import policy_pb2 as pb
+from tether.v1 import policy_pb2_grpc as pb_grpc
+
+
+def make_aio_channel(target: str, options: ClientOptions) -> grpc.aio.Channel:
+    opts = options.channel_options()
+    if options.tls_root_cert_file is None:
+        return grpc.aio.insecure_channel(target, options=opts)
+    creds = grpc.ssl_channel_credentials(root_certificates=options.root_certificate())
+    return grpc.aio.secure_channel(target, creds, options=opts)
+
+
+class AsyncPolicyClient:
+    """asyncio client of ``tether.v1.PolicyService``; use inside one event loop."""
+
+    def __init__(self, target: str, *, options: ClientOptions | None = None) -> None:
+        self.target = target
+        self.options = options or ClientOptions()
+        self._channel = make_aio_channel(target, self.options)
+        self._stub = pb_grpc.PolicyServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = self.options.metadata()
+
+    async def __aenter__(self) -> AsyncPolicyClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close(None)
+
+    async def get_action(
+        self,
+        observation: np.ndarray,
+        *,
+        deterministic: bool = False,
+        client_id: str = "",
+        model_version: int | None = None,
+        timeout_s: float | None = None,
+    ) -> ActionResult:
+        request = pb.ActionRequest(
+            observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
+            deterministic=deterministic,
+            client_id=client_id,
+            model_version=model_version,
+        )
+        try:
+            reply = await self._stub.GetAction(
+                request, timeout=timeout_s or self.options.timeout_s, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise remote_error(exc) from None
+        return ActionResult.from_proto(reply)
+
+    async def describe(self, *, timeout_s: float | None = None) -> pb.DescribeResponse:
+        try:
+            reply: pb.DescribeResponse = await self._stub.Describe(
+                pb.DescribeRequest(),
+                timeout=timeout_s or self.options.timeout_s,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as exc:
+            raise remote_error(exc) from None
+        return reply
+
+    async def session(
+        self,
+        robot: RobotSpec | RobotIdentity,
+        *,
+        robot_id: str = "robot",
+        control_deadline_s: float | None = None,
+        backup: BackupPolicy | None = None,
+    ) -> AsyncControlSession:
+        identity, deadline, policy = session_parts(robot, robot_id, control_deadline_s, backup)
+        session = AsyncControlSession(self, identity, Watchdog(policy, deadline))
+        await session.open()
+        return session
+
+    def _control_call(self) -> Any:
+        return self._stub.Control(metadata=self._metadata)
+
+
+class AsyncControlSession:
+    """One robot's ``Control`` stream on asyncio; ``await step(...)`` once per cycle."""
+
+    def __init__(
+        self, client: AsyncPolicyClient, identity: RobotIdentity, watchdog: Watchdog
+    ) -> None:
+        self._client = client
+        self.identity = identity
+        self.watchdog = watchdog
+        self.episode = EpisodeCounter()
+        self.session_id = ""
+        self.failure: RemoteError | None = None
+        self._replies: asyncio.Queue[pb.ControlReply | RemoteError] = asyncio.Queue()
+        self._previous: np.ndarray | None = None
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncControlSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def misses(self) -> int:
+        return self.watchdog.misses
+
+    async def open(self) -> None:
+        self._call = self._client._control_call()
+        await self._call.write(self.identity.open_message())
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        try:
+            first = await asyncio.wait_for(self._replies.get(), self._client.options.open_timeout_s)
+        except TimeoutError:
+            await self.close()
+            raise RemoteError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the server did not accept the session within "
+                f"{self._client.options.open_timeout_s} s",
+            ) from None
+        if isinstance(first, RemoteError):
+            await self.close()
+            raise first
+        self.session_id = first.opened.session_id
+
+    def start_episode(self, episode_id: str | None = None) -> None:
+        self.episode.start(episode_id)
+        self._previous = None
+
+    async def step(
+        self,
+        observation: np.ndarray,
+        *,
+        reward: float = 0.0,
+        terminated: bool = False,
+        truncated: bool = False,
+        executed_action: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> ActionResult:
+        deadline = time.monotonic() + self.watchdog.control_deadline_s
+        obs = np.asarray(observation, dtype=np.float32)
+        previous = self._previous if executed_action is None else executed_action
+        message = step_message(
+            self.episode,
+            obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            executed_action=executed_action,
+            deterministic=deterministic,
+            watchdog_misses=self.watchdog.misses,
+        )
+        result = await self._exchange(message, obs, previous, deadline)
+        self._previous = None if terminated or truncated else result.action
+        self.episode.advance(terminated or truncated)
+        return result
+
+    async def _exchange(
+        self,
+        message: pb.ControlStep,
+        obs: np.ndarray,
+        previous: np.ndarray | None,
+        deadline: float,
+    ) -> ActionResult:
+        if self.failure is not None:
+            return self.watchdog.fallback(obs, previous, f"session is broken: {self.failure}")
+        try:
+            await asyncio.wait_for(self._call.write(message), deadline - time.monotonic())
+        except (TimeoutError, ValueError):
+            return self.watchdog.fallback(obs, previous, "control deadline passed")
+        except grpc.RpcError as exc:
+            self.failure = remote_error(exc)
+            return self.watchdog.fallback(obs, previous, f"session failed: {self.failure}")
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self.watchdog.fallback(obs, previous, "control deadline passed")
+            try:
+                reply = await asyncio.wait_for(self._replies.get(), remaining)
+            except TimeoutError:
+                return self.watchdog.fallback(obs, previous, "control deadline passed")
+            if isinstance(reply, RemoteError):
+                self.failure = reply
+                return self.watchdog.fallback(obs, previous, f"session failed: {reply}")
+            if not answers(reply, self.episode):
+                continue  # a late reply to a step the watchdog already answered
+            result = result_of(reply)
+            if isinstance(result, str):
+                return self.watchdog.fallback(obs, previous, result)
+            return result
+
+    async def close(self) -> None:
+        if self._call is not None:
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                await self._call.done_writing()
+            self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    async def _read(self) -> None:
+        try:
+            async for reply in self._call:
+                await self._replies.put(reply)
+            await self._replies.put(
+                RemoteError(grpc.StatusCode.CANCELLED, "the server ended the session")
+            )
+        except grpc.RpcError as exc:
+            await self._replies.put(remote_error(exc))
