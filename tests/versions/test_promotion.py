@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
 from tether.serving.canary import CanaryConfig
 from tether.serving.gate_records import GateStage, Measurement, StageVerdict
 from tether.serving.promotion import GateOutcome, PromotionConfig, PromotionController
-from tether.serving.registry import ModelRegistry, VersionSource, VersionState
+from tether.serving.registry import ModelRegistry, VersionError, VersionSource, VersionState
 from tether.serving.rollout import Role, TrafficRouter
 from tether.serving.shadow import ShadowConfig
 from tether.spec import RobotSpec
@@ -135,3 +137,35 @@ def test_newer_candidate_supersedes_one_in_shadow(
     assert reg.get(2).state is VersionState.RETIRED
     assert reg.get(3).state is VersionState.SHADOW
     assert ctl.candidate == 3
+
+
+def test_operator_promotion_of_the_canary_ends_its_evaluation(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
+    ctl.submit(3)
+    _serve_live_batches(reg, router, ctl, spec, 4)
+    assert reg.get(3).state is VersionState.CANARY
+    with pytest.raises(VersionError, match="canary stage"):
+        reg.unload(3)  # the router still serves canary episodes with it
+    reg.promote(3, "operator accepted the canary early")
+    assert ctl.candidate is None
+    assert router.canary() is None
+    for o in outcomes(3, 40, mean_return=-50, success=0.5, rate=0.0, seed=3):
+        assert ctl.on_episode(o) is None  # the abandoned canary never decides again
+    live = reg.live()
+    assert live is not None
+    assert live.id == 3
+
+
+def test_a_rollback_during_shadow_abandons_the_evaluation(
+    base_bundle: PolicyBundle, tmp_path: Path, supervisor: Supervisor
+) -> None:
+    reg, _, ctl = _system(base_bundle, tmp_path, supervisor)
+    reg.promote(2, "setup: 2 live, 1 last-known-good")
+    ctl.submit(3)
+    assert reg.get(3).state is VersionState.SHADOW
+    reg.rollback("return dropped")
+    assert ctl.candidate is None
+    assert reg.get(3).state is VersionState.RETIRED
+    assert "evaluation abandoned" in reg.get(3).reason

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 
 class GateStage(StrEnum):
@@ -27,7 +28,7 @@ class Measurement:
     name: str
     value: float
     threshold: float
-    direction: str  # "<=" or ">=": how value must relate to threshold to pass
+    direction: Literal["<=", ">="]  # how value must relate to threshold to pass
 
     @property
     def passed(self) -> bool:

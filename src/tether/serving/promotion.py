@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.serving.canary import CanaryConfig, CanaryEvaluator
 from tether.serving.gate_records import EpisodeOutcome, StageVerdict
-from tether.serving.registry import ModelRegistry, VersionError, VersionState
+from tether.serving.registry import LiveChange, ModelRegistry, VersionError, VersionState
 from tether.serving.rollout import TrafficRouter
 from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner, Supervises
 
@@ -71,6 +71,7 @@ class PromotionController:
         self._canary: CanaryEvaluator | None = None
         self._listeners: list[Callable[[GateOutcome], None]] = []
         self.outcomes: list[GateOutcome] = []
+        registry.add_listener(self._on_live_change)
 
     def add_listener(self, listener: Callable[[GateOutcome], None]) -> None:
         self._listeners.append(listener)
@@ -184,7 +185,7 @@ class PromotionController:
             listener(outcome)
         return outcome
 
-    def _supersede(self) -> None:
+    def _supersede(self, why: str = "superseded by a newer candidate") -> None:
         with self._lock:
             old, runner = self._candidate, self._shadow
             self._candidate, self._shadow, self._canary = None, None, None
@@ -194,6 +195,25 @@ class PromotionController:
             self._router.stop_canary()
             state = self._registry.get(old).state
             if state in (VersionState.SHADOW, VersionState.CANARY):
-                self._registry.transition(
-                    old, VersionState.RETIRED, "superseded by a newer candidate"
-                )
+                self._registry.transition(old, VersionState.RETIRED, why)
+
+    def _on_live_change(self, change: LiveChange) -> None:
+        # An operator promotion or a rollback happened while a candidate was being
+        # judged: its numbers compare it with a version that is no longer live, so the
+        # evaluation is abandoned (the gate's own promotions clear the candidate first).
+        with self._lock:
+            candidate = self._candidate
+        if candidate is None:
+            return
+        if change.current.id == candidate:
+            with self._lock:
+                self._candidate, runner = None, self._shadow
+                self._shadow, self._canary = None, None
+            if runner is not None:
+                runner.stop()
+            self._router.stop_canary()
+            return
+        self._supersede(
+            f"evaluation abandoned: the live version changed to {change.current.id} "
+            f"({change.kind}) while it was judged against the previous one"
+        )

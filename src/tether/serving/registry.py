@@ -294,13 +294,22 @@ class ModelRegistry(Generic[EngineT]):
         return change
 
     def unload(self, version_id: int) -> VersionRecord:
-        """Drop a version's engine (its record and numbers stay); refused for the live one."""
+        """Drop a version's engine (its record and numbers stay).
+
+        Refused for the live version and for one under evaluation (shadow, canary), whose
+        engine the gate and the router still use.
+        """
         with self._lock:
             e = self._entry(version_id)
             if e.record.state is VersionState.LIVE:
                 raise VersionError(
                     f"version {version_id} is live and cannot be unloaded; promote another "
                     "version or roll back first"
+                )
+            if e.record.state in (VersionState.SHADOW, VersionState.CANARY):
+                raise VersionError(
+                    f"version {version_id} is in its {e.record.state.value} stage and cannot "
+                    "be unloaded; wait for the gate's verdict or submit a newer candidate"
                 )
             e.engine = None
             e.record = replace(e.record, loaded=False)

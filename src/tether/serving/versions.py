@@ -156,7 +156,10 @@ class PolicyVersions:
 
     def submit_candidate(self, engine: Any, prior: Sequence[StageVerdict] = ()) -> VersionRecord:
         """A version the learner published (with its offline/simulation verdicts) enters the gate."""
-        record = self.registry.register(engine, source=VersionSource.LEARNER)
+        # A learner's version never goes live by being first: it waits for a live one.
+        record = self.registry.register(
+            engine, source=VersionSource.LEARNER, make_live_if_first=False
+        )
         if self.registry.live() is not None and record.state is VersionState.CANDIDATE:
             self.promotion.submit(record.id, prior)
         return self.registry.get(record.id)
