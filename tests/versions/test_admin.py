@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -10,12 +12,17 @@ import pytest
 
 from tether.policy.bundle import PolicyBundle
 from tether.safety.levels import DegradationLevel
+from tether.safety.supervisor import Supervisor
+from tether.serving.admin import start_admin_server
 from tether.serving.admin_auth import METHOD_ROLES, AdminAuth, AdminIdentity, AdminRole
-from tether.serving.admin_client import AdminCallError
+from tether.serving.admin_client import AdminCallError, AdminClient
+from tether.serving.config import SecurityConfig
 from tether.serving.errors import ServerSetupError
+from tether.serving.security import server_credentials
+from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.v1 import admin_pb2 as apb
 
-from .conftest import OPERATOR, VIEWER, Admin, derived, nudged
+from .conftest import AUTH, OPERATOR, VIEWER, Admin, derived, make_engine, nudged
 
 
 def test_every_admin_method_has_a_role() -> None:
@@ -128,3 +135,51 @@ def test_token_file_is_parsed_and_refuses_bad_lines(tmp_path: Path) -> None:
     short.write_text("operator alice 1234\n")
     with pytest.raises(ServerSetupError, match="at least 16"):
         AdminAuth.from_file(short)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_admin_over_tls(
+    base_bundle: PolicyBundle,
+    tmp_path: Path,
+    supervisor: Supervisor,
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    versions = PolicyVersions(
+        VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
+    )
+    versions.load(tmp_path / "base")
+    servicer = versions.admin_servicer(AUTH)
+    assert servicer is not None
+    credentials = server_credentials(SecurityConfig(tls_cert_file=cert, tls_key_file=key))
+    server, port = asyncio.run_coroutine_threadsafe(
+        start_admin_server(servicer, AUTH, credentials=credentials), loop
+    ).result(10)
+    try:
+        with AdminClient(f"localhost:{port}", OPERATOR, root_certificates=cert) as c:
+            assert c.list_versions().live_version == 1
+        with (
+            AdminClient(f"localhost:{port}", OPERATOR, timeout_s=2.0) as plain,
+            pytest.raises(AdminCallError) as err,
+        ):
+            plain.list_versions()  # a plaintext client cannot talk to a TLS server
+        assert err.value.status is grpc.StatusCode.UNAVAILABLE
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
+
+
+def test_no_token_file_means_no_admin_service(supervisor: Supervisor) -> None:
+    versions = PolicyVersions(
+        VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
+    )
+    assert versions.admin_servicer() is None
