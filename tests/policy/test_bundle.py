@@ -156,6 +156,7 @@ def test_flipped_weight_byte_is_a_hash_mismatch(bundle: PolicyBundle) -> None:
         ({"architecture.hidden_sizes": [32, 64]}, BundleTensorError, "shape"),
         ({"architecture.hidden_sizes": [64, 64, 64]}, BundleTensorError, "missing"),
         ({"architecture.hidden_sizes": [8]}, BundleSizeError, "architecture needs at most"),
+        ({"architecture.hidden_sizes": [100_000, 100_000]}, BundleSizeError, "ceiling"),
         ({"architecture.activation": "gelu"}, BundleSpecError, "activation"),
         ({"robot.fingerprint": "0" * 16}, BundleSpecError, "fingerprint"),
         ({"version.id": "one"}, BundleFormatError, "version.id"),

@@ -61,6 +61,9 @@ from tether.policy.tensors import (
 from tether.spec import RobotSpec
 
 MAX_MANIFEST_BYTES = 1 << 20  # names and a robot spec fit in a few kB; 1 MiB is absurd already
+# A robot policy served at control rates is kilobytes to megabytes; a manifest claiming an
+# architecture beyond this is refused rather than trusted with a multi-GB read.
+MAX_WEIGHTS_BYTES = 1 << 30
 
 _CRITIC = "critic."
 _TARGET = "critic_target."
@@ -237,6 +240,11 @@ def _read_tensors(
 ) -> dict[str, torch.Tensor]:
     file = root / digest.file
     limit = expected_file_bytes(shapes)
+    if limit > MAX_WEIGHTS_BYTES:
+        raise BundleSizeError(
+            f"{root / MANIFEST_FILE}: the architecture needs {limit} bytes for {digest.file}, "
+            f"over the {MAX_WEIGHTS_BYTES}-byte ceiling for a served policy; refusing to read it"
+        )
     if digest.size_bytes > limit:
         raise BundleSizeError(
             f"{root / MANIFEST_FILE}: field '{digest.file}.size_bytes' is {digest.size_bytes} "

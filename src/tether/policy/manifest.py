@@ -317,7 +317,8 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
         if spec_doc is not None:
             try:
                 robot_spec = RobotSpec.from_dict(r.obj(spec_doc, "robot.spec"))
-            except (SpecError, TypeError, ValueError) as exc:
+            except (SpecError, TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+                # from_dict trusts its input's shape; anything malformed is a spec error here
                 raise BundleSpecError(
                     f"{source}: field 'robot.spec' is not a valid robot spec: {exc}"
                 ) from exc
