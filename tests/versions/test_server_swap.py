@@ -50,9 +50,7 @@ def test_swaps_and_reload_under_load_fail_no_request(
     )
     versions.load(tmp_path / "base")
     server = build_server(tmp_path / "base", ServerConfig(port=0, metrics_port=None))
-    # The wiring under test: the registry's live version is the one the server serves.
-    server.models.replace(versions.live_engine())
-    versions.add_live_listener(lambda change: server.models.replace(versions.live_engine()))
+    versions.drive(server.models)  # the wiring under test
     obs = arm_observations(spec, 6, seed=4)
     replies: list[tuple[int, int, np.ndarray]] = []
     failures: list[str] = []

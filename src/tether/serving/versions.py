@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +43,12 @@ from tether.serving.registry import (
 from tether.serving.rollback import RollbackConfig, RollbackMonitor
 from tether.serving.rollout import Role, RouteDecision, TrafficRouter
 from tether.serving.shadow import Supervises
+
+
+class EngineHolder(Protocol):
+    """What :meth:`PolicyVersions.drive` needs of ``tether.serving.holder.LiveModel``."""
+
+    def replace(self, engine: Any) -> None: ...
 
 
 class VersionsConfig(BaseModel):
@@ -178,6 +184,17 @@ class PolicyVersions:
             self._engine_factory,
             make_live=self.config.reload_makes_live,
         )
+
+    def drive(self, holder: EngineHolder) -> None:
+        """Make ``holder`` (a server's ``LiveModel``) serve the live version, now and after
+        every promotion, rollback or reload; its batches pick each swap up at a boundary.
+
+        The smallest wiring into a ``PolicyServer``: live swaps, AdminService and SIGHUP
+        work through it; A/B splits, canary routing and version pins need the server to
+        route through :meth:`route` / :meth:`engine_for_route` instead.
+        """
+        holder.replace(self.registry.live_engine())
+        self.registry.add_listener(lambda change: holder.replace(self.registry.live_engine()))
 
     def add_live_listener(self, listener: Callable[[LiveChange], None]) -> None:
         """Called after every promotion or rollback: how the learner learns what is live."""
