@@ -36,6 +36,8 @@ from tether.policy.squash import squash
 from tether.policy.tensors import StateDict, check_state, state_sha256
 from tether.policy.transforms import action_arrays, normalizer_arrays
 
+_WARMUP_CALLS = 3  # TorchScript's profiling executor optimizes after its second run
+
 
 class EngineOutput(NamedTuple):
     """One batch's result; every row was computed with ``version``."""
@@ -187,8 +189,13 @@ class PolicyEngine:
         self._live = (path, version)  # one assignment: readers see old or new pair, never a mix
 
     def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath:
-        """An execution path of this engine's architecture and device for ``actor_state``."""
-        return build_path(
+        """An execution path for ``actor_state``, already run a few times.
+
+        The warm-up happens here, in the caller's thread (the one swapping weights), so the
+        first served batch after a swap does not pay for allocation or TorchScript's
+        profiling runs.
+        """
+        path = build_path(
             kind,
             self._arch,
             actor_state,
@@ -196,6 +203,11 @@ class PolicyEngine:
             device=self._device,
             num_threads=torch.get_num_threads(),
         )
+        block = torch.zeros((self._config.row_block, self.obs_dim), device=self._device)
+        with torch.inference_mode():
+            for _ in range(_WARMUP_CALLS):
+                path(block)
+        return path
 
     # -- helpers ----------------------------------------------------------------------
     def _check_observations(self, obs: object) -> int:
