@@ -55,11 +55,11 @@ class ForwardPath(Protocol):
 def _layers(arch: ActorArchitecture, state: StateDict) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(weight (out, in), bias)`` per layer, the two heads fused into the last one."""
     out = [
-        (state[f"trunk.{2 * i}.weight"], state[f"trunk.{2 * i}.bias"])
+        (state[f"trunk.{2 * i}.weight"].detach(), state[f"trunk.{2 * i}.bias"].detach())
         for i in range(len(arch.hidden_sizes))
     ]
-    head_w = torch.cat([state["head.mu.weight"], state["head.log_std.weight"]], dim=0)
-    head_b = torch.cat([state["head.mu.bias"], state["head.log_std.bias"]], dim=0)
+    head_w = torch.cat([state["head.mu.weight"], state["head.log_std.weight"]], dim=0).detach()
+    head_b = torch.cat([state["head.mu.bias"], state["head.log_std.bias"]], dim=0).detach()
     out.append((head_w, head_b))
     return out
 
@@ -155,6 +155,7 @@ class _Int8Path:
 
     def __init__(self, arch: ActorArchitecture, state: StateDict, num_threads: int) -> None:
         self._act = activation_module(arch.activation)
+        self._exact_activation = arch.activation == "relu"
         self._par_multiple = parallel_multiple(num_threads)
         self._act_dim = arch.act_dim
         self._layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -171,7 +172,11 @@ class _Int8Path:
             hq = torch.round(h / x_scale).clamp(-127, 127).to(torch.int8)
             h = torch._int_mm(hq, wq_t).to(torch.float32) * (x_scale * w_scale) + b
             if i < last:
-                h = apply_uniform(self._act, h, self._par_multiple)
+                h = (
+                    torch.relu(h)
+                    if self._exact_activation
+                    else apply_uniform(self._act, h, self._par_multiple)
+                )
         mu = h[:, : self._act_dim]
         log_std = torch.clamp(h[:, self._act_dim :], LOG_STD_MIN, LOG_STD_MAX)
         return mu, log_std
