@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from safety.builders import GAIN_HI, PlanarArm, observation, planar_limits, step_model
-from tether.safety import SafetyCheck, Supervisor
+from tether.safety import SafetyCheck, SafetyLimits, Supervisor
 from tether.safety.geometry import Clearance
 
 LIMITS = planar_limits()
@@ -23,10 +23,14 @@ CONTACT = Clearance(dataclasses.replace(LIMITS, obstacle_margin_m=0.0, workspace
 
 
 def _push(
-    push: np.ndarray, start: np.ndarray, guarded: bool, steps: int = 300
+    push: np.ndarray,
+    start: np.ndarray,
+    guarded: bool,
+    steps: int = 300,
+    limits: SafetyLimits = LIMITS,
 ) -> tuple[float, float, SafetyCheck]:
     """Push with a constant action; the smallest obstacle and workspace clearance seen."""
-    supervisor = Supervisor(LIMITS, kinematics=ARM)
+    supervisor = Supervisor(limits, kinematics=ARM)
     q, v = start.astype(np.float64), np.zeros(2)
     previous: np.ndarray | None = None
     worst_obstacle = worst_workspace = np.inf
@@ -59,6 +63,15 @@ def test_motion_out_of_the_workspace_stops_at_its_boundary() -> None:
     assert fired & SafetyCheck.WORKSPACE
     _, workspace, _ = _push(outward, np.array([-0.1, 0.0]), guarded=False)
     assert workspace < 0
+
+
+def test_a_tight_rate_limit_does_not_weaken_the_stop() -> None:
+    # The rate limit would let the command change by only 0.02 per step; braking to a
+    # stop before the obstacle needs more, and the supervisor may always brake.
+    slow = planar_limits(max_action_change_per_step=0.02)
+    obstacle, _, fired = _push(np.array([1.0, 0.0]), np.array([0.1, 0.0]), True, limits=slow)
+    assert obstacle > 0
+    assert fired & SafetyCheck.OBSTACLE
 
 
 def _pose_inside_the_obstacle_margin() -> np.ndarray:

@@ -15,6 +15,9 @@ uses the lower bound ``braking_deceleration`` (braking may achieve only that muc
 - acceleration: ``|q̈| ≤ acceleration_limit``;
 - rate: ``|u − u_previous| ≤ max_action_change_per_step``.
 
+The acceleration and rate intervals are widened to include the one-step brake, so they
+limit how the policy drives the arm but never how hard the supervisor may stop it.
+
 Invariant: the intervals are intersected in that priority order and a lower-priority
 interval that would empty the set yields to the higher ones, so the result is never
 empty, and it depends only on the state and the previous action, never on the
@@ -51,6 +54,7 @@ class JointBounds(NamedTuple):
     hi: np.ndarray
     inner_lo: np.ndarray  # final interval inset by _INSET, where outputs are placed
     inner_hi: np.ndarray
+    brake: np.ndarray  # the non-reversing stop action, inside [lo, hi]
 
 
 class JointEnvelope:
@@ -116,15 +120,21 @@ class JointEnvelope:
                 np.where(braking[0], np.minimum(motion_lo, motion_hi), motion_lo),
                 np.where(braking[1], np.maximum(motion_lo, motion_hi), motion_hi),
             )
-        accel_lo = u_gravity - self.u_accel
-        accel_hi = u_gravity + self.u_accel
         lo, hi = _meet(self.torque_lo, self.u_max, motion_lo, motion_hi)
+        # The action that stops each joint in one step at the fastest gain (at any slower
+        # gain it still slows the joint, and it never reverses it: a dead-beat brake at
+        # the weak gain overshoots, and the resulting chatter walks the arm into what it
+        # should avoid). The acceleration and rate limits bound how the policy drives the
+        # arm, never how hard the supervisor may stop it, so both include this brake.
+        brake = np.minimum(np.maximum(u_gravity - v * self.per_velocity, lo), hi)
+        accel_lo = np.minimum(u_gravity - self.u_accel, brake)
+        accel_hi = np.maximum(u_gravity + self.u_accel, brake)
         lo, hi = _meet(lo, hi, accel_lo, accel_hi)
         if previous is None:
             rate_lo, rate_hi = self._no_rate_lo, self._no_rate_hi
         else:
-            rate_lo = previous - self.rate
-            rate_hi = previous + self.rate
+            rate_lo = np.minimum(previous - self.rate, brake)
+            rate_hi = np.maximum(previous + self.rate, brake)
             lo, hi = _meet(lo, hi, rate_lo, rate_hi)
         if all((hi - lo > 2 * _INSET).tolist()):
             inner_lo = lo + _INSET
@@ -151,6 +161,7 @@ class JointEnvelope:
             hi,
             inner_lo,
             inner_hi,
+            brake,
         )
 
     def predict(

@@ -254,8 +254,7 @@ class Supervisor:
                 checks |= _OBSTACLE
         if not checks:
             return u32, checks
-        brake = u_g - v * self._envelope.per_velocity_brake
-        return _place(brake, b), checks
+        return _place(b.brake, b), checks
 
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
