@@ -91,7 +91,7 @@ def main() -> None:
         k: PolicyEngine(bundle, EngineConfig(execution=k, num_threads=args.threads))
         for k in PATH_KINDS
     }
-    probe = probe_observations(engines["eager"], rows=256, seed=1)
+    probe = probe_observations(bundle.manifest.normalizer, rows=256, seed=1)
     reference = engines["eager"].act(probe, True).actions
     diffs = {
         k: float(np.max(np.abs(e.act(probe, True).actions - reference))) for k, e in engines.items()

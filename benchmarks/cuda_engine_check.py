@@ -56,7 +56,7 @@ def main() -> int:
         bundle = init_bundle(f"{tmp}/b", arm_spec(), hidden_sizes=(256, 256), seed=0)
     cfg = {"max_batch_size": max(BATCHES), "row_block": args.row_block}
     cpu = PolicyEngine(bundle, EngineConfig(execution="eager", **cfg))
-    probe = probe_observations(cpu, rows=256, seed=1)
+    probe = probe_observations(bundle.manifest.normalizer, rows=256, seed=1)
     reference = cpu.act(probe, True).actions
     failures: list[str] = []
     gpus = {}

@@ -9,21 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle
+from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
 
 PATHS = ["eager", "jit", "int8", "numpy"]
 
 
-def _obs(bundle: PolicyBundle, rows: int, seed: int = 0) -> np.ndarray:
-    norm = bundle.manifest.normalizer
-    z = np.random.default_rng(seed).standard_normal((rows, bundle.architecture.obs_dim))
-    return (np.asarray(norm.mean) + 2 * np.sqrt(norm.var) * z).astype(np.float32)
-
-
 @pytest.mark.parametrize("execution", PATHS)
 def test_batch_1_and_batch_64_are_bitwise_identical(bundle: PolicyBundle, execution: str) -> None:
     engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
-    obs = _obs(bundle, 64)
+    obs = probe_observations(bundle.manifest.normalizer, 64, spread=2.0)
     full = engine.act(obs, True)
     singles = [engine.act(obs[i : i + 1], True) for i in range(64)]
     np.testing.assert_array_equal(full.actions, np.concatenate([s.actions for s in singles]))
@@ -39,7 +34,7 @@ def test_any_row_in_any_batch_matches_its_single_row_result(
     bundle: PolicyBundle, execution: str, data: st.DataObject
 ) -> None:
     engine = _engines(bundle, execution)
-    pool = _obs(bundle, 300, seed=1)
+    pool = probe_observations(bundle.manifest.normalizer, 300, seed=1, spread=2.0)
     size = data.draw(st.integers(1, 300), label="batch size")
     rows = data.draw(st.lists(st.integers(0, 299), min_size=size, max_size=size), label="rows")
     batch = engine.act(pool[rows], True).actions
@@ -60,7 +55,7 @@ def _engines(bundle: PolicyBundle, execution: str) -> PolicyEngine:
 
 def test_without_fixed_row_blocks_batches_would_differ(bundle: PolicyBundle) -> None:
     """The guard is needed: the plain Actor (one GEMM of B rows) is not batch-invariant here."""
-    obs = _obs(bundle, 64)
+    obs = probe_observations(bundle.manifest.normalizer, 64, spread=2.0)
     norm = bundle.manifest.normalizer
     x = torch.from_numpy(
         ((obs - np.asarray(norm.mean)) / np.sqrt(np.asarray(norm.var) + norm.epsilon)).astype(
@@ -84,7 +79,7 @@ def test_transcendental_activations_stay_batch_invariant(
     path = tmp_path_factory.mktemp(activation) / "b"
     bundle = init_bundle(path, spec, hidden_sizes=(37, 19), activation=activation, seed=4)  # type: ignore[arg-type]
     engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
-    obs = _obs(bundle, 70)
+    obs = probe_observations(bundle.manifest.normalizer, 70, spread=2.0)
     full = engine.act(obs, True)
     for i in (0, 13, 69):
         alone = engine.act(obs[i : i + 1], True)
@@ -99,7 +94,7 @@ def test_two_threads_stay_batch_invariant(bundle: PolicyBundle) -> None:
         engine = PolicyEngine(
             bundle, EngineConfig(execution="eager", num_threads=2, max_batch_size=4096)
         )
-        obs = _obs(bundle, 4096)
+        obs = probe_observations(bundle.manifest.normalizer, 4096, spread=2.0)
         full = engine.act(obs, True)
         for i in (0, 2047, 4095):
             np.testing.assert_array_equal(

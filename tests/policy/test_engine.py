@@ -19,13 +19,8 @@ from tether.policy import (
     init_bundle,
     state_sha256,
 )
+from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
-
-
-def _obs(bundle: PolicyBundle, rows: int, seed: int = 0, scale: float = 2.0) -> np.ndarray:
-    norm = bundle.manifest.normalizer
-    z = np.random.default_rng(seed).standard_normal((rows, bundle.architecture.obs_dim))
-    return (np.asarray(norm.mean) + scale * np.sqrt(norm.var) * z).astype(np.float32)
 
 
 def _reference(bundle: PolicyBundle, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +40,7 @@ def _reference(bundle: PolicyBundle, obs: np.ndarray) -> tuple[np.ndarray, np.nd
 @pytest.mark.parametrize("execution", ["eager", "jit", "numpy"])
 def test_exact_paths_match_the_actor(bundle: PolicyBundle, execution: str) -> None:
     engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
-    obs = _obs(bundle, 50)
+    obs = probe_observations(bundle.manifest.normalizer, 50, spread=2.0)
     out = engine.act(obs, deterministic=True)
     ref_a, ref_lp = _reference(bundle, obs)
     assert out.actions.dtype == np.float32
@@ -58,7 +53,7 @@ def test_exact_paths_match_the_actor(bundle: PolicyBundle, execution: str) -> No
 
 
 def test_int8_path_is_close_to_eager(bundle: PolicyBundle) -> None:
-    obs = _obs(bundle, 64)
+    obs = probe_observations(bundle.manifest.normalizer, 64, spread=2.0)
     eager = PolicyEngine(bundle, EngineConfig(execution="eager")).act(obs, True).actions
     int8 = PolicyEngine(bundle, EngineConfig(execution="int8")).act(obs, True).actions
     diff = np.abs(int8 - eager).max()
@@ -79,7 +74,9 @@ def test_actions_scale_into_custom_bounds(tmp_path: Path, bundle: PolicyBundle) 
         version_id=2,
         version_name="wide",
     )
-    obs = _obs(bundle, 200, scale=50.0)  # saturates tanh on many rows
+    obs = probe_observations(
+        bundle.manifest.normalizer, 200, spread=50.0
+    )  # saturates tanh on many rows
     engine = PolicyEngine(wide, EngineConfig(execution="eager"))
     for det in (True, False):
         a = engine.act(obs, det).actions
@@ -92,7 +89,7 @@ def test_actions_scale_into_custom_bounds(tmp_path: Path, bundle: PolicyBundle) 
 
 
 def test_stochastic_sampling_is_seedable(bundle: PolicyBundle) -> None:
-    obs = _obs(bundle, 16)
+    obs = probe_observations(bundle.manifest.normalizer, 16, spread=2.0)
     a = PolicyEngine(bundle, EngineConfig(execution="eager", seed=11)).act(obs, False)
     b = PolicyEngine(bundle, EngineConfig(execution="eager", seed=11)).act(obs, False)
     c = PolicyEngine(bundle, EngineConfig(execution="eager", seed=12)).act(obs, False)
@@ -104,7 +101,7 @@ def test_stochastic_sampling_is_seedable(bundle: PolicyBundle) -> None:
 
 
 def test_per_row_deterministic_mask(bundle: PolicyBundle) -> None:
-    obs = _obs(bundle, 8)
+    obs = probe_observations(bundle.manifest.normalizer, 8, spread=2.0)
     engine = PolicyEngine(bundle, EngineConfig(execution="eager", seed=1))
     mask = np.array([True, False] * 4)
     out = engine.act(obs, mask)
@@ -134,9 +131,11 @@ def test_bad_observations_are_refused(bundle: PolicyBundle, obs: object, fragmen
 def test_too_large_batch_and_bad_mask(bundle: PolicyBundle) -> None:
     engine = PolicyEngine(bundle, EngineConfig(execution="eager", max_batch_size=4))
     with pytest.raises(ObservationError, match="between 1 and 4"):
-        engine.act(_obs(bundle, 5), True)
+        engine.act(probe_observations(bundle.manifest.normalizer, 5, spread=2.0), True)
     with pytest.raises(ObservationError, match="bool array of shape \\(3,\\)"):
-        engine.act(_obs(bundle, 3), np.array([1, 0, 1]))
+        engine.act(
+            probe_observations(bundle.manifest.normalizer, 3, spread=2.0), np.array([1, 0, 1])
+        )
 
 
 def test_swap_weights_takes_effect_at_next_call(
@@ -144,7 +143,7 @@ def test_swap_weights_takes_effect_at_next_call(
 ) -> None:
     other = init_bundle(tmp_path / "other", spec, hidden_sizes=(64, 64), seed=99, version_id=2)
     engine = PolicyEngine(bundle, EngineConfig(execution="jit"))
-    obs = _obs(bundle, 4)
+    obs = probe_observations(bundle.manifest.normalizer, 4, spread=2.0)
     before = engine.act(obs, True)
     engine.swap_weights(other.version, other.actor_state)
     after = engine.act(obs, True)
@@ -211,7 +210,7 @@ def test_auto_picks_an_exact_path_and_reports_all(bundle: PolicyBundle) -> None:
 def test_stochastic_rows_match_the_actor_given_the_same_noise(bundle: PolicyBundle) -> None:
     from tether.policy.networks import gaussian_log_prob, squash_correction
 
-    obs = _obs(bundle, 40)
+    obs = probe_observations(bundle.manifest.normalizer, 40, spread=2.0)
     engine = PolicyEngine(bundle, EngineConfig(execution="eager", seed=21))
     out = engine.act(obs, False)
     noise = torch.randn((40, 3), generator=torch.Generator().manual_seed(21)).double()

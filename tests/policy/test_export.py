@@ -47,7 +47,7 @@ def test_export_loads_without_tether_and_matches_engine(
     assert out.is_file()
     assert result.max_action_diff_from_engine <= 1e-5
     engine = PolicyEngine(bundle, EngineConfig(execution="eager"))
-    obs = probe_observations(engine, rows=37, seed=5)
+    obs = probe_observations(bundle.manifest.normalizer, rows=37, seed=5)
     obs_file = tmp_path / "obs.npy"
     np.save(obs_file, obs)
     proc = subprocess.run(

@@ -97,7 +97,7 @@ def export_policy(
         raise ExportError(f"{target}: already exists; pass overwrite=True or choose another file")
     module = ExportedPolicy(bundle).eval()
     engine = PolicyEngine(bundle, EngineConfig(execution="eager"))
-    probe = probe_observations(engine)
+    probe = probe_observations(bundle.manifest.normalizer)
     expected = engine.act(probe, True).actions
     extra = {MANIFEST_FILE: bundle.manifest.to_json()}
     with torch.inference_mode(False), torch.no_grad():

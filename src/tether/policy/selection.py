@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tether.policy.manifest import Normalizer
 from tether.policy.paths import PathKind
 from tether.policy.tensors import StateDict
 
@@ -37,12 +38,13 @@ class PathMeasurement:
     eligible: bool
 
 
-def probe_observations(engine: PolicyEngine, rows: int = PROBE_ROWS, seed: int = 0) -> np.ndarray:
-    """Observations spread around the bundle's normalizer mean (float32, fixed seed)."""
-    norm = engine.bundle.manifest.normalizer
+def probe_observations(
+    normalizer: Normalizer, rows: int = PROBE_ROWS, seed: int = 0, spread: float = 1.0
+) -> np.ndarray:
+    """Observations ``mean + spread * std * N(0, 1)`` of a bundle's normalizer (float32)."""
     rng = np.random.default_rng(seed)
-    z = rng.standard_normal((rows, engine.obs_dim))
-    obs = np.asarray(norm.mean) + np.sqrt(np.asarray(norm.var)) * z
+    z = rng.standard_normal((rows, normalizer.dim))
+    obs = np.asarray(normalizer.mean) + spread * np.sqrt(np.asarray(normalizer.var)) * z
     return np.asarray(obs, dtype=np.float32)
 
 
@@ -51,7 +53,7 @@ def choose_path(
 ) -> tuple[PathKind, tuple[PathMeasurement, ...]]:
     """Measure ``engine.config.auto_candidates`` and return the winner with all measurements."""
     cfg = engine.config
-    probe = probe_observations(engine)
+    probe = probe_observations(engine.bundle.manifest.normalizer)
     on_cpu = engine.device.type == "cpu"
     kinds: list[PathKind] = ["eager"]
     kinds += [k for k in cfg.auto_candidates if k != "eager" and (on_cpu or k in ("jit",))]
