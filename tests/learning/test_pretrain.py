@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
 from tether.cli.app import app
 from tether.learning.config import SACConfig
+from tether.learning.errors import LearningError
 from tether.learning.pretrain import PretrainConfig, pretrain
 from tether.policy import PolicyEngine, load_bundle
 from tether.sim.spec import arm_spec
@@ -65,3 +67,25 @@ def test_cli_pretrain_reports_the_final_success_rate(tmp_path: Path) -> None:
     bad = CliRunner().invoke(app, ["pretrain", str(tmp_path / "x"), "--n-envs=0"])
     assert bad.exit_code == 2
     assert "n_envs" in bad.output
+
+
+def test_pretraining_can_continue_from_a_bundle(tmp_path: Path) -> None:
+    base = pretrain(TINY, tmp_path / "base").bundle
+    # No update happens in the continuation (learning_starts beyond its steps), so the
+    # written actor must be the base's, and the bookkeeping must add up.
+    cont = TINY.model_copy(
+        update={"init_from": tmp_path / "base", "total_env_steps": 200, "learning_starts": 1000}
+    )
+    result = pretrain(cont, tmp_path / "next")
+    assert result.updates == 0
+    for k, v in base.actor_state.items():
+        assert torch.equal(result.bundle.actor_state[k], v)
+    meta = result.bundle.manifest.metadata
+    assert meta.env_steps == 400 + 200
+    assert meta.gradient_updates == 100
+    assert "continuing" in meta.source
+    wider = TINY.model_copy(
+        update={"init_from": tmp_path / "base", "sac": SACConfig(hidden_sizes=(32, 32))}
+    )
+    with pytest.raises(LearningError, match="architecture"):
+        pretrain(wider, tmp_path / "bad")

@@ -55,6 +55,7 @@ def pretrain_command(
         float, typer.Option(help=f"{_help('stop_success_rate')}; above 1 never stops early")
     ] = _D.stop_success_rate or 1.01,
     seed: Annotated[int, typer.Option(help=_help("seed"))] = _D.seed,
+    init_from: Annotated[Path | None, typer.Option(help=_help("init_from"))] = None,
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
@@ -78,6 +79,7 @@ def pretrain_command(
             final_eval_episodes=final_eval_episodes,
             stop_success_rate=None if stop_success_rate > 1 else stop_success_rate,
             seed=seed,
+            init_from=init_from,
         )
     except ValueError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

@@ -29,12 +29,13 @@ from tether.data.replay.buffer import ReplayBuffer, ReplayBufferConfig
 from tether.data.replay.sampler import SamplerConfig
 from tether.data.replay.storage import StorageConfig
 from tether.learning.config import SACConfig
+from tether.learning.errors import LearningError
 from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
 from tether.learning.sac import SAC
-from tether.policy.bundle import PolicyBundle, TrainingState, save_bundle
+from tether.policy.bundle import PolicyBundle, TrainingState, load_bundle, save_bundle
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
-from tether.policy.networks import ActorArchitecture
+from tether.policy.networks import ActorArchitecture, TwinCritic
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
 from tether.sim.spec import arm_spec
@@ -90,6 +91,11 @@ class PretrainConfig(BaseModel):
     )
     seed: int = Field(
         default=0, ge=0, description="Seed of environments, networks and sampling (1)"
+    )
+    init_from: Path | None = Field(
+        default=None,
+        description="Continue from this bundle's actor, critics and entropy coefficient instead "
+        "of random networks; no uniform random warm-up then (path)",
     )
 
 
@@ -147,6 +153,41 @@ def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
     )
 
 
+def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
+    dynamics = "domain randomization" if config.randomize else "nominal dynamics"
+    text = f"tether pretrain (tether/Arm-v0, {dynamics}, seed {config.seed})"
+    if config.init_from is not None:
+        text += f", continuing {prior.source!r} ({prior.env_steps} steps)"
+    return text
+
+
+def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
+    if config.init_from is None:
+        return SAC(arch, config.sac)
+    base = load_bundle(config.init_from)
+    if base.architecture != arch:
+        raise LearningError(
+            f"{config.init_from}: bundle architecture {base.architecture} differs from the "
+            f"requested {arch}; pass --hidden matching the bundle's hidden sizes"
+        )
+    if base.training is None:
+        raise LearningError(
+            f"{config.init_from}: bundle has no training section (critics); continue only from "
+            "a bundle written by tether pretrain"
+        )
+    critic = TwinCritic(arch)
+    critic.load_state_dict(dict(base.training.critic))
+    sac = SAC(
+        arch,
+        config.sac,
+        actor=base.build_actor().train(),
+        critic=critic,
+        log_alpha=base.training.log_alpha,
+    )
+    sac.critic_target.load_state_dict(dict(base.training.critic_target))
+    return sac
+
+
 def pretrain(
     config: PretrainConfig,
     out: str | os.PathLike[str],
@@ -159,6 +200,11 @@ def pretrain(
     ``on_progress(env_steps, eval_point_or_None)`` is called every collection step and
     after each evaluation.
     """
+    prior = (
+        TrainingMetadata()
+        if config.init_from is None
+        else load_bundle(config.init_from).manifest.metadata
+    )
     spec = arm_spec()
     normalizer = normalizer_from_spec(spec)
     normalize = ObservationNormalizer(normalizer)
@@ -168,7 +214,7 @@ def pretrain(
         hidden_sizes=config.sac.hidden_sizes,
         activation=config.sac.activation,
     )
-    sac = SAC(arch, config.sac)
+    sac = _initial_sac(config, arch)
     replay = _replay(config, spec.obs_dim, spec.act_dim)
     randomization = DomainRandomization.default() if config.randomize else None
     envs = [
@@ -187,7 +233,7 @@ def pretrain(
     start = time.monotonic()
 
     while steps < config.total_env_steps and time.monotonic() - start < config.time_budget_s:
-        if steps < config.learning_starts:
+        if steps < config.learning_starts and config.init_from is None:
             actions = rng.uniform(-1.0, 1.0, (config.n_envs, spec.act_dim)).astype(np.float32)
         else:
             actions = sac.act(obs)
@@ -252,11 +298,9 @@ def pretrain(
         ),
         metadata=TrainingMetadata(
             algorithm="sac",
-            source="tether pretrain (tether/Arm-v0, domain randomization)"
-            if config.randomize
-            else "tether pretrain (tether/Arm-v0, nominal dynamics)",
-            env_steps=steps,
-            gradient_updates=sac.updates,
+            source=_source(config, prior),
+            env_steps=steps + prior.env_steps,
+            gradient_updates=sac.updates + prior.gradient_updates,
             seed=config.seed,
             metrics=(
                 ("success_rate", final.success_rate),
