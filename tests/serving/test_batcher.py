@@ -209,29 +209,32 @@ def test_queue_bound_refuses_with_resource_exhausted() -> None:
     assert [r.value for r in asyncio.run(run())] == [0, 1, 2]  # type: ignore[attr-defined]
 
 
-def test_auto_mode_moves_slow_batches_off_the_event_loop() -> None:
+def test_auto_mode_runs_lone_requests_inline_and_slow_batches_in_the_thread() -> None:
     stats: list[BatchStats] = []
 
-    def slow(items: list[int]) -> list[int | ServingError]:
-        time.sleep(0.002)  # 10x the inline threshold
+    def run_batch(items: list[int]) -> list[int | ServingError]:
+        if items[0] >= 100:
+            time.sleep(0.002)  # 10x the inline threshold: a heavy policy
         return list(items)
 
-    def fast(items: list[int]) -> list[int | ServingError]:
-        return list(items)
-
-    for fn, want_inline in ((slow, False), (fast, True)):
-        stats.clear()
+    async def scenario() -> None:
         batcher: DynamicBatcher[int, int] = DynamicBatcher(
-            fn, BatcherConfig(execution="auto"), on_batch=stats.append
+            run_batch, BatcherConfig(execution="auto"), on_batch=stats.append
         )
+        batcher.start()
+        try:
+            for i in range(5):  # one robot: nothing to overlap with, so inline
+                await batcher.submit(100 + i)
+            for _ in range(5):  # many robots on a slow policy: off the loop
+                await asyncio.gather(*(batcher.submit(100 + i) for i in range(8)))
+            for _ in range(20):  # many robots on a fast policy: inline again
+                await asyncio.gather(*(batcher.submit(i) for i in range(8)))
+        finally:
+            await batcher.close()
 
-        async def sequential(b: DynamicBatcher[int, int] = batcher) -> None:
-            b.start()
-            try:
-                for i in range(30):
-                    await b.submit(i)
-            finally:
-                await b.close()
-
-        asyncio.run(sequential())
-        assert stats[-1].inline is want_inline, [s.inline for s in stats]
+    asyncio.run(scenario())
+    lone = [s for s in stats if s.size == 1]
+    assert lone
+    assert all(s.inline for s in lone)
+    assert any(not s.inline for s in stats if s.size > 1)
+    assert stats[-1].inline  # the fast batches brought the compute average down

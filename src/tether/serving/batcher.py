@@ -4,7 +4,8 @@ Callers ``await submit(item, deadline)``; one worker task drains the queue, up t
 ``max_batch_size`` at a time, and runs ``run_batch`` on the list. With
 ``batch_timeout_s = 0`` nothing waits on purpose: batches form from what queued while
 the previous one computed. Before each batch the optional ``before_batch`` hook runs on
-the event loop (the runtime applies new weights there, so a swap lands between batches).
+the thread that runs the batch (the runtime applies new weights there, so a swap lands
+between batches).
 
 Invariants: each caller gets exactly its own result or its own exception; an item whose
 deadline passed while queued is answered with ``DeadlineExpired`` and never computed;
@@ -13,11 +14,12 @@ returns the wrong number of results or raises fails every caller of that batch w
 ``BatchFailed``, and the worker keeps serving.
 
 Where a batch runs is chosen per batch: a thread hand-off costs tens of microseconds,
-more than a small MLP's forward, so in ``auto`` mode batches whose measured compute time
-is below ``inline_threshold_s`` run on the event loop and slower ones in a worker thread
-(so the loop keeps accepting requests while they compute). When the batcher is idle and
-would run inline, a request is computed directly in its caller's task, saving two task
-switches on the single-robot path.
+more than a small MLP's forward, so in ``auto`` mode a lone request, and any batch whose
+measured compute time is below ``inline_threshold_s``, runs on the event loop; slower
+batches of several requests run in a worker thread so the loop keeps reading the next
+requests meanwhile. The worker wakes through an event, i.e. after every handler that was
+ready in the same loop iteration has queued its request, so concurrent requests coalesce
+even when batches run inline (benchmarks/bench_serving.py measures both choices).
 """
 
 from __future__ import annotations
@@ -90,20 +92,25 @@ class DynamicBatcher(Generic[In, Out]):
         self._worker: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         # Exponential average of batch compute time, the basis of the inline/thread choice.
-        # Starts at the threshold so the first batch runs in a thread if the mode is auto:
-        # an unknown engine is assumed slow until measured.
+        # Starts at the threshold, so an unknown engine is assumed slow until measured.
         self._compute_ema_s = self._config.inline_threshold_s
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
-    @property
-    def runs_inline(self) -> bool:
-        """Whether the next batch would run on the event loop."""
+    def runs_inline(self, batch_size: int) -> bool:
+        """Whether a batch of ``batch_size`` runs on the event loop.
+
+        In ``auto`` mode a lone request runs inline whatever its cost: with nothing
+        else queued there is nothing for the loop to do meanwhile, and the thread
+        hand-off would only add latency. A batch of several means robots are arriving
+        concurrently; it runs in the worker thread when it is slow enough that the loop
+        should keep reading and parsing the next requests while it computes.
+        """
         mode = self._config.execution
         if mode == "auto":
-            return self._compute_ema_s < self._config.inline_threshold_s
+            return batch_size == 1 or self._compute_ema_s < self._config.inline_threshold_s
         return mode == "inline"
 
     def start(self) -> None:
@@ -135,16 +142,6 @@ class DynamicBatcher(Generic[In, Out]):
                 f"request queue is full: {len(self._queue)} queued, the bound is "
                 f"{self._max_queued}; retry with backoff or raise admission.max_queued_requests"
             )
-        if (
-            not self._busy
-            and not self._queue
-            and self._config.batch_timeout_s == 0.0
-            and self.runs_inline
-        ):
-            # Idle fast path: nothing to coalesce with, so compute in the caller's task.
-            pending = self._pending(item, deadline)
-            self._execute_inline([pending])
-            return pending.future.result()
         pending = self._pending(item, deadline)
         self._queue.append(pending)
         if len(self._queue) >= self._config.max_batch_size:
@@ -174,7 +171,7 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             self._busy = True
             try:
-                if self.runs_inline:
+                if self.runs_inline(len(batch)):
                     self._execute_inline(batch)
                 else:
                     await self._execute_threaded(batch)

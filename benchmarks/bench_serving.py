@@ -1,0 +1,433 @@
+"""Serving round trip and throughput beside the transport floor (issue 3).
+
+For two policies built with ``init_bundle`` — the shipped-size MLP (256, 256), whose
+forward is tens of microseconds, and a wide MLP whose batch-1 forward is ≥ 0.5 ms —
+this measures round-trip p50/p95/p99 and actions/s for 1, 8 and 64 concurrent clients,
+unary (GetAction) and streaming (Control), beside
+
+- a bare ``grpc.aio`` echo server answering the same messages with a prebuilt reply of
+  the same size and no model: the transport floor;
+- the same policy server with batching off (``max_batch_size = 1``).
+
+Every server runs in its own process; the load generator (one asyncio process, one
+coroutine per client, raw stubs and prebuilt requests) is the same for all of them, so
+the ratios compare like with like. It also measures what handing a batch to a worker
+thread costs against each policy's forward (inline vs threaded), breaks the round trip
+down with the server's own timings, and profiles the server on the single-robot path.
+
+    python benchmarks/bench_serving.py [--seconds 2] [--clients 1,8,64]
+
+Targets: small policy — streaming p50 at 1 client ≤ 1.25 × the echo floor's, 64-client
+actions/s ≥ 0.8 × the echo floor's; heavy policy — 64 clients ≥ 2.5 × the actions/s of
+batching off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import multiprocessing as mp
+import os
+import platform
+import pstats
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import torch
+
+from tether.policy.bundle import load_bundle
+from tether.policy.config import EngineConfig
+from tether.policy.engine import PolicyEngine
+from tether.policy.initialize import init_bundle
+from tether.sim import arm_spec
+from tether.v1 import policy_pb2 as pb
+from tether.v1 import policy_pb2_grpc as pb_grpc
+
+SPEC = arm_spec()
+POLICIES = {"small": (256, 256), "heavy": (1024, 1024)}
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class EchoService(pb_grpc.PolicyServiceServicer):
+    """The transport floor: answers with a prebuilt reply of the real reply's size."""
+
+    def __init__(self) -> None:
+        zeros = [0.125] * SPEC.act_dim
+        self._action = pb.ActionResponse(
+            action=zeros,
+            proposed_action=zeros,
+            log_prob=-1.0,
+            status="ok",
+            version=pb.PolicyVersion(policy_version=1, weights_sha256="0" * 64, name="echo"),
+            safety=pb.SafetyVerdict(source=pb.ACTION_SOURCE_POLICY),
+            timings=pb.ServerTimings(queue_ns=1, inference_ns=1, safety_ns=1, total_ns=1),
+            degradation=pb.DEGRADATION_LEVEL_NORMAL,
+        )
+
+    async def GetAction(self, request: pb.ActionRequest, context: Any) -> pb.ActionResponse:
+        return self._action
+
+    async def Control(self, request_iterator: Any, context: Any) -> Any:
+        async for message in request_iterator:
+            if message.WhichOneof("kind") == "open":
+                yield pb.ControlReply(opened=pb.SessionOpened(session_id="echo"))
+            else:
+                step = message.step
+                yield pb.ControlReply(
+                    step_index=step.step_index, episode_id=step.episode_id, action=self._action
+                )
+
+
+def _server_main(
+    kind: str, bundle: str, max_batch: int, ports: Any, profile: str, execution: str
+) -> None:
+    """Child process: serve until SIGTERM; report the bound port through ``ports``."""
+    torch.set_num_threads(1)
+    profiler = cProfile.Profile() if profile else None
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if kind == "echo":
+            server = grpc.aio.server()
+            pb_grpc.add_PolicyServiceServicer_to_server(EchoService(), server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            ports.put(port)
+            await stop.wait()
+            await server.stop(1.0)
+            return
+        from tether.serving.config import ServerConfig
+        from tether.serving.launch import build_server
+
+        config = ServerConfig.model_validate(
+            {
+                "port": 0,
+                "metrics_port": None,
+                # Benchmark clients send as fast as they are answered: no rate limit, and
+                # no staleness cut-off on queued steps (64 robots queue well past 5 periods).
+                "admission": {"rate_limit_hz": 0, "max_queued_requests": 4096},
+                "control_step_deadline_s": 0,
+                "batcher": {"max_batch_size": max_batch, "execution": execution},
+            }
+        )
+        policy = build_server(Path(bundle), config)
+        await policy.start()
+        ports.put(policy.port)
+        if profiler is not None:
+            profiler.enable()
+        await stop.wait()
+        if profiler is not None:
+            profiler.disable()
+        await policy.stop(1.0)
+
+    asyncio.run(run())
+    if profiler is not None:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+        Path(profile).write_text(out.getvalue())
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        kind: str,
+        bundle: str = "",
+        max_batch: int = 64,
+        profile: str = "",
+        execution: str = "auto",
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        ports = ctx.Queue()
+        self.proc = ctx.Process(
+            target=_server_main,
+            args=(kind, bundle, max_batch, ports, profile, execution),
+            daemon=True,
+        )
+        self.proc.start()
+        self.address = f"127.0.0.1:{ports.get(timeout=120)}"
+
+    def stop(self) -> None:
+        if self.proc.pid is not None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# --------------------------------------------------------------------------- load
+
+
+@dataclass(frozen=True)
+class Measured:
+    round_trips_s: list[float]
+    elapsed_s: float
+    queue_ns: list[int]
+    inference_ns: list[int]
+    safety_ns: list[int]
+    total_ns: list[int]
+    batch_sizes: list[int]
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.round_trips_s, q)) * 1e6
+
+    @property
+    def actions_per_s(self) -> float:
+        return len(self.round_trips_s) / self.elapsed_s
+
+
+def _observation(i: int) -> list[float]:
+    rng = np.random.default_rng(i)
+    return rng.uniform(-0.3, 0.3, SPEC.obs_dim).astype(np.float32).tolist()
+
+
+async def _load(address: str, mode: str, clients: int, seconds: float) -> Measured:
+    warmup = min(0.5, seconds / 4)
+    channel = grpc.aio.insecure_channel(address)
+    stub = pb_grpc.PolicyServiceStub(channel)
+    start = time.perf_counter()
+    t_measure = start + warmup
+    t_end = t_measure + seconds
+    rtts: list[float] = []
+    timings: list[pb.ServerTimings] = []
+
+    def keep(sent: float, got: float, reply: pb.ActionResponse) -> None:
+        if sent >= t_measure:
+            rtts.append(got - sent)
+            timings.append(reply.timings)
+
+    async def unary(i: int) -> None:
+        request = pb.ActionRequest(observation=_observation(i), client_id=f"c{i}")
+        while (now := time.perf_counter()) < t_end:
+            reply = await stub.GetAction(request, timeout=30)
+            keep(now, time.perf_counter(), reply)
+
+    async def streaming(i: int) -> None:
+        call = stub.Control()
+        await call.write(
+            pb.ControlStep(
+                open=pb.SessionOpen(
+                    robot_id=f"robot-{i}",
+                    spec_fingerprint=SPEC.fingerprint(),
+                    obs_dim=SPEC.obs_dim,
+                    act_dim=SPEC.act_dim,
+                    joint_names=list(SPEC.joint_names),
+                )
+            )
+        )
+        await call.read()
+        obs = _observation(i)
+        step = 0
+        while (now := time.perf_counter()) < t_end:
+            await call.write(
+                pb.ControlStep(step=pb.StepData(observation=obs, episode_id="e", step_index=step))
+            )
+            reply = await call.read()
+            if reply.WhichOneof("kind") != "action":
+                raise RuntimeError(f"step {step} of robot {i} failed: {reply.error.message}")
+            keep(now, time.perf_counter(), reply.action)
+            step += 1
+        await call.done_writing()
+
+    worker = unary if mode == "unary" else streaming
+    await asyncio.gather(*(worker(i) for i in range(clients)))
+    elapsed = time.perf_counter() - t_measure
+    await channel.close()
+    return Measured(
+        rtts,
+        elapsed,
+        [t.queue_ns for t in timings],
+        [t.inference_ns for t in timings],
+        [t.safety_ns for t in timings],
+        [t.total_ns for t in timings],
+        [t.batch_size for t in timings],
+    )
+
+
+def measure(address: str, mode: str, clients: int, seconds: float) -> Measured:
+    return asyncio.run(_load(address, mode, clients, seconds))
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def forward_us(engine: PolicyEngine, batch: int, repeats: int = 200) -> float:
+    obs = np.random.default_rng(0).uniform(-0.3, 0.3, (batch, SPEC.obs_dim)).astype(np.float32)
+    for _ in range(20):
+        engine.act(obs, True)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        engine.act(obs, True)
+    return (time.perf_counter() - t) / repeats * 1e6
+
+
+def handoff_us(engine: PolicyEngine, repeats: int = 300) -> tuple[float, float]:
+    """Batch-1 act() called inline on an event loop vs handed to a worker thread."""
+    obs = np.zeros((1, SPEC.obs_dim), np.float32)
+    pool = ThreadPoolExecutor(1)
+
+    async def run() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        for _ in range(20):
+            await loop.run_in_executor(pool, engine.act, obs, True)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            engine.act(obs, True)
+        inline = (time.perf_counter() - t) / repeats * 1e6
+        t = time.perf_counter()
+        for _ in range(repeats):
+            await loop.run_in_executor(pool, engine.act, obs, True)
+        threaded = (time.perf_counter() - t) / repeats * 1e6
+        return inline, threaded
+
+    try:
+        return asyncio.run(run())
+    finally:
+        pool.shutdown()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def row(policy: str, server: str, mode: str, clients: int, m: Measured) -> str:
+    return (
+        f"| {policy} | {server} | {mode} | {clients} | {m.pct(50):.0f} | {m.pct(95):.0f} | "
+        f"{m.pct(99):.0f} | {m.actions_per_s:,.0f} |"
+    )
+
+
+def breakdown(label: str, m: Measured) -> str:
+    def us(values: list[int]) -> float:
+        return statistics.mean(values) / 1e3 if values else 0.0
+
+    rtt = statistics.mean(m.round_trips_s) * 1e6
+    server = us(m.total_ns)
+    return (
+        f"| {label} | {rtt:.0f} | {server:.0f} | {us(m.queue_ns):.0f} | "
+        f"{us(m.inference_ns):.0f} | {us(m.safety_ns):.0f} | {rtt - server:.0f} | "
+        f"{statistics.mean(m.batch_sizes) if m.batch_sizes else 0:.1f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured time per cell (s)")
+    parser.add_argument("--clients", default="1,8,64", help="concurrent clients per cell")
+    parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    torch.set_num_threads(1)
+    print(
+        f"machine: {platform.machine()}, nproc {os.cpu_count()}, python "
+        f"{platform.python_version()}, torch {torch.__version__}, grpcio {grpc.__version__}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="bench_serving_"))
+    bundles: dict[str, str] = {}
+    print(
+        "\n| policy | hidden | forward b=1 (µs) | forward b=64 (µs) | inline b=1 (µs) | "
+        "thread hand-off b=1 (µs) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, hidden in POLICIES.items():
+        path = work / name
+        init_bundle(path, SPEC, hidden_sizes=hidden, seed=1)
+        bundles[name] = str(path)
+        engine = PolicyEngine(load_bundle(path), EngineConfig(max_batch_size=64))
+        inline, threaded = handoff_us(engine)
+        print(
+            f"| {name} | {hidden} | {forward_us(engine, 1):.0f} | "
+            f"{forward_us(engine, 64, 50):.0f} | {inline:.0f} | {threaded:.0f} |"
+        )
+
+    results: dict[tuple[str, str, str, int], Measured] = {}
+    variants = [("echo", "echo", "", 64)] + [
+        (policy, server, bundles[policy], batch)
+        for policy in POLICIES
+        for server, batch in (("batched", 64), ("batching off", 1))
+    ]
+    for policy, server, bundle, batch in variants:
+        proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
+        try:
+            for mode in ("unary", "streaming"):
+                for clients in counts:
+                    results[(policy, server, mode, clients)] = measure(
+                        proc.address, mode, clients, args.seconds
+                    )
+        finally:
+            proc.stop()
+
+    print("\n| policy | server | mode | clients | p50 (µs) | p95 (µs) | p99 (µs) | actions/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (policy, server, mode, clients), m in results.items():
+        print(row(policy, server, mode, clients, m))
+
+    def get(policy: str, server: str, mode: str, clients: int) -> Measured | None:
+        return results.get((policy, server, mode, clients))
+
+    print("\nRatios (same run):")
+    lo, hi = min(counts), max(counts)
+    for mode in ("streaming", "unary"):
+        small, echo = get("small", "batched", mode, lo), get("echo", "echo", mode, lo)
+        if small and echo:
+            print(
+                f"- small {mode} p50 at {lo} client / echo floor: "
+                f"{small.pct(50) / echo.pct(50):.2f} (target ≤ 1.25)"
+            )
+        small, echo = get("small", "batched", mode, hi), get("echo", "echo", mode, hi)
+        if small and echo:
+            print(
+                f"- small {mode} actions/s at {hi} clients / echo floor: "
+                f"{small.actions_per_s / echo.actions_per_s:.2f} (target ≥ 0.8)"
+            )
+        heavy, off = get("heavy", "batched", mode, hi), get("heavy", "batching off", mode, hi)
+        if heavy and off:
+            print(
+                f"- heavy {mode} actions/s at {hi} clients / batching off: "
+                f"{heavy.actions_per_s / off.actions_per_s:.2f} (target ≥ 2.5)"
+            )
+
+    print("\nWhere the time goes (means, µs; transport = round trip - server total):")
+    print(
+        "| cell | round trip | server total | queue | batch compute | supervisor | "
+        "transport + client | mean batch |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for key in (
+        ("small", "batched", "streaming", lo),
+        ("small", "batched", "streaming", hi),
+        ("heavy", "batched", "streaming", hi),
+        ("heavy", "batching off", "streaming", hi),
+    ):
+        if key in results:
+            print(breakdown(f"{key[0]} {key[1]} {key[2]} x{key[3]}", results[key]))
+
+    if not args.no_profile:
+        profile = work / "server.prof.txt"
+        proc = ServerProcess("policy", bundles["small"], 64, profile=str(profile))
+        try:
+            measure(proc.address, "streaming", 1, args.seconds)
+        finally:
+            proc.stop()
+        text = profile.read_text() if profile.exists() else "(no profile written)"
+        print("\nServer profile, small policy, streaming, 1 client (top by own time):")
+        print("```")
+        print("\n".join(line for line in text.splitlines() if line.strip())[:4000])
+        print("```")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
