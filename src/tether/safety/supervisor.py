@@ -16,7 +16,8 @@ to execute and a :class:`SafetyVerdict`. In order:
 
 Invariants: ``filter`` never raises on its inputs and never returns a non-finite action;
 the returned action lies in every interval; filtering the returned action again returns
-it unchanged.
+it unchanged. The only state is the gravity hold at the robot's last readable pose (for
+an unreadable observation), so use one supervisor per robot.
 """
 
 from __future__ import annotations

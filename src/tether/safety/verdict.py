@@ -1,9 +1,10 @@
 """What the supervisor did to one action, as a small typed record.
 
 A :class:`SafetyVerdict` travels with every executed action: into the reply, the
-metrics, the recorded transition and the degradation machine. Invariant: the verdict
-of an action returned untouched has ``source=POLICY``, no check bits, zero correction
-norm and no joints; any change to the action sets at least one bit.
+metrics, the recorded transition and the degradation machine. Invariant: any change
+to the action sets at least one check bit and a source other than ``POLICY``; an action
+returned untouched has ``source=POLICY``, zero correction norm and no joints (its only
+possible bit is ``INVALID_PREVIOUS``, which changes nothing but is worth counting).
 """
 
 from __future__ import annotations
