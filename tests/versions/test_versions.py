@@ -76,11 +76,13 @@ def test_a_better_policy_passes_every_stage_and_goes_live(
             shadow=ShadowConfig(
                 steps=200, max_intervention_rate=0.8, max_mean_divergence=2.0, queue_batches=256
             ),
-            # Canary steps run under tightened limits and live ones do not, so an active
-            # policy is corrected more often than a near-motionless random one: the
-            # stated intervention margin has to allow for that.
+            # Canary steps run under tightened limits and live ones do not, and the
+            # reaching controller drives the arm hard where the random policy barely
+            # moves: under the tightened limits 60-70% of its steps are corrected
+            # (measured), against ~0 for the live policy. The stated intervention margin
+            # allows for that; return and success keep their default margins.
             canary=CanaryConfig(
-                fraction=0.5, episodes=3, min_live_episodes=3, intervention_margin=0.6
+                fraction=0.5, episodes=3, min_live_episodes=3, intervention_margin=0.9
             ),
         )
     )
@@ -111,7 +113,8 @@ def test_a_better_policy_passes_every_stage_and_goes_live(
         assert live is not None
         if live.id == record.id:
             break
-    assert versions.registry.get(record.id).state is VersionState.LIVE
+    final = versions.registry.get(record.id)
+    assert final.state is VersionState.LIVE, final.reason
     stages = [v.stage for v in versions.promotion.verdicts(record.id)]
     assert stages == [GateStage.OFFLINE, GateStage.SIMULATION, GateStage.SHADOW, GateStage.CANARY]
     assert Role.CANARY in routed
