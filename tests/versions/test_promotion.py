@@ -63,6 +63,17 @@ def _serve_live_batches(
     return routed
 
 
+def _with_canary(
+    base: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, PromotionController]:
+    """The near-copy candidate 3 through shadow and into its canary stage."""
+    reg, router, ctl = _system(base, tmp_path, supervisor)
+    ctl.submit(3)
+    _serve_live_batches(reg, router, ctl, spec, 4)
+    assert reg.get(3).state is VersionState.CANARY
+    return reg, router, ctl
+
+
 def test_negated_candidate_is_rejected_in_shadow_and_never_routed(
     base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
 ) -> None:
@@ -86,10 +97,7 @@ def test_negated_candidate_is_rejected_in_shadow_and_never_routed(
 def test_good_candidate_goes_shadow_canary_live(
     base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
 ) -> None:
-    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
-    ctl.submit(3)
-    _serve_live_batches(reg, router, ctl, spec, 4)
-    assert reg.get(3).state is VersionState.CANARY
+    reg, router, ctl = _with_canary(base_bundle, tmp_path, spec, supervisor)
     share = router.canary()
     assert share is not None
     assert share.version == 3
@@ -142,10 +150,7 @@ def test_newer_candidate_supersedes_one_in_shadow(
 def test_operator_promotion_of_the_canary_ends_its_evaluation(
     base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
 ) -> None:
-    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
-    ctl.submit(3)
-    _serve_live_batches(reg, router, ctl, spec, 4)
-    assert reg.get(3).state is VersionState.CANARY
+    reg, router, ctl = _with_canary(base_bundle, tmp_path, spec, supervisor)
     with pytest.raises(VersionError, match="canary stage"):
         reg.unload(3)  # the router still serves canary episodes with it
     reg.promote(3, "operator accepted the canary early")

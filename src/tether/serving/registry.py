@@ -31,6 +31,7 @@ from typing import Generic, Protocol, TypeVar
 import grpc
 
 from tether.serving.errors import NoPolicyLoaded, ServingError, VersionUnavailable
+from tether.serving.holder import VersionLike as ServedVersion
 
 
 class VersionError(ServingError):
@@ -76,15 +77,9 @@ TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
 PINNABLE = (_S.LIVE, _S.RETIRED)
 
 
-class VersionLike(Protocol):
-    """What the registry reads of ``tether.policy.VersionInfo``."""
+class VersionLike(ServedVersion, Protocol):
+    """What the registry reads of ``tether.policy.VersionInfo``: serving's view plus lineage."""
 
-    @property
-    def id(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def weights_sha256(self) -> str: ...
     @property
     def parent(self) -> int | None: ...
 
