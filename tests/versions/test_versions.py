@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from tether.learning.gate import (
     GateConfig,
@@ -23,7 +24,8 @@ from tether.serving.canary import CanaryConfig
 from tether.serving.gate_records import EpisodeOutcome, GateStage
 from tether.serving.model_dir import install_sighup_reload
 from tether.serving.promotion import PromotionConfig
-from tether.serving.registry import VersionState
+from tether.serving.registry import LiveChange, VersionState
+from tether.serving.rollback import RollbackConfig
 from tether.serving.rollout import Role
 from tether.serving.shadow import ShadowConfig
 from tether.serving.versions import PolicyVersions, VersionsConfig
@@ -198,3 +200,42 @@ def test_sighup_reload_under_load_fails_no_request(
     assert live.id == 3
     assert served.keys() >= {1, 3}
     assert np.all([versions.registry.get(v).loaded for v in (1, 2, 3)])
+
+
+def _flip_base_yaw(name: str, t: torch.Tensor) -> torch.Tensor:
+    """The base joint pushes the wrong way: the arm no longer turns toward its target."""
+    if name.startswith("head.mu."):
+        t = t.clone()
+        t[0] = -t[0]
+    return t
+
+
+def test_a_live_version_that_degrades_on_the_arm_is_rolled_back(
+    tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    config = VersionsConfig(
+        rollback=RollbackConfig(window_episodes=8, min_episodes=6, sustain_episodes=2)
+    )
+    versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
+    good = reaching_bundle(spec, tmp_path / "r")
+    versions.load(good.path)  # type: ignore[arg-type]
+    env = ArmEnv()
+    routed: list[Role] = []
+    for episode in range(6):  # the good version's record while it is live
+        _episode(versions, env, supervisor, supervisor, "robot-1", episode, routed)
+    broken = derived(good, tmp_path / "broken", 3, "broken-yaw", _flip_base_yaw)
+    # An operator pushes it live past the gate; the robot shows the damage.
+    versions.load(broken.path, make_live=True)  # type: ignore[arg-type]
+    told: list[LiveChange] = []
+    versions.add_live_listener(told.append)
+    for episode in range(6, 30):
+        _episode(versions, env, supervisor, supervisor, "robot-1", episode, routed)
+        if versions.rollback.events:
+            break
+    assert len(versions.rollback.events) == 1
+    event = versions.rollback.events[0]
+    assert (event.from_version, event.to_version) == (3, 2)
+    assert told[-1].kind == "rollback"
+    assert told[-1].current.id == 2
+    assert versions.registry.get(3).state is VersionState.REJECTED
+    assert "rolled back" in versions.registry.get(3).reason
