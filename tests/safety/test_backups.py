@@ -72,3 +72,33 @@ def test_go_home_reaches_home_slowly(gain: float) -> None:
     assert np.all(np.abs(trace[-1, :2] - home) < 0.02)
     speed_cap = 0.2 * np.asarray(LIMITS.velocity_limit_rad_s)
     assert np.all(np.abs(trace[:, 2:]) <= speed_cap + 0.05)
+
+
+# The true robot needs this much extra torque to hold still (normalized): a payload the
+# kinematics does not know about.
+UNMODELLED_LOAD = np.array([-0.15, 0.1])
+
+
+def _hold_under_load(estimation_gain: float, gain: float) -> np.ndarray:
+    supervisor = Supervisor(
+        LIMITS,
+        kinematics=PlanarArm(),
+        config=SupervisorConfig(load_estimation_gain=estimation_gain),
+    )
+    q, v = np.array([0.4, -0.3]), np.zeros(2)
+    previous: np.ndarray | None = None
+    for _ in range(600):
+        u, _ = supervisor.backup_action(observation(LIMITS, q, v, size=10), previous)
+        previous = u
+        q, v = step_model(LIMITS, q, v, u, np.full(2, gain), UNMODELLED_LOAD)
+    return np.concatenate([q, v])
+
+
+@pytest.mark.parametrize("gain", GAINS)
+def test_hold_learns_an_unmodelled_load_and_stays_put(gain: float) -> None:
+    end = _hold_under_load(0.5, gain)
+    assert np.all(np.abs(end[2:]) < 1e-3)
+    assert np.all(np.abs(end[:2] - np.array([0.4, -0.3])) < 0.1)
+    # Without the load estimate the same hold creeps away under the load.
+    creeping = _hold_under_load(0.0, gain)
+    assert np.max(np.abs(creeping[:2] - np.array([0.4, -0.3]))) > 0.3

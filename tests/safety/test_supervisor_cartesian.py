@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from safety.builders import GAIN_HI, PlanarArm, observation, planar_limits, step_model
-from tether.safety import SafetyCheck, SafetyLimits, Supervisor
+from tether.safety import SafetyCheck, SafetyLimits, Supervisor, SupervisorConfig
 from tether.safety.geometry import Clearance
 
 LIMITS = planar_limits()
@@ -28,9 +28,14 @@ def _push(
     guarded: bool,
     steps: int = 300,
     limits: SafetyLimits = LIMITS,
+    load: np.ndarray | None = None,
+    config: SupervisorConfig | None = None,
 ) -> tuple[float, float, SafetyCheck]:
-    """Push with a constant action; the smallest obstacle and workspace clearance seen."""
-    supervisor = Supervisor(limits, kinematics=ARM)
+    """Push with a constant action; the smallest obstacle and workspace clearance seen.
+
+    ``load`` is torque the true robot needs to hold still that the kinematics omits.
+    """
+    supervisor = Supervisor(limits, kinematics=ARM, config=config)
     q, v = start.astype(np.float64), np.zeros(2)
     previous: np.ndarray | None = None
     worst_obstacle = worst_workspace = np.inf
@@ -41,7 +46,7 @@ def _push(
             u, verdict = supervisor.filter(observation(LIMITS, q, v, size=10), u, previous)
             fired |= verdict.checks
             previous = u
-        q, v = step_model(LIMITS, q, v, u, np.full(2, GAIN_HI))
+        q, v = step_model(LIMITS, q, v, u, np.full(2, GAIN_HI), load)
         worst_obstacle = min(worst_obstacle, CONTACT.obstacles(*ARM.collision_spheres(q)))
         worst_workspace = min(worst_workspace, CONTACT.workspace(ARM.end_effector(q)))
     return worst_obstacle, worst_workspace, fired
@@ -72,6 +77,21 @@ def test_a_tight_rate_limit_does_not_weaken_the_stop() -> None:
     obstacle, _, fired = _push(np.array([1.0, 0.0]), np.array([0.1, 0.0]), True, limits=slow)
     assert obstacle > 0
     assert fired & SafetyCheck.OBSTACLE
+
+
+@pytest.mark.parametrize(("estimation_gain", "touches"), [(0.5, False), (0.0, True)])
+def test_an_unmodelled_load_toward_the_obstacle_is_learnt_while_stopping(
+    estimation_gain: float, touches: bool
+) -> None:
+    # A doing-nothing policy; the load drags the arm toward the obstacle. Stops that
+    # assume the modelled gravity creep into it; stops that learn the load hold.
+    load = np.array([-0.3, 0.0])
+    config = SupervisorConfig(load_estimation_gain=estimation_gain)
+    obstacle, _, fired = _push(
+        np.zeros(2), np.array([0.3, 0.0]), True, steps=600, load=load, config=config
+    )
+    assert fired & SafetyCheck.OBSTACLE
+    assert (obstacle < 0) is touches
 
 
 def _pose_inside_the_obstacle_margin() -> np.ndarray:

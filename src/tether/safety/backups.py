@@ -77,6 +77,9 @@ class HoldBackup(_VelocityServo):
     def __init__(self, limits: SafetyLimits, damping: float = 0.3) -> None:
         super().__init__(limits)
         self._damping = damping
+        # Fraction of the velocity removed per step: the supervisor learns unmodelled
+        # loads from the velocity left under a stop (0 for backups that move).
+        self.velocity_damping = damping
 
     def action(self, q: np.ndarray, v: np.ndarray, u_gravity: np.ndarray) -> np.ndarray:
         return self.toward(v, (1.0 - self._damping) * v, u_gravity)
@@ -84,6 +87,7 @@ class HoldBackup(_VelocityServo):
 
 class BrakeBackup(_VelocityServo):
     name = "brake"
+    velocity_damping = 1.0
 
     def action(self, q: np.ndarray, v: np.ndarray, u_gravity: np.ndarray) -> np.ndarray:
         return self.toward(v, np.zeros_like(v), u_gravity)

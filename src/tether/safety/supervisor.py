@@ -16,8 +16,11 @@ to execute and a :class:`SafetyVerdict`. In order:
 
 Invariants: ``filter`` never raises on its inputs and never returns a non-finite action;
 the returned action lies in every interval; filtering the returned action again returns
-it unchanged. The only state is the gravity hold at the robot's last readable pose (for
-an unreadable observation), so use one supervisor per robot.
+it unchanged (for the same state of the supervisor). That state belongs to one robot,
+so use one supervisor per robot: the gravity hold at the last readable pose (for an
+unreadable observation) and an estimate of the load the kinematics does not model,
+learnt from the velocity left under the supervisor's own stops and added to gravity
+compensation everywhere.
 """
 
 from __future__ import annotations
@@ -72,6 +75,19 @@ class SupervisorConfig(BaseModel):
     backup: BackupConfig = Field(
         default_factory=lambda: BackupConfig(), description="Backup action for unusable inputs (-)"
     )
+    load_estimation_gain: float = Field(
+        default=0.5,
+        ge=0.0,
+        lt=2.0,
+        description="Gain of the unmodelled-load estimate learnt while the supervisor holds "
+        "or stops the robot; 0 disables it, stable below 2 (1)",
+    )
+    load_estimate_limit: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Largest unmodelled load the estimate may assume, per joint (normalized torque)",
+    )
     uniform_scale_floor: float = Field(
         default=0.25,
         ge=0.0,
@@ -111,6 +127,10 @@ class Supervisor:
         # Gravity compensation where the robot was last seen: an unreadable observation
         # holds there rather than letting the arm drop.
         self._last_gravity = self._zeros
+        # Unmodelled load (payload, weak actuators) per joint, in normalized torque, and
+        # the stop this supervisor last returned with the velocity damping it applied.
+        self._load = np.zeros(self._n, dtype=np.float64)
+        self._last_stop: tuple[bytes, float] | None = None
 
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
         """The same supervisor (kinematics, backup, config) enforcing other limits."""
@@ -159,7 +179,8 @@ class Supervisor:
         prev = _vector(previous, self._n)
         if previous is not None and prev is None:
             checks |= _INVALID_PREVIOUS
-        u_g = self._gravity(q)
+        self._learn_load(previous, v)
+        u_g = self._gravity(q) + self._load
         self._last_gravity = u_g
         bounds = self._envelope.bounds(q, v, u_g, prev)
 
@@ -180,6 +201,9 @@ class Supervisor:
         if checks & _REPLACING:
             candidate = self.backup.action(q, v, u_g)
             candidate = _place(np.nan_to_num(candidate, nan=0.0), bounds)
+            damping = getattr(self.backup, "velocity_damping", 0.0)
+            if damping:
+                self._last_stop = (candidate.tobytes(), damping)
         else:
             assert u is not None
             candidate, joint_checks = self._joint_stage(u, bounds, prev, u_g)
@@ -188,6 +212,26 @@ class Supervisor:
         out, cartesian_checks = self._cartesian_stage(candidate, q, v, u_g, bounds)
         checks |= cartesian_checks
         return out, self._verdict(out, u, checks)
+
+    def _learn_load(self, previous: Any, v: np.ndarray) -> None:
+        """Update the unmodelled-load estimate when the robot ran this supervisor's stop.
+
+        A stop that removes a fraction ``k`` of the velocity per step leaves a steady
+        velocity ``v`` only if ``k·v·per_velocity`` of torque is missing, whatever the true
+        gain; integrating that makes holds and predictions right under a payload the
+        kinematics does not know. (Stable for any gain up to the bound when
+        ``load_estimation_gain`` < 2.)
+        """
+        last, self._last_stop = self._last_stop, None
+        gain = self.config.load_estimation_gain
+        if last is None or not gain or previous is None:
+            return
+        executed = _array(previous)
+        if executed is None or executed.astype(np.float32).tobytes() != last[0]:
+            return
+        self._load -= gain * last[1] * v * self._envelope.per_velocity
+        limit = self.config.load_estimate_limit
+        np.clip(self._load, -limit, limit, out=self._load)
 
     def _read_state(self, observation: Any) -> tuple[np.ndarray, np.ndarray] | None:
         obs = _array(observation)
@@ -255,7 +299,9 @@ class Supervisor:
                 checks |= _OBSTACLE
         if not checks:
             return u32, checks
-        return _place(b.brake, b), checks
+        stop = _place(b.brake, b)
+        self._last_stop = (stop.tobytes(), 1.0)
+        return stop, checks
 
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
