@@ -67,6 +67,9 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             )
             first_pid = supervisor.pid
             assert first_pid is not None
+            # The learner runs on its own cores, chosen by the parent.
+            assert os.sched_getaffinity(first_pid) == set(supervisor.cores)
+            assert supervisor.cores == learner_placement().learner_cores
             served = weights.read()
             assert served is not None
 

@@ -52,22 +52,21 @@ class LearnerLaunch:
     weights_name: str
     checkpoint_dir: str | None
     resume: bool
+    cores: tuple[int, ...]
+    torch_threads: int
 
 
-def _place(config: LearnerConfig) -> None:
-    placement = learner_placement()
-    cores = config.cores if config.cores is not None else placement.learner_cores
-    threads = config.torch_threads if config.torch_threads is not None else placement.torch_threads
+def _place(launch: LearnerLaunch, nice: int) -> None:
     try:
-        os.sched_setaffinity(0, cores)
+        os.sched_setaffinity(0, launch.cores)
     except OSError as exc:
         raise LearnerProcessError(
-            f"cannot pin the learner to cores {cores} ({exc}); set LearnerConfig.cores to a "
-            f"subset of the available cores {sorted(os.sched_getaffinity(0))}"
+            f"cannot pin the learner to cores {launch.cores} ({exc}); set LearnerConfig.cores "
+            f"to a subset of the available cores {sorted(os.sched_getaffinity(0))}"
         ) from exc
-    if config.nice:
-        os.nice(config.nice)
-    torch.set_num_threads(threads)
+    if nice:
+        os.nice(nice)
+    torch.set_num_threads(launch.torch_threads)
 
 
 def learner_main(
@@ -78,7 +77,7 @@ def learner_main(
 ) -> None:
     """Entry point of the learner process."""
     config = LearnerConfig.model_validate_json(launch.config_json)
-    _place(config)
+    _place(launch, config.nice)
     bundle = load_bundle(launch.bundle_path)
     weights = SharedWeights.attach(launch.weights_name, bundle.architecture)
     learner = Learner(
@@ -129,6 +128,13 @@ class LearnerSupervisor:
         self._channel = channel
         self._checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
         self._on_event = on_event
+        # Decided here, in the parent, from the cores it may use now: a child inherits the
+        # parent's affinity, which the runtime may narrow to the serving cores later.
+        placement = learner_placement()
+        self.cores = config.cores if config.cores is not None else placement.learner_cores
+        self.torch_threads = (
+            config.torch_threads if config.torch_threads is not None else placement.torch_threads
+        )
         self._ctx = mp.get_context("spawn")
         # A raw (lock-free) int64 array: one writer (the child), aligned 8-byte stores.
         self._counters: Any = self._ctx.Array(ctypes.c_int64, N_COUNTERS, lock=False)
@@ -183,6 +189,8 @@ class LearnerSupervisor:
             weights_name=self._weights.name,
             checkpoint_dir=self._checkpoint_dir,
             resume=resume,
+            cores=self.cores,
+            torch_threads=self.torch_threads,
         )
         process = self._ctx.Process(
             target=learner_main,

@@ -67,11 +67,13 @@ class SAC:
         self.config = config or SACConfig()
         cfg = self.config
         self.arch = arch
-        torch.manual_seed(cfg.seed)
         self._generator = torch.Generator().manual_seed(cfg.seed)
-        self.actor = actor if actor is not None else Actor(arch)
-        self.critic = critic if critic is not None else TwinCritic(arch)
-        self.critic_target = TwinCritic(arch)
+        # fork_rng: seeding the initialization must not reseed the caller's global RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.actor = actor if actor is not None else Actor(arch)
+            self.critic = critic if critic is not None else TwinCritic(arch)
+            self.critic_target = TwinCritic(arch)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         if cfg.freeze_trunk:
