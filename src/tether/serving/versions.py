@@ -83,7 +83,12 @@ class VersionsConfig(BaseModel):
 
 
 class PolicyVersions:
-    """See the module docstring."""
+    """See the module docstring.
+
+    ``shadow_supervisor`` must be a Supervisor of its own (e.g. ``base.with_limits(
+    base.limits)``): it runs on the shadow thread, and a Supervisor is not shared
+    across threads.
+    """
 
     def __init__(
         self,
