@@ -138,7 +138,7 @@ def _server_main(
     asyncio.run(run())
     if profiler is not None:
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
         Path(profile).write_text(out.getvalue())
 
 

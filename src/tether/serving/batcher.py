@@ -14,12 +14,13 @@ returns the wrong number of results or raises fails every caller of that batch w
 ``BatchFailed``, and the worker keeps serving.
 
 Where a batch runs is chosen per batch: a thread hand-off costs tens of microseconds,
-more than a small MLP's forward, so in ``auto`` mode a lone request, and any batch whose
-measured compute time is below ``inline_threshold_s``, runs on the event loop; slower
-batches of several requests run in a worker thread so the loop keeps reading the next
-requests meanwhile. The worker wakes through an event, i.e. after every handler that was
-ready in the same loop iteration has queued its request, so concurrent requests coalesce
-even when batches run inline (benchmarks/bench_serving.py measures both choices).
+more than a small MLP's forward, so in ``auto`` mode a lone robot's requests run on the
+event loop, as does any batch whose measured compute time is below
+``inline_threshold_s``; slower batches of several requests run in a worker thread so the
+loop keeps reading the next requests meanwhile. Concurrency is judged from evidence:
+batches of several, or requests that queued while a threaded batch computed (one lone
+batch in ``_PROBE_EVERY`` runs threaded to look, because unary callers only reach the
+queue once the loop is free). benchmarks/bench_serving.py measures all three choices.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ from tether.serving.errors import AdmissionRefused, BatchFailed, DeadlineExpired
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+
+# Auto mode: one lone batch in this many runs threaded, to see whether requests queue up
+# behind it; this many lone threaded batches with nothing queued return to inline.
+_PROBE_EVERY = 16
+_QUIET_TO_INLINE = 8
 
 RunBatch = Callable[[list[In]], Sequence[Out | ServingError]]
 
@@ -94,24 +100,40 @@ class DynamicBatcher(Generic[In, Out]):
         # Exponential average of batch compute time, the basis of the inline/thread choice.
         # Starts at the threshold, so an unknown engine is assumed slow until measured.
         self._compute_ema_s = self._config.inline_threshold_s
+        # Auto mode's evidence of concurrent robots (see runs_inline).
+        self._concurrent = False
+        self._lone_batches = 0
+        self._quiet_batches = 0
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
     def runs_inline(self, batch_size: int) -> bool:
-        """Whether a batch of ``batch_size`` runs on the event loop.
-
-        In ``auto`` mode a lone request runs inline whatever its cost: with nothing
-        else queued there is nothing for the loop to do meanwhile, and the thread
-        hand-off would only add latency. A batch of several means robots are arriving
-        concurrently; it runs in the worker thread when it is slow enough that the loop
-        should keep reading and parsing the next requests while it computes.
-        """
+        """Whether a batch of ``batch_size`` runs on the event loop (see the module docstring)."""
         mode = self._config.execution
-        if mode == "auto":
-            return batch_size == 1 or self._compute_ema_s < self._config.inline_threshold_s
-        return mode == "inline"
+        if mode != "auto":
+            return mode == "inline"
+        if batch_size > 1:
+            self._concurrent = True
+            return self._compute_ema_s < self._config.inline_threshold_s
+        if self._concurrent:
+            return False  # keep the loop free: more robots are probably on their way
+        # One robot at a time: inline, but probe now and then whether others are waiting
+        # behind the loop (unary callers only reach the queue once the loop is free).
+        self._lone_batches += 1
+        return self._lone_batches % _PROBE_EVERY != 0
+
+    def _after_threaded(self, size: int) -> None:
+        """A threaded batch shows concurrency when requests queued while it computed."""
+        if self._queue:
+            self._concurrent = True
+            self._quiet_batches = 0
+        elif size == 1:
+            self._quiet_batches += 1
+            if self._quiet_batches >= _QUIET_TO_INLINE:
+                self._concurrent = False
+                self._quiet_batches = 0
 
     def start(self) -> None:
         """Start the worker task on the running event loop."""
@@ -228,6 +250,7 @@ class DynamicBatcher(Generic[In, Out]):
         )
         self._deliver(live, outcome, start, elapsed)
         self._report(len(live), elapsed, False, expired)
+        self._after_threaded(len(live))
 
     def _hooked_call(self, items: list[In]) -> tuple[Sequence[Out | ServingError] | Exception, int]:
         if self._before_batch is not None:

@@ -26,8 +26,9 @@ _LATENCY_BUCKETS = (
 )  # fmt: skip
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
-# Weight of the newest batch in the per-dimension action statistics (an EMA over batches).
-_ACTION_EMA = 0.05
+# Weight of the newest sampled batch in the per-dimension action statistics (an EMA over
+# the batches the server samples, at most one per 50 ms).
+_ACTION_EMA = 0.1
 
 
 class ServingMetrics:
@@ -75,7 +76,7 @@ class ServingMetrics:
         )
         self.action_mean = Gauge(
             "tether_action_mean",
-            "Moving average of each executed action dimension",
+            "Moving average of each executed action dimension (batches sampled every 50 ms)",
             ("dimension",),
             registry=r,
         )

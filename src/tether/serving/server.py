@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from collections.abc import Callable
 
 import grpc
@@ -39,6 +40,7 @@ from tether.serving.supervision import SupervisorFactory
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
 
+_GAUGE_PERIOD_S = 0.05
 POLICY_SERVICE = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 
 
@@ -78,6 +80,7 @@ class PolicyServer:
         self._metrics_http: MetricsHttpServer | None = None
         self.port = 0
         self.metrics_port: int | None = None
+        self._next_gauge_update = 0.0
 
     @property
     def address(self) -> str:
@@ -195,6 +198,12 @@ class PolicyServer:
             self.metrics.inference_seconds.observe(stats.compute_ns / 1e9)
 
     def _observe_actions(self, engine: EngineLike, actions: np.ndarray) -> None:
+        # Gauges are scraped every few seconds; refreshing them on every batch cost ~70 µs
+        # of the single-robot round trip (profiled), so they follow at most every 50 ms.
+        now = time.monotonic()
+        if now < self._next_gauge_update:
+            return
+        self._next_gauge_update = now + _GAUGE_PERIOD_S
         self.metrics.live_version.set(engine.version.id)
         self.metrics.degradation.set(int(self._supervisors.level()))
         self.metrics.actions(actions, engine.action_low, engine.action_high)
