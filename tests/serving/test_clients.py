@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import numpy as np
 
 from tests.serving.serving_harness import MakeServer
+from tether.data.records import Transition
 from tether.policy.engine import PolicyEngine
 from tether.serving.client import AsyncPolicyClient, PolicyClient
 from tether.serving.client.sim_robot import SimRobotClient
@@ -68,3 +70,45 @@ def test_sim_robot_keeps_its_control_rate(make_server: MakeServer, arm: RobotSpe
         stats = robot.run(10)
     # 10 steps at 50 Hz take at least 9 periods (the first is not waited for).
     assert stats.elapsed_s >= 9 * 0.02 - 1e-3
+
+
+class Collected:
+    """The learner's side of the recorder: whatever transitions it hands on."""
+
+    def __init__(self) -> None:
+        self.transitions: list[Transition] = []
+
+    def put(self, transitions: Sequence[Transition]) -> None:
+        self.transitions.extend(transitions)
+
+
+def test_recorded_transitions_pair_each_action_with_its_own_outcome(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """Sim robot → server → tether.data.Recorder: every transition is (s_t, a_t, r_t, s_t+1)."""
+    from tether.data.recorder import Recorder
+    from tether.data.step import StepRecord
+
+    sink = Collected()
+    recorder = Recorder([sink])
+    steps: list[StepRecord] = []
+
+    def record(step: StepRecord) -> None:
+        steps.append(step)
+        recorder.record(step)
+
+    running = make_server(record_step=record, end_session=recorder.end_session)
+    with PolicyClient(running.address) as client:
+        SimRobotClient(client, control_rate_hz=0, control_deadline_s=5.0, seed=2).run(25)
+    assert recorder.flush(10)
+    recorder.close()
+    by_index = {(s.episode_id, s.step_index): s for s in steps}
+    assert len(sink.transitions) >= 20
+    for tr in sink.transitions:
+        now = by_index[(tr.episode_id, tr.step_index)]
+        after = by_index[(tr.episode_id, tr.step_index + 1)]
+        np.testing.assert_array_equal(tr.observation, now.observation)
+        np.testing.assert_array_equal(tr.action, now.safe_action)
+        np.testing.assert_array_equal(tr.next_observation, after.observation)
+        assert tr.reward == after.reward
+        assert tr.policy_version == now.policy_version

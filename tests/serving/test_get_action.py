@@ -150,3 +150,14 @@ def test_metrics_endpoint_exports_the_named_series(
     ):
         assert name in text, name
     assert f'tether_action_mean{{dimension="{arm.action_names[0]}"}}' in text
+
+
+def test_reflection_lists_the_services(make_server: MakeServer) -> None:
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    running = make_server()
+    with grpc.insecure_channel(running.address) as channel:
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert {"tether.v1.PolicyService", "grpc.health.v1.Health"} <= services
