@@ -48,10 +48,17 @@ def panda_like_spec() -> RobotSpec:
     )
 
 
-def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
-    """Best of ``repeats`` runs of ``calls`` calls, in microseconds per call (the least
-    disturbed run on a shared machine)."""
-    return min(timeit.repeat(fn, number=calls, repeat=repeats)) / calls * 1e6
+def per_call_us(
+    cases: list[tuple[str, Callable[[], object]]], calls: int, repeats: int
+) -> list[tuple[str, float]]:
+    """Microseconds per call of each case: the best of ``repeats`` timed runs of ``calls``
+    calls. Runs are interleaved case by case, so a burst of load on the shared machine
+    hits every case alike instead of one."""
+    best = [float("inf")] * len(cases)
+    for _ in range(repeats):
+        for i, (_, fn) in enumerate(cases):
+            best[i] = min(best[i], timeit.timeit(fn, number=calls) / calls * 1e6)
+    return [(name, us) for (name, _), us in zip(cases, best, strict=True)]
 
 
 def cycling(
@@ -84,8 +91,10 @@ def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=5000, help="filter calls per timed run")
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs; the best is kept")
+    parser.add_argument("--calls", type=int, default=2000, help="filter calls per timed run")
+    parser.add_argument(
+        "--repeats", type=int, default=25, help="timed runs per case, interleaved; the best is kept"
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
 
@@ -111,35 +120,21 @@ def main() -> None:
     q_arm = states_arm[0][:4].astype(np.float64)
     a = np.ones(7)
 
-    c, r = args.calls, args.repeats
-    rows = [
-        (
-            "7-joint, action inside every limit",
-            per_call_us(lambda: sup7.filter(home, inside), c, r),
-        ),
-        (
-            f"7-joint, random action ({corrected:.0%} corrected)",
-            per_call_us(cycling(random7, sup7), c, r),
-        ),
-        ("7-joint, NaN action -> backup", per_call_us(lambda: sup7.filter(home, nan), c, r)),
+    def kinematics() -> object:
+        return kin.gravity_torque(q_arm), kin.end_effector(q_arm), kin.collision_spheres(q_arm)
+
+    cases: list[tuple[str, Callable[[], object]]] = [
+        ("7-joint, action inside every limit", lambda: sup7.filter(home, inside)),
+        (f"7-joint, random action ({corrected:.0%} corrected)", cycling(random7, sup7)),
+        ("7-joint, NaN action -> backup", lambda: sup7.filter(home, nan)),
         (
             "built-in arm (4 joints + MuJoCo kinematics), random action",
-            per_call_us(cycling(random_arm, sup_arm), c, r),
+            cycling(random_arm, sup_arm),
         ),
-        (
-            "  of which kinematics: gravity + end effector + spheres",
-            per_call_us(
-                lambda: (
-                    kin.gravity_torque(q_arm),
-                    kin.end_effector(q_arm),
-                    kin.collision_spheres(q_arm),
-                ),
-                c,
-                r,
-            ),
-        ),
-        ("reference: numpy add of two 7-vectors", per_call_us(lambda: a + a, c, r)),
+        ("  of which kinematics: gravity + end effector + spheres", kinematics),
+        ("reference: numpy add of two 7-vectors", lambda: a + a),
     ]
+    rows = per_call_us(cases, args.calls, args.repeats)
     print(
         f"machine: {platform.machine()}, nproc {os.cpu_count()}, python {platform.python_version()}, "
         f"numpy {np.__version__}, torch {torch.__version__}"
