@@ -278,7 +278,8 @@ def forward_us(engine: PolicyEngine, batch: int, repeats: int = 200) -> float:
 def handoff_us(engine: PolicyEngine, repeats: int = 300) -> tuple[float, float]:
     """Batch-1 act() called inline on an event loop vs handed to a worker thread."""
     obs = np.zeros((1, SPEC.obs_dim), np.float32)
-    pool = ThreadPoolExecutor(1)
+    # As the server does: torch's thread count is per thread (see serving/server.py).
+    pool = ThreadPoolExecutor(1, initializer=lambda: torch.set_num_threads(1))
 
     async def run() -> tuple[float, float]:
         loop = asyncio.get_running_loop()

@@ -65,9 +65,7 @@ def version_to_proto(version: VersionLike) -> pb.PolicyVersion:
     )
 
 
-def action_response(
-    batched: Batched[ActionOutcome], total_ns: int, degradation: int
-) -> pb.ActionResponse:
+def action_response(batched: Batched[ActionOutcome], total_ns: int) -> pb.ActionResponse:
     outcome = batched.value
     return pb.ActionResponse(
         action=outcome.action.tolist(),
@@ -82,6 +80,6 @@ def action_response(
             total_ns=total_ns,
             batch_size=batched.batch_size,
         ),
-        degradation=degradation_to_proto(degradation),
+        degradation=degradation_to_proto(outcome.degradation),
         proposed_action=outcome.proposed_action.tolist(),
     )

@@ -49,6 +49,7 @@ class ActionOutcome:
     version: VersionLike
     verdict: SafetyVerdict
     safety_ns: int
+    degradation: DegradationLevel  # the level the batch was supervised at
 
 
 class InferencePipeline:
@@ -116,6 +117,7 @@ class InferencePipeline:
                 version=version,
                 verdict=verdict,
                 safety_ns=elapsed,
+                degradation=level,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)

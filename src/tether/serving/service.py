@@ -91,9 +91,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             batched = await self._batcher.submit(query, _deadline(context))
             self._queued(batched)
             version = str(batched.value.version.id)
-            reply = action_response(
-                batched, time.perf_counter_ns() - arrival, self._degradation_level()
-            )
+            reply = action_response(batched, time.perf_counter_ns() - arrival)
         except ServingError as exc:
             self._finish("GetAction", exc.code.name, version, arrival)
             await context.abort(exc.code, str(exc))
@@ -222,9 +220,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         reply = pb.ControlReply(
             step_index=step.step_index,
             episode_id=step.episode_id,
-            action=action_response(
-                batched, time.perf_counter_ns() - arrival, self._degradation_level()
-            ),
+            action=action_response(batched, time.perf_counter_ns() - arrival),
         )
         self._finish("Control", "OK", version, arrival)
         return reply
