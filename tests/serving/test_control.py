@@ -144,6 +144,7 @@ def test_disconnect_mid_stream_leaves_the_server_healthy(
     while running.metric("tether_sessions_open") != 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert running.metric("tether_sessions_open") == 0
+    assert running.metric("tether_requests_in_flight") == 0
     with grpc.insecure_channel(running.address) as fresh:
         reply = health_pb2_grpc.HealthStub(fresh).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -134,8 +134,12 @@ def test_deadline_passed_in_queue_is_deadline_exceeded_and_not_computed(
         release.set()
         holder.join(10)
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-    # Only the held request was ever computed.
+    # Only the held request was ever computed, and nothing is left in flight.
     assert running.metric("tether_batch_size_sum") == 1
+    deadline = time.monotonic() + 5
+    while running.metric("tether_requests_in_flight") != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running.metric("tether_requests_in_flight") == 0
 
 
 def test_bearer_token_is_required_except_for_health(

@@ -14,6 +14,7 @@ session's (or the server's) supervisor.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeAlias
@@ -95,6 +96,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         except ServingError as exc:
             self._finish("GetAction", exc.code.name, version, arrival)
             await context.abort(exc.code, str(exc))
+        except asyncio.CancelledError:  # the caller went away or its deadline passed
+            self._finish("GetAction", "CANCELLED", version, arrival)
+            raise
         self._finish("GetAction", "OK", version, arrival)
         return reply
 
@@ -192,6 +196,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             )
             batched = await self._batcher.submit(query, self._step_deadline(context))
             self._queued(batched)
+        except asyncio.CancelledError:  # the robot disconnected mid-step
+            self._finish("Control", "CANCELLED", version, arrival)
+            raise
         except ServingError as exc:
             self._finish("Control", exc.code.name, version, arrival)
             return pb.ControlReply(
