@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from tether.data.step import StepRecord
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
@@ -42,15 +43,24 @@ def build_server(
     *,
     engine_config: EngineConfig | None = None,
     degradation: DegradationMachine | None = None,
+    limits: SafetyLimits | None = None,
+    record_step: Callable[[StepRecord], object] | None = None,
+    end_session: Callable[[str], None] | None = None,
+    before_batch: Callable[[], None] | None = None,
 ) -> PolicyServer:
-    """A ready-to-start server for the bundle at ``bundle_path``."""
+    """A ready-to-start server for the bundle at ``bundle_path``.
+
+    ``tether run`` passes its degradation machine, the recorder's ``record`` and
+    ``end_session``, and a ``before_batch`` that applies published weights; plain
+    ``tether serve`` passes none of them and gets a fresh degradation machine.
+    """
     bundle = load_bundle(bundle_path)
     spec = robot_spec_of(bundle)
     engine_cfg = engine_config or EngineConfig.model_validate(
         {"max_batch_size": config.batcher.max_batch_size}
     )
     engine = PolicyEngine(bundle, engine_cfg)
-    limits = SafetyLimits.from_spec(spec)
+    limits = limits or SafetyLimits.from_spec(spec)
     if degradation is None:
         degradation = DegradationMachine(limits=limits)
     return PolicyServer(
@@ -58,6 +68,9 @@ def build_server(
         spec=ServedSpec.from_robot_spec(spec),
         supervisors=SupervisorFactory(spec, limits=limits, degradation=degradation),
         engine=engine,
+        record_step=record_step,
+        end_session=end_session,
+        before_batch=before_batch,
         cuda=engine.device.type == "cuda",
     )
 
