@@ -70,10 +70,12 @@ def test_output_is_finite_and_inside_every_interval(
     assert out.shape == (N_JOINTS,)
     assert np.all(np.isfinite(out))
     qq, vv = obs[:N_JOINTS].astype(np.float64), obs[N_JOINTS : 2 * N_JOINTS].astype(np.float64)
-    b = ENVELOPE.bounds(qq, vv, np.zeros(N_JOINTS), None if previous is None else previous)
+    b = ENVELOPE.bounds(
+        qq.tolist(), vv.tolist(), [0.0] * N_JOINTS, None if previous is None else previous.tolist()
+    )
     assert np.all(out >= b.lo)
     assert np.all(out <= b.hi)
-    assert np.all(np.abs(out) <= b.torque_hi)
+    assert np.all(np.abs(out) <= np.asarray(b.torque_hi))
     raw = np.asarray(action, dtype=np.float64)
     if raw.shape != (N_JOINTS,) or not np.all(np.isfinite(raw)):
         assert verdict.source is ActionSource.BACKUP
@@ -89,13 +91,14 @@ def test_an_action_within_every_limit_is_returned_bit_identical_and_unflagged(
     q, v = state
     obs = _obs(q, v)
     b = ENVELOPE.bounds(
-        obs[:N_JOINTS].astype(np.float64),
-        obs[N_JOINTS : 2 * N_JOINTS].astype(np.float64),
-        np.zeros(N_JOINTS),
+        obs[:N_JOINTS].astype(np.float64).tolist(),
+        obs[N_JOINTS : 2 * N_JOINTS].astype(np.float64).tolist(),
+        [0.0] * N_JOINTS,
         None,
     )
-    action = (b.lo + np.asarray(fractions) * (b.hi - b.lo)).astype(np.float32)
-    assume(np.all(action >= b.lo) and np.all(action <= b.hi))
+    lo, hi = np.asarray(b.lo), np.asarray(b.hi)
+    action = (lo + np.asarray(fractions) * (hi - lo)).astype(np.float32)
+    assume(np.all(action >= lo) and np.all(action <= hi))
     out, verdict = SUPERVISOR.filter(obs, action)
     assert out.tobytes() == action.tobytes()
     assert verdict == PASSED

@@ -22,10 +22,18 @@ Invariant: the intervals are intersected in that priority order and a lower-prio
 interval that would empty the set yields to the higher ones, so the result is never
 empty, and it depends only on the state and the previous action, never on the
 proposal; that is what makes filtering idempotent.
+
+The arithmetic is plain Python floats, joint by joint: numpy costs about a microsecond
+per call on a 7-vector, more than the whole per-joint computation. Every operation is
+the IEEE double one numpy would do, in the same order, so the intervals are the same
+to the bit as an elementwise numpy formulation (``tests/safety/reference.py`` keeps one
+as the oracle).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -38,121 +46,158 @@ _INSET = 1e-6
 
 
 class JointBounds(NamedTuple):
-    """The per-check intervals for one state (all arrays shape (n,), float64)."""
+    """The per-check intervals for one state (lists of n floats; flags are bools)."""
 
-    torque_lo: np.ndarray
-    torque_hi: np.ndarray
-    motion_lo: np.ndarray
-    motion_hi: np.ndarray
-    velocity_bound_lo: np.ndarray  # bool: the velocity limit, not the position, sets motion_lo
-    velocity_bound_hi: np.ndarray  # bool: the same for motion_hi
-    accel_lo: np.ndarray
-    accel_hi: np.ndarray
-    rate_lo: np.ndarray
-    rate_hi: np.ndarray
-    lo: np.ndarray  # final interval: every check, with priority fallback
-    hi: np.ndarray
-    inner_lo: np.ndarray  # final interval inset by _INSET, where outputs are placed
-    inner_hi: np.ndarray
-    brake: np.ndarray  # the non-reversing stop action, inside [lo, hi]
+    torque_lo: list[float]
+    torque_hi: list[float]
+    motion_lo: list[float]
+    motion_hi: list[float]
+    velocity_bound_lo: list[bool]  # the velocity limit, not the position, sets motion_lo
+    velocity_bound_hi: list[bool]  # the same for motion_hi
+    accel_lo: list[float]
+    accel_hi: list[float]
+    rate_lo: list[float]
+    rate_hi: list[float]
+    lo: list[float]  # final interval: every check, with priority fallback
+    hi: list[float]
+    inner_lo: list[float]  # final interval inset by _INSET, where outputs are placed
+    inner_hi: list[float]
+    brake: list[float]  # the non-reversing stop action, inside [lo, hi]
 
 
 class JointEnvelope:
     """Computes :class:`JointBounds` for one set of limits (constants precomputed)."""
 
     def __init__(self, limits: SafetyLimits) -> None:
-        f = np.float64
+        n = limits.n_joints
+        self.n = n
         self.dt = limits.control_period_s
-        self.hi_pos = np.asarray(limits.position_high_rad, f) - np.asarray(
-            limits.position_margin_rad, f
-        )
-        self.lo_pos = np.asarray(limits.position_low_rad, f) + np.asarray(
-            limits.position_margin_rad, f
-        )
-        self.v_max = np.asarray(limits.velocity_limit_rad_s, f)
-        self.a_gain = np.asarray(limits.acceleration_per_action_rad_s2, f)
-        self.a_brake = np.asarray(limits.braking_deceleration_rad_s2, f)
-        self.u_max = np.asarray(limits.torque_limit_nm, f) / np.asarray(limits.action_scale_nm, f)
-        self.u_accel = np.asarray(limits.acceleration_limit_rad_s2, f) / self.a_gain
-        self.rate = np.asarray(limits.max_action_change_per_step, f)
+        margin = limits.position_margin_rad
+        self.hi_pos = [limits.position_high_rad[i] - margin[i] for i in range(n)]
+        self.lo_pos = [limits.position_low_rad[i] + margin[i] for i in range(n)]
+        self.v_max = [float(x) for x in limits.velocity_limit_rad_s]
+        self.a_gain = [float(x) for x in limits.acceleration_per_action_rad_s2]
+        self.a_brake = [float(x) for x in limits.braking_deceleration_rad_s2]
+        self.u_max = [limits.torque_limit_nm[i] / limits.action_scale_nm[i] for i in range(n)]
+        self.u_accel = [limits.acceleration_limit_rad_s2[i] / self.a_gain[i] for i in range(n)]
+        self.rate = [float(x) for x in limits.max_action_change_per_step]
         # Actions that change v by 1 rad/s in one step, at the fastest and the weakest gain.
-        self.per_velocity = 1.0 / (self.a_gain * self.dt)
-        self.per_velocity_brake = 1.0 / (self.a_brake * self.dt)
-        self.torque_lo = -self.u_max
-        self._brake_extra = self.per_velocity_brake - self.per_velocity
-        # Direction toward the upper (row 0) and the lower (row 1) limit, and the limits'
-        # offsets, so that distance = offset - sign * q for both sides in one call.
-        self._sign = np.array([[1.0], [-1.0]])
-        self._limit_offset = np.stack([self.hi_pos, -self.lo_pos])
+        self.per_velocity = [1.0 / (a * self.dt) for a in self.a_gain]
+        self.per_velocity_brake = [1.0 / (a * self.dt) for a in self.a_brake]
+        self.torque_lo = [-u for u in self.u_max]
+        self._brake_extra = [
+            pb - p for pb, p in zip(self.per_velocity_brake, self.per_velocity, strict=True)
+        ]
         self._dt2 = self.dt * self.dt
-        self._two_over_a = 2.0 / self.a_brake
-        self._no_rate_lo = np.full(limits.n_joints, -np.inf)
-        self._no_rate_hi = np.full(limits.n_joints, np.inf)
+        self._two_over_a = [2.0 / a for a in self.a_brake]
+        self._no_rate_lo = [-math.inf] * n
+        self._no_rate_hi = [math.inf] * n
 
-    def stopping_velocity(self, distance: np.ndarray) -> np.ndarray:
+    def stopping_velocity(self, distance: float, joint: int) -> float:
         """Largest next-step speed from which braking still stops within ``distance`` (rad)."""
-        d = np.maximum(distance, 0.0)
-        speed: np.ndarray = np.sqrt(self._dt2 + d * self._two_over_a) - self.dt
-        speed *= self.a_brake
-        return speed
+        d = _max(distance, 0.0)
+        speed = math.sqrt(self._dt2 + d * self._two_over_a[joint]) - self.dt
+        return speed * self.a_brake[joint]
 
     def bounds(
-        self, q: np.ndarray, v: np.ndarray, u_gravity: np.ndarray, previous: np.ndarray | None
+        self,
+        q: Sequence[float],
+        v: Sequence[float],
+        u_gravity: Sequence[float],
+        previous: Sequence[float] | None,
     ) -> JointBounds:
-        # Hot path (every action): few, elementwise numpy calls and no reductions, since
-        # each call costs about a microsecond on a 7-vector.
-        # Row 0 looks toward the upper limit, row 1 toward the lower one, so each step
-        # below is one numpy call for both sides.
-        distance = self._limit_offset - self._sign * q
-        stop = self.stopping_velocity(distance)
-        velocity_bound = stop > self.v_max  # the velocity limit, not the position, binds
-        room = np.minimum(stop, self.v_max)
-        room -= self._sign * v  # speed still allowed toward each limit; < 0: must brake
-        braking = room < 0
-        # Fast gain where the action speeds the joint up, weak gain where it must brake.
-        room *= self.per_velocity + braking * self._brake_extra
-        motion_hi = u_gravity + room[0]
-        motion_lo = u_gravity - room[1]
-        if any((motion_lo > motion_hi).tolist()):
-            # With a fast upper and a weak lower gain bound, the brake needed to get back
-            # under one bound may overshoot the other; braking toward the violated side wins.
-            motion_lo, motion_hi = (
-                np.where(braking[0], np.minimum(motion_lo, motion_hi), motion_lo),
-                np.where(braking[1], np.maximum(motion_lo, motion_hi), motion_hi),
+        n = self.n
+        motion_lo = [0.0] * n
+        motion_hi = [0.0] * n
+        vel_lo = [False] * n
+        vel_hi = [False] * n
+        lo = [0.0] * n
+        hi = [0.0] * n
+        brake = [0.0] * n
+        accel_lo = [0.0] * n
+        accel_hi = [0.0] * n
+        rate_lo, rate_hi = (
+            (self._no_rate_lo, self._no_rate_hi)
+            if previous is None
+            else (
+                [0.0] * n,
+                [0.0] * n,
             )
-        lo, hi = _meet(self.torque_lo, self.u_max, motion_lo, motion_hi)
-        # The action that stops each joint in one step at the fastest gain (at any slower
-        # gain it still slows the joint, and it never reverses it: a dead-beat brake at
-        # the weak gain overshoots, and the resulting chatter walks the arm into what it
-        # should avoid). The acceleration and rate limits bound how the policy drives the
-        # arm, never how hard the supervisor may stop it, so both include this brake.
-        brake = np.minimum(np.maximum(u_gravity - v * self.per_velocity, lo), hi)
-        accel_lo = np.minimum(u_gravity - self.u_accel, brake)
-        accel_hi = np.maximum(u_gravity + self.u_accel, brake)
-        lo, hi = _meet(lo, hi, accel_lo, accel_hi)
-        if previous is None:
-            rate_lo, rate_hi = self._no_rate_lo, self._no_rate_hi
-        else:
-            rate_lo = np.minimum(previous - self.rate, brake)
-            rate_hi = np.maximum(previous + self.rate, brake)
-            lo, hi = _meet(lo, hi, rate_lo, rate_hi)
-        if all((hi - lo > 2 * _INSET).tolist()):
-            inner_lo = lo + _INSET
-            inner_hi = hi - _INSET
+        )
+        narrow = False
+        for i in range(n):
+            qi = q[i]
+            vi = v[i]
+            g = u_gravity[i]
+            v_max = self.v_max[i]
+            # Toward the upper limit ("up") and toward the lower one ("down").
+            stop_up = self.stopping_velocity(self.hi_pos[i] - qi, i)
+            stop_down = self.stopping_velocity(qi - self.lo_pos[i], i)
+            vel_hi[i] = stop_up > v_max  # the velocity limit, not the position, binds
+            vel_lo[i] = stop_down > v_max
+            room_up = _min(stop_up, v_max) - vi  # speed still allowed; < 0: must brake
+            room_down = _min(stop_down, v_max) + vi
+            braking_up = room_up < 0
+            braking_down = room_down < 0
+            # Fast gain where the action speeds the joint up, weak gain where it must brake.
+            p = self.per_velocity[i]
+            room_up *= p + (self._brake_extra[i] if braking_up else 0.0)
+            room_down *= p + (self._brake_extra[i] if braking_down else 0.0)
+            m_hi = g + room_up
+            m_lo = g - room_down
+            if m_lo > m_hi:
+                # With a fast upper and a weak lower gain bound, the brake needed to get
+                # back under one bound may overshoot the other; braking toward the
+                # violated side wins.
+                m_lo, m_hi = (
+                    _min(m_lo, m_hi) if braking_up else m_lo,
+                    _max(m_lo, m_hi) if braking_down else m_hi,
+                )
+            motion_lo[i] = m_lo
+            motion_hi[i] = m_hi
+            low, high = _meet(self.torque_lo[i], self.u_max[i], m_lo, m_hi)
+            # The action that stops the joint in one step at the fastest gain (at any
+            # slower gain it still slows the joint, and it never reverses it: a dead-beat
+            # brake at the weak gain overshoots, and the resulting chatter walks the arm
+            # into what it should avoid). The acceleration and rate limits bound how the
+            # policy drives the arm, never how hard the supervisor may stop it, so both
+            # include this brake.
+            b = _min(_max(g - vi * p, low), high)
+            a_lo = _min(g - self.u_accel[i], b)
+            a_hi = _max(g + self.u_accel[i], b)
+            low, high = _meet(low, high, a_lo, a_hi)
+            if previous is not None:
+                r_lo = _min(previous[i] - self.rate[i], b)
+                r_hi = _max(previous[i] + self.rate[i], b)
+                rate_lo[i] = r_lo
+                rate_hi[i] = r_hi
+                low, high = _meet(low, high, r_lo, r_hi)
+            brake[i] = b
+            accel_lo[i] = a_lo
+            accel_hi[i] = a_hi
+            lo[i] = low
+            hi[i] = high
+            narrow = narrow or not high - low > 2 * _INSET
+        if not narrow:
+            inner_lo = [x + _INSET for x in lo]
+            inner_hi = [x - _INSET for x in hi]
         else:
             lo, hi = _float32_inward(lo, hi)
-            wide = hi - lo > 2 * _INSET
             # A narrow interval's outputs are placed on its lower end: a float32 value, so
             # the cast cannot move them out.
-            inner_lo = np.where(wide, lo + _INSET, lo)
-            inner_hi = np.where(wide, hi - _INSET, lo)
+            inner_lo = [
+                a + _INSET if b - a > 2 * _INSET else a for a, b in zip(lo, hi, strict=True)
+            ]
+            inner_hi = [
+                b - _INSET if b - a > 2 * _INSET else a for a, b in zip(lo, hi, strict=True)
+            ]
         return JointBounds(
             self.torque_lo,
             self.u_max,
             motion_lo,
             motion_hi,
-            velocity_bound[1],
-            velocity_bound[0],
+            vel_lo,
+            vel_hi,
             accel_lo,
             accel_hi,
             rate_lo,
@@ -165,45 +210,56 @@ class JointEnvelope:
         )
 
     def predict(
-        self, q: np.ndarray, v: np.ndarray, u: np.ndarray, u_gravity: np.ndarray
-    ) -> np.ndarray:
+        self, q: Sequence[float], v: Sequence[float], u: Sequence[float], u_gravity: Sequence[float]
+    ) -> list[float]:
         """Joint positions one step ahead plus the braking distance from there (rad).
 
         Linear extrapolation over the braking time covers exactly the stopping distance
         v'²/2a, so a pose is "reachable before the arm can stop" iff it lies between
         ``q`` and this prediction.
         """
-        push = u - u_gravity
-        gain = np.where(push * v >= 0, self.a_gain, self.a_brake)
-        v_next = v + push * gain * self.dt
-        ahead: np.ndarray = q + v_next * self.dt + v_next * np.abs(v_next) / (2.0 * self.a_brake)
+        dt = self.dt
+        ahead = [0.0] * self.n
+        for i in range(self.n):
+            vi = v[i]
+            push = u[i] - u_gravity[i]
+            gain = self.a_gain[i] if push * vi >= 0 else self.a_brake[i]
+            v_next = vi + push * gain * dt
+            ahead[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * self.a_brake[i])
         return ahead
 
 
-def _float32_inward(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _max(a: float, b: float) -> float:
+    # numpy.maximum's choice on ties (the second argument), so a signed zero comes out
+    # exactly as in the elementwise formulation.
+    return a if a > b else b
+
+
+def _min(a: float, b: float) -> float:
+    return a if a < b else b
+
+
+def _float32_inward(lo: list[float], hi: list[float]) -> tuple[list[float], list[float]]:
     """Round the interval inward to float32 values, since the executed action is float32.
 
     An interval narrower than one float32 step becomes the nearest float32 point, which
-    lies within half a step (< 3e-8 in [-1, 1]) of the exact one.
+    lies within half a step (< 3e-8 in [-1, 1]) of the exact one. (Rare: numpy here.)
     """
-    lo32 = lo.astype(np.float32)
-    lo32 = np.where(lo32 < lo, np.nextafter(lo32, np.float32(np.inf)), lo32)
-    hi32 = hi.astype(np.float32)
-    hi32 = np.where(hi32 > hi, np.nextafter(hi32, np.float32(-np.inf)), hi32)
-    point = (0.5 * (lo + hi)).astype(np.float32)
+    lo64 = np.asarray(lo)
+    hi64 = np.asarray(hi)
+    lo32 = lo64.astype(np.float32)
+    lo32 = np.where(lo32 < lo64, np.nextafter(lo32, np.float32(np.inf)), lo32)
+    hi32 = hi64.astype(np.float32)
+    hi32 = np.where(hi32 > hi64, np.nextafter(hi32, np.float32(-np.inf)), hi32)
+    point = (0.5 * (lo64 + hi64)).astype(np.float32)
     narrow = lo32 > hi32
     return (
-        np.where(narrow, point, lo32).astype(np.float64),
-        np.where(narrow, point, hi32).astype(np.float64),
+        np.where(narrow, point, lo32).astype(np.float64).tolist(),
+        np.where(narrow, point, hi32).astype(np.float64).tolist(),
     )
 
 
-def _meet(
-    lo: np.ndarray, hi: np.ndarray, other_lo: np.ndarray, other_hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _meet(lo: float, hi: float, other_lo: float, other_hi: float) -> tuple[float, float]:
     """Intersect [lo, hi] with [other_lo, other_hi]; where they do not overlap, the point
     of [lo, hi] nearest the other interval (the higher-priority interval wins)."""
-    return (
-        np.minimum(np.maximum(lo, other_lo), hi),
-        np.maximum(np.minimum(hi, other_hi), lo),
-    )
+    return _min(_max(lo, other_lo), hi), _max(_min(hi, other_hi), lo)

@@ -33,10 +33,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.backups import Backup, BackupConfig, make_backup
-from tether.safety.envelope import JointBounds, JointEnvelope
+from tether.safety.envelope import JointBounds, JointEnvelope, _max, _min
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
+from tether.safety.reach import joint_reach
 from tether.safety.verdict import (
     PASSED,
     REPLACING_CHECKS,
@@ -61,6 +62,10 @@ _POSITION = int(SafetyCheck.POSITION)
 _ACCELERATION = int(SafetyCheck.ACCELERATION)
 _RATE = int(SafetyCheck.RATE)
 _REPLACING = int(REPLACING_CHECKS)
+
+# Kept on top of the reach bound for the rounding of forward kinematics and clearances
+# (about 1e-15 m): a skipped pose is clear by more than this.
+_REACH_SLACK_M = 1e-9
 
 # Finite proposals are clipped to this before the float32 cast, so 1e300 stays finite;
 # anything beyond [-1, 1] is corrected anyway.
@@ -117,19 +122,26 @@ class Supervisor:
         self._cartesian = kinematics is not None and (
             self._clearance.has_obstacles or self._clearance.has_workspace
         )
+        # A pose whose clearance is known (the last one evaluated exactly) and how far
+        # each joint's rotation can move the arm: while the predicted pose stays closer
+        # to it than its clearance allows, no margin can be breached and the forward
+        # kinematics is skipped (tether.safety.reach).
+        self._reach = joint_reach(kinematics) if self._cartesian and kinematics else None
+        self._anchor_q: list[float] | None = None
+        self._anchor_clearance = 0.0
         self._n = limits.n_joints
         self._q = slice(*limits.layout.joint_position)
         self._v = slice(*limits.layout.joint_velocity)
         self._min_obs = limits.min_obs_dim
         self._obs_dim = limits.observation_dim
-        self._scale = np.asarray(limits.action_scale_nm, dtype=np.float64)
-        self._zeros = np.zeros(self._n, dtype=np.float64)
+        self._scale = [float(x) for x in limits.action_scale_nm]
+        self._zeros = [0.0] * self._n
         # Gravity compensation where the robot was last seen: an unreadable observation
         # holds there rather than letting the arm drop.
         self._last_gravity = self._zeros
         # Unmodelled load (payload, weak actuators) per joint, in normalized torque, and
         # the stop this supervisor last returned with the velocity damping it applied.
-        self._load = np.zeros(self._n, dtype=np.float64)
+        self._load = [0.0] * self._n
         self._last_stop: tuple[bytes, float] | None = None
 
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
@@ -166,7 +178,8 @@ class Supervisor:
         state = self._read_state(observation)
         if state is None:
             u_max = self._envelope.u_max
-            out = np.minimum(np.maximum(self._last_gravity, -u_max), u_max).astype(np.float32)
+            held = [_min(_max(g, -m), m) for g, m in zip(self._last_gravity, u_max, strict=True)]
+            out = np.array(held, dtype=np.float32)
             norm = float(np.linalg.norm(out))
             return out, SafetyVerdict(
                 ActionSource.BACKUP,
@@ -174,13 +187,13 @@ class Supervisor:
                 norm,
                 tuple(range(self._n)),
             )
-        q, v = state
+        q_arr, q, v = state
         checks = 0
         prev = _vector(previous, self._n)
         if previous is not None and prev is None:
             checks |= _INVALID_PREVIOUS
         self._learn_load(previous, v)
-        u_g = self._gravity(q) + self._load
+        u_g = [g + load for g, load in zip(self._gravity(q_arr), self._load, strict=True)]
         self._last_gravity = u_g
         bounds = self._envelope.bounds(q, v, u_g, prev)
 
@@ -191,16 +204,18 @@ class Supervisor:
             raw = _array(proposed)
             if raw is None or raw.shape != (self._n,):
                 checks |= _INVALID_SHAPE
-            elif not _finite(raw):
-                checks |= _NON_FINITE
             else:
-                u = np.minimum(np.maximum(raw, -_HUGE), _HUGE).astype(np.float32)
+                values = raw.tolist()
+                if not all(map(math.isfinite, values)):
+                    checks |= _NON_FINITE
+                else:
+                    u = np.array([_min(_max(x, -_HUGE), _HUGE) for x in values], dtype=np.float32)
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
                 checks |= _STALE
 
         if checks & _REPLACING:
-            candidate = self.backup.action(q, v, u_g)
-            candidate = _place(np.nan_to_num(candidate, nan=0.0), bounds)
+            backup = self.backup.action(q_arr, np.array(v), np.array(u_g))
+            candidate = _place(np.nan_to_num(backup, nan=0.0).tolist(), bounds)
             damping = getattr(self.backup, "velocity_damping", 0.0)
             if damping:
                 self._last_stop = (candidate.tobytes(), damping)
@@ -213,7 +228,7 @@ class Supervisor:
         checks |= cartesian_checks
         return out, self._verdict(out, u, checks)
 
-    def _learn_load(self, previous: Any, v: np.ndarray) -> None:
+    def _learn_load(self, previous: Any, v: list[float]) -> None:
         """Update the unmodelled-load estimate when the robot ran this supervisor's stop.
 
         A stop that removes a fraction ``k`` of the velocity per step leaves a steady
@@ -229,74 +244,103 @@ class Supervisor:
         executed = _array(previous)
         if executed is None or executed.astype(np.float32).tobytes() != last[0]:
             return
-        self._load -= gain * last[1] * v * self._envelope.per_velocity
         limit = self.config.load_estimate_limit
-        np.clip(self._load, -limit, limit, out=self._load)
+        step = gain * last[1]
+        self._load = [
+            _min(_max(load - step * vi * pv, -limit), limit)
+            for load, vi, pv in zip(self._load, v, self._envelope.per_velocity, strict=True)
+        ]
 
-    def _read_state(self, observation: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    def _read_state(self, observation: Any) -> tuple[np.ndarray, list[float], list[float]] | None:
+        """(q as an array for the kinematics, q, v) or None when unreadable."""
         obs = _array(observation)
         if obs is None or obs.ndim != 1 or obs.shape[0] < self._min_obs:
             return None
         if self._obs_dim and obs.shape[0] != self._obs_dim:
             return None
-        q = obs[self._q]
-        v = obs[self._v]
-        if not (_finite(q) and _finite(v)):
+        q_arr = obs[self._q]
+        q = q_arr.tolist()
+        v = obs[self._v].tolist()
+        if not (all(map(math.isfinite, q)) and all(map(math.isfinite, v))):
             return None
-        return q, v
+        return q_arr, q, v
 
-    def _gravity(self, q: np.ndarray) -> np.ndarray:
+    def _gravity(self, q: np.ndarray) -> list[float]:
         if self.kinematics is None:
             return self._zeros
         g = np.asarray(self.kinematics.gravity_torque(q), dtype=np.float64)
-        if g.shape != (self._n,) or not _finite(g):
+        values = g.tolist()
+        if g.shape != (self._n,) or not all(map(math.isfinite, values)):
             # A broken model must not steer the arm; plain damping still works without it.
             return self._zeros
-        return g / self._scale
+        return [x / s for x, s in zip(values, self._scale, strict=True)]
 
     def _joint_stage(
-        self, u32: np.ndarray, b: JointBounds, prev: np.ndarray | None, u_g: np.ndarray
+        self, u32: np.ndarray, b: JointBounds, prev: list[float] | None, u_g: list[float]
     ) -> tuple[np.ndarray, int]:
-        values = u32.tolist()
-        if all(map(operator.le, b.lo.tolist(), values)) and all(
-            map(operator.le, values, b.hi.tolist())
-        ):
+        u = u32.tolist()
+        lo, hi = b.lo, b.hi
+        if all(map(operator.le, lo, u)) and all(map(operator.le, u, hi)):
             return u32, 0
-        u = u32.astype(np.float64)
         checks = _fired(u, b)
-        base = np.minimum(np.maximum(u_g if prev is None else prev, b.inner_lo), b.inner_hi)
+        inner_lo, inner_hi = b.inner_lo, b.inner_hi
+        start = u_g if prev is None else prev
         # Largest alpha with base + alpha (u - base) inside every joint's interval; only
         # joints outside their interval limit it (and there step != 0).
-        step = u - base
-        alpha_each = np.ones_like(u)
-        np.divide(b.inner_hi - base, step, out=alpha_each, where=u > b.hi)
-        np.divide(b.inner_lo - base, step, out=alpha_each, where=u < b.lo)
-        alpha = min(alpha_each.tolist())
-        out = base + alpha * step if alpha >= self.config.uniform_scale_floor else u
-        return _place(out, b), checks
+        base = [_min(_max(x, inner_lo[i]), inner_hi[i]) for i, x in enumerate(start)]
+        step = [x - y for x, y in zip(u, base, strict=True)]
+        alpha = 1.0
+        for i, x in enumerate(u):
+            if x > hi[i]:
+                alpha = min(alpha, (inner_hi[i] - base[i]) / step[i])
+            elif x < lo[i]:
+                alpha = min(alpha, (inner_lo[i] - base[i]) / step[i])
+        if alpha >= self.config.uniform_scale_floor:
+            u = [x + alpha * s for x, s in zip(base, step, strict=True)]
+        return _place(u, b), checks
 
     def _cartesian_stage(
         self,
         u32: np.ndarray,
-        q: np.ndarray,
-        v: np.ndarray,
-        u_g: np.ndarray,
+        q: list[float],
+        v: list[float],
+        u_g: list[float],
         b: JointBounds,
     ) -> tuple[np.ndarray, int]:
         if not self._cartesian:
             return u32, 0
         kin = self.kinematics
         assert kin is not None
-        q_ahead = self._envelope.predict(q, v, u32.astype(np.float64), u_g)
+        predicted = self._envelope.predict(q, v, u32.tolist(), u_g)
+        anchor, reach = self._anchor_q, self._reach
+        if anchor is not None and reach is not None:
+            moved = 0.0
+            for r, x, a in zip(reach, predicted, anchor, strict=True):
+                moved += r * abs(x - a)
+            if moved + _REACH_SLACK_M < self._anchor_clearance:
+                return u32, 0
+        q_ahead = np.array(predicted)
+        q_now = np.array(q)
         checks = 0
+        ahead_workspace = ahead_obstacles = math.inf
         if self._clearance.has_workspace:
-            ahead = self._clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
-            if ahead < 0 and ahead <= self._clearance.workspace(np.asarray(kin.end_effector(q))):
+            ahead_workspace = self._clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
+            if ahead_workspace < 0 and ahead_workspace <= self._clearance.workspace(
+                np.asarray(kin.end_effector(q_now))
+            ):
                 checks |= _WORKSPACE
         if self._clearance.has_obstacles:
-            ahead = self._clearance.obstacles(*_spheres(kin, q_ahead))
-            if ahead < 0 and ahead <= self._clearance.obstacles(*_spheres(kin, q)):
+            ahead_obstacles = self._clearance.obstacles(*_spheres(kin, q_ahead))
+            if ahead_obstacles < 0 and ahead_obstacles <= self._clearance.obstacles(
+                *_spheres(kin, q_now)
+            ):
                 checks |= _OBSTACLE
+        if reach is not None:
+            clearance = min(ahead_workspace, ahead_obstacles)
+            # A NaN clearance (a broken model) must never become a licence to skip.
+            usable = not (math.isnan(ahead_workspace) or math.isnan(ahead_obstacles))
+            self._anchor_q = predicted if usable else None
+            self._anchor_clearance = clearance
         if not checks:
             return u32, checks
         stop = _place(b.brake, b)
@@ -313,38 +357,35 @@ class Supervisor:
             if not checks:
                 return PASSED
             return SafetyVerdict(ActionSource.POLICY, SafetyCheck(checks), 0.0, ())
-        diff = out.astype(np.float64) - proposed.astype(np.float64)
-        joints = tuple(i for i, d in enumerate(diff.tolist()) if d)
-        norm = math.sqrt(float(diff @ diff))
+        diff = [x - y for x, y in zip(out.tolist(), proposed.tolist(), strict=True)]
+        joints = tuple(i for i, d in enumerate(diff) if d)
+        # numpy's dot, not a Python sum: the summation order is part of the figure.
+        d = np.array(diff)
+        norm = math.sqrt(float(d @ d))
         return SafetyVerdict(ActionSource.CLIPPED, SafetyCheck(checks), norm, joints)
 
 
-def _fired(u: np.ndarray, b: JointBounds) -> int:
+def _fired(u: list[float], b: JointBounds) -> int:
     """The checks whose own interval ``u`` violates on some joint."""
-    low = u < b.motion_lo
-    high = u > b.motion_hi
     checks = 0
-    for bit, violated in (
-        (_TORQUE, (u < b.torque_lo) | (u > b.torque_hi)),
-        (_VELOCITY, (low & b.velocity_bound_lo) | (high & b.velocity_bound_hi)),
-        (_POSITION, (low & ~b.velocity_bound_lo) | (high & ~b.velocity_bound_hi)),
-        (_ACCELERATION, (u < b.accel_lo) | (u > b.accel_hi)),
-        (_RATE, (u < b.rate_lo) | (u > b.rate_hi)),
-    ):
-        if any(violated.tolist()):
-            checks |= bit
+    for i, x in enumerate(u):
+        if x < b.torque_lo[i] or x > b.torque_hi[i]:
+            checks |= _TORQUE
+        if x < b.motion_lo[i]:
+            checks |= _VELOCITY if b.velocity_bound_lo[i] else _POSITION
+        if x > b.motion_hi[i]:
+            checks |= _VELOCITY if b.velocity_bound_hi[i] else _POSITION
+        if x < b.accel_lo[i] or x > b.accel_hi[i]:
+            checks |= _ACCELERATION
+        if x < b.rate_lo[i] or x > b.rate_hi[i]:
+            checks |= _RATE
     return checks
 
 
-def _finite(values: np.ndarray) -> bool:
-    # A Python loop over a short vector beats np.all(np.isfinite(...)) several times over.
-    return all(map(math.isfinite, values.ravel().tolist()))
-
-
-def _place(u: np.ndarray, b: JointBounds) -> np.ndarray:
+def _place(u: list[float], b: JointBounds) -> np.ndarray:
     """``u`` moved into the inset final interval, as the float32 action to execute."""
-    placed: np.ndarray = np.minimum(np.maximum(u, b.inner_lo), b.inner_hi).astype(np.float32)
-    return placed
+    lo, hi = b.inner_lo, b.inner_hi
+    return np.array([_min(_max(x, lo[i]), hi[i]) for i, x in enumerate(u)], dtype=np.float32)
 
 
 def _array(value: Any) -> np.ndarray | None:
@@ -358,12 +399,15 @@ def _array(value: Any) -> np.ndarray | None:
     return arr
 
 
-def _vector(value: Any, n: int) -> np.ndarray | None:
+def _vector(value: Any, n: int) -> list[float] | None:
+    """A usable previous action clipped to [-1, 1], or None."""
     arr = _array(value)
-    if arr is None or arr.shape != (n,) or not _finite(arr):
+    if arr is None or arr.shape != (n,):
         return None
-    clipped: np.ndarray = np.minimum(np.maximum(arr, -1.0), 1.0)
-    return clipped
+    values = arr.tolist()
+    if not all(map(math.isfinite, values)):
+        return None
+    return [_min(_max(x, -1.0), 1.0) for x in values]
 
 
 def _spheres(kin: Kinematics, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,58 @@
+"""How far a joint's rotation can move the arm: a bound that lets the supervisor skip
+forward kinematics when a pose is provably clear of every obstacle and wall.
+
+For a chain of revolute joints, a point ``p`` carried by joint ``j`` moves at
+``|∂p/∂q_j| ≤ dist(p, axis_j) ≤ |p − o_j|`` per radian, where ``o_j`` is any point of the
+axis. By the triangle inequality along the chain, ``|p − o_j|`` never exceeds the sum of
+the link lengths from joint ``j`` to ``p``, whatever the pose. Integrating along the
+straight joint-space path from ``q_a`` to ``q`` moves every point by at most
+``Σ_j reach_j · |q_j − q_a,j|``, and obstacle and workspace clearances are 1-Lipschitz in
+the points, so ``clearance(q) ≥ clearance(q_a) − Σ_j reach_j · |q_j − q_a,j|``.
+
+Invariant: a reach is returned only for kinematics whose geometry it was derived from
+(checked against the built-in arm's own model at construction); for any other
+kinematics it is ``None`` and the supervisor evaluates every pose exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tether.safety.kinematics import Kinematics
+
+# Poses at which a kinematics must agree with the built-in arm's to be recognised as it.
+_PROBES = (
+    (0.0, 0.0, 0.0, 0.0),
+    (0.7, -0.4, 1.1, 0.3),
+    (-1.9, 1.5, -0.2, -1.2),
+)
+
+
+def joint_reach(kinematics: Kinematics) -> tuple[float, ...] | None:
+    """Per-joint bound (m/rad) on how fast any collision sphere centre or the end
+    effector moves with each joint, or None when the geometry is not known."""
+    # Only tether.sim's arm has a known geometry; importing tether.sim for anything else
+    # (a client's own robot) would load MuJoCo for nothing.
+    if type(kinematics).__module__ != "tether.sim.kinematics":
+        return None
+    from tether.sim import ArmKinematics
+    from tether.sim.geometry import ARM
+
+    if not isinstance(kinematics, ArmKinematics):
+        return None
+    reference = ArmKinematics()
+    if (kinematics.n_joints, kinematics.n_spheres) != (reference.n_joints, reference.n_spheres):
+        return None
+    for probe in _PROBES:
+        q = np.asarray(probe, dtype=np.float64)
+        mine, yours = kinematics.collision_spheres(q), reference.collision_spheres(q)
+        if not (
+            np.array_equal(mine[0], yours[0])
+            and np.array_equal(mine[1], yours[1])
+            and np.array_equal(kinematics.end_effector(q), reference.end_effector(q))
+        ):
+            return None
+    lengths = [link.length_m for link in ARM.links]
+    # The farthest point the last joint carries: its link's tip or the end effector.
+    tip = max(lengths[-1], ARM.end_effector_offset_m)
+    return tuple(sum(lengths[j:-1]) + tip for j in range(len(lengths)))

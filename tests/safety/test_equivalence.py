@@ -1,0 +1,110 @@
+"""The optimized supervisor decides exactly what the straightforward reference decides.
+
+``Supervisor`` computes its intervals in scalar Python and skips forward kinematics
+when the reach bound proves a pose clear; ``ReferenceSupervisor`` is the elementwise
+numpy version that evaluates every pose. On freshly drawn inputs (a new seed every run,
+printed on failure) and in closed loop on the MuJoCo arm, drifting or not, both must
+return the same float32 bytes and the same verdict on every call. The reach bound
+itself is checked against the kinematics: it must never underestimate how far the
+arm moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safety.builders import PlanarArm, planar_limits, seven_joint_limits
+from safety.equivalence import closed_loop_compare, compare, open_loop_steps
+from safety.reference import ReferenceSupervisor
+from tether.safety import SafetyLimits, Supervisor
+from tether.safety.kinematics import Kinematics
+from tether.safety.presets import arm_limits, arm_supervisor
+from tether.safety.reach import joint_reach
+from tether.sim import ArmEnv, ArmKinematics, arm_spec
+from tether.sim.drift import DriftSchedule
+from tether.sim.geometry import ARM
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+
+
+def _pair(
+    limits: SafetyLimits, kinematics: Kinematics | None
+) -> tuple[Supervisor, ReferenceSupervisor]:
+    return Supervisor(limits, kinematics=kinematics), ReferenceSupervisor(
+        limits, kinematics=kinematics
+    )
+
+
+@pytest.mark.parametrize("tighten", [1.0, 0.5])
+def test_on_the_arm_every_call_matches_the_reference(tighten: float) -> None:
+    limits = arm_limits() if tighten == 1.0 else arm_limits().tightened(tighten)
+    kinematics = ArmKinematics(arm_spec())
+    rng = np.random.default_rng(SEED)
+    calls = open_loop_steps(limits, arm_spec().obs_dim, rng, 1500, kinematics)
+    assert compare(*_pair(limits, kinematics), calls) == 1500, f"seed {SEED}"
+
+
+def test_without_kinematics_and_on_a_planar_arm_every_call_matches_the_reference() -> None:
+    rng = np.random.default_rng(SEED)
+    seven = seven_joint_limits()
+    compare(*_pair(seven, None), open_loop_steps(seven, 20, rng, 1500))
+    planar = planar_limits()
+    arm = PlanarArm(gravity_nm=2.0)
+    compare(*_pair(planar, arm), open_loop_steps(planar, 10, rng, 1000, arm))
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_in_closed_loop_on_the_arm_every_step_matches_the_reference(drift: bool) -> None:
+    # The drifting arm makes the supervisor stop it and learn the load, so both
+    # supervisors' state (hold, load estimate) must evolve identically too.
+    schedule = DriftSchedule.demo(start_step=0, ramp_steps=500) if drift else None
+    env = ArmEnv(seed=SEED, drift=schedule)
+    reference = ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm_spec()))
+    assert closed_loop_compare(arm_supervisor(), reference, env, 1500, SEED) == 1500
+
+
+def test_the_reach_bound_never_underestimates_how_far_the_arm_moves() -> None:
+    kinematics = ArmKinematics(arm_spec())
+    reach = joint_reach(kinematics)
+    assert reach is not None
+    rng = np.random.default_rng(SEED)
+    low = np.asarray(arm_spec().joint_position_low_rad) - 1.0
+    high = np.asarray(arm_spec().joint_position_high_rad) + 1.0
+    tightest = 0.0
+    for _ in range(2000):
+        q = rng.uniform(low, high)
+        q2 = q + rng.normal(0.0, [0.01, 0.1, 1.0][int(rng.integers(0, 3))], 4)
+        bound = float(np.dot(reach, np.abs(q2 - q)))
+        c1, _ = kinematics.collision_spheres(q)
+        c2, _ = kinematics.collision_spheres(q2)
+        moved = max(
+            float(np.max(np.linalg.norm(c2 - c1, axis=1))),
+            float(np.linalg.norm(kinematics.end_effector(q2) - kinematics.end_effector(q))),
+        )
+        assert moved <= bound + 1e-12, f"seed {SEED}: moved {moved} > bound {bound}"
+        tightest = max(tightest, moved / bound)
+    # A bound far above the true motion would make the skip useless.
+    assert tightest > 0.5
+
+
+def test_a_too_small_reach_breaks_the_bound() -> None:
+    # The check above can fail: with the last joint's reach halved, turning only that
+    # joint moves the end effector farther than the bound allows.
+    kinematics = ArmKinematics(arm_spec())
+    reach = joint_reach(kinematics)
+    assert reach is not None
+    q = np.zeros(4)
+    q2 = np.array([0.0, 0.0, 0.0, 0.5])
+    moved = float(np.linalg.norm(kinematics.end_effector(q2) - kinematics.end_effector(q)))
+    assert moved <= reach[-1] * 0.5
+    assert moved > 0.5 * reach[-1] * 0.5
+
+
+def test_only_kinematics_of_a_known_geometry_get_a_reach() -> None:
+    assert joint_reach(PlanarArm()) is None
+    longer = ARM.__class__(
+        **{**ARM.__dict__, "end_effector_offset_m": ARM.end_effector_offset_m + 0.2}
+    )
+    assert joint_reach(ArmKinematics(arm=longer)) is None
+    assert joint_reach(ArmKinematics(arm_spec(), payload_mass_kg=0.5)) is not None
