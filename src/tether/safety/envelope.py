@@ -92,12 +92,27 @@ class JointEnvelope:
         self._two_over_a = [2.0 / a for a in self.a_brake]
         self._no_rate_lo = [-math.inf] * n
         self._no_rate_hi = [math.inf] * n
+        self._joints = list(
+            zip(
+                self.hi_pos,
+                self.lo_pos,
+                self.v_max,
+                self.a_brake,
+                self._two_over_a,
+                self.per_velocity,
+                self._brake_extra,
+                self.torque_lo,
+                self.u_max,
+                self.u_accel,
+                self.rate,
+                strict=True,
+            )
+        )
 
     def stopping_velocity(self, distance: float, joint: int) -> float:
         """Largest next-step speed from which braking still stops within ``distance`` (rad)."""
-        d = _max(distance, 0.0)
-        speed = math.sqrt(self._dt2 + d * self._two_over_a[joint]) - self.dt
-        return speed * self.a_brake[joint]
+        d = distance if distance > 0.0 else 0.0
+        return (math.sqrt(self._dt2 + d * self._two_over_a[joint]) - self.dt) * self.a_brake[joint]
 
     def bounds(
         self,
@@ -106,43 +121,60 @@ class JointEnvelope:
         u_gravity: Sequence[float],
         previous: Sequence[float] | None,
     ) -> JointBounds:
-        n = self.n
-        motion_lo = [0.0] * n
-        motion_hi = [0.0] * n
-        vel_lo = [False] * n
-        vel_hi = [False] * n
-        lo = [0.0] * n
-        hi = [0.0] * n
-        brake = [0.0] * n
-        accel_lo = [0.0] * n
-        accel_hi = [0.0] * n
-        rate_lo, rate_hi = (
-            (self._no_rate_lo, self._no_rate_hi)
-            if previous is None
-            else (
-                [0.0] * n,
-                [0.0] * n,
-            )
-        )
+        # Hot path (every action). The helpers (stopping_velocity, _min, _max, _meet) are
+        # written out inline: a Python call costs more than the arithmetic it wraps.
+        # ``a if a > b else b`` is numpy.maximum's choice on ties, so signed zeros match.
+        dt = self.dt
+        dt2 = self._dt2
+        sqrt = math.sqrt
+        motion_lo: list[float] = []
+        motion_hi: list[float] = []
+        vel_lo: list[bool] = []
+        vel_hi: list[bool] = []
+        lo: list[float] = []
+        hi: list[float] = []
+        brake: list[float] = []
+        accel_lo: list[float] = []
+        accel_hi: list[float] = []
+        rate_lo: list[float] = []
+        rate_hi: list[float] = []
         narrow = False
-        for i in range(n):
+        for i, (
+            hi_pos,
+            lo_pos,
+            v_max,
+            a_brake,
+            two_over_a,
+            p,
+            extra,
+            t_lo,
+            t_hi,
+            u_acc,
+            rate,
+        ) in enumerate(self._joints):
             qi = q[i]
             vi = v[i]
             g = u_gravity[i]
-            v_max = self.v_max[i]
-            # Toward the upper limit ("up") and toward the lower one ("down").
-            stop_up = self.stopping_velocity(self.hi_pos[i] - qi, i)
-            stop_down = self.stopping_velocity(qi - self.lo_pos[i], i)
-            vel_hi[i] = stop_up > v_max  # the velocity limit, not the position, binds
-            vel_lo[i] = stop_down > v_max
-            room_up = _min(stop_up, v_max) - vi  # speed still allowed; < 0: must brake
-            room_down = _min(stop_down, v_max) + vi
+            # Toward the upper limit ("up") and toward the lower one ("down"): the largest
+            # next-step speed from which braking still stops inside the range.
+            d = hi_pos - qi
+            if not d > 0.0:
+                d = 0.0
+            stop_up = (sqrt(dt2 + d * two_over_a) - dt) * a_brake
+            d = qi - lo_pos
+            if not d > 0.0:
+                d = 0.0
+            stop_down = (sqrt(dt2 + d * two_over_a) - dt) * a_brake
+            up_velocity_bound = stop_up > v_max  # the velocity limit, not the position, binds
+            down_velocity_bound = stop_down > v_max
+            # Speed still allowed toward each limit; < 0: must brake.
+            room_up = (stop_up if stop_up < v_max else v_max) - vi
+            room_down = (stop_down if stop_down < v_max else v_max) + vi
             braking_up = room_up < 0
             braking_down = room_down < 0
             # Fast gain where the action speeds the joint up, weak gain where it must brake.
-            p = self.per_velocity[i]
-            room_up *= p + (self._brake_extra[i] if braking_up else 0.0)
-            room_down *= p + (self._brake_extra[i] if braking_down else 0.0)
+            room_up *= p + (extra if braking_up else 0.0)
+            room_down *= p + (extra if braking_down else 0.0)
             m_hi = g + room_up
             m_lo = g - room_down
             if m_lo > m_hi:
@@ -150,34 +182,57 @@ class JointEnvelope:
                 # back under one bound may overshoot the other; braking toward the
                 # violated side wins.
                 m_lo, m_hi = (
-                    _min(m_lo, m_hi) if braking_up else m_lo,
-                    _max(m_lo, m_hi) if braking_down else m_hi,
+                    (m_lo if m_lo < m_hi else m_hi) if braking_up else m_lo,
+                    (m_lo if m_lo > m_hi else m_hi) if braking_down else m_hi,
                 )
-            motion_lo[i] = m_lo
-            motion_hi[i] = m_hi
-            low, high = _meet(self.torque_lo[i], self.u_max[i], m_lo, m_hi)
+            motion_lo.append(m_lo)
+            motion_hi.append(m_hi)
+            vel_lo.append(down_velocity_bound)
+            vel_hi.append(up_velocity_bound)
+            # Torque meets motion (the torque interval has priority).
+            x = t_lo if t_lo > m_lo else m_lo
+            low = x if x < t_hi else t_hi
+            x = t_hi if t_hi < m_hi else m_hi
+            high = x if x > t_lo else t_lo
             # The action that stops the joint in one step at the fastest gain (at any
             # slower gain it still slows the joint, and it never reverses it: a dead-beat
             # brake at the weak gain overshoots, and the resulting chatter walks the arm
             # into what it should avoid). The acceleration and rate limits bound how the
             # policy drives the arm, never how hard the supervisor may stop it, so both
             # include this brake.
-            b = _min(_max(g - vi * p, low), high)
-            a_lo = _min(g - self.u_accel[i], b)
-            a_hi = _max(g + self.u_accel[i], b)
-            low, high = _meet(low, high, a_lo, a_hi)
+            x = g - vi * p
+            x = x if x > low else low
+            b = x if x < high else high
+            x = g - u_acc
+            a_lo = x if x < b else b
+            x = g + u_acc
+            a_hi = x if x > b else b
+            x = low if low > a_lo else a_lo
+            new_low = x if x < high else high
+            x = high if high < a_hi else a_hi
+            high = x if x > low else low
+            low = new_low
             if previous is not None:
-                r_lo = _min(previous[i] - self.rate[i], b)
-                r_hi = _max(previous[i] + self.rate[i], b)
-                rate_lo[i] = r_lo
-                rate_hi[i] = r_hi
-                low, high = _meet(low, high, r_lo, r_hi)
-            brake[i] = b
-            accel_lo[i] = a_lo
-            accel_hi[i] = a_hi
-            lo[i] = low
-            hi[i] = high
-            narrow = narrow or not high - low > 2 * _INSET
+                x = previous[i] - rate
+                r_lo = x if x < b else b
+                x = previous[i] + rate
+                r_hi = x if x > b else b
+                rate_lo.append(r_lo)
+                rate_hi.append(r_hi)
+                x = low if low > r_lo else r_lo
+                new_low = x if x < high else high
+                x = high if high < r_hi else r_hi
+                high = x if x > low else low
+                low = new_low
+            brake.append(b)
+            accel_lo.append(a_lo)
+            accel_hi.append(a_hi)
+            lo.append(low)
+            hi.append(high)
+            if not high - low > 2 * _INSET:
+                narrow = True
+        if previous is None:
+            rate_lo, rate_hi = self._no_rate_lo, self._no_rate_hi
         if not narrow:
             inner_lo = [x + _INSET for x in lo]
             inner_hi = [x - _INSET for x in hi]
@@ -257,9 +312,3 @@ def _float32_inward(lo: list[float], hi: list[float]) -> tuple[list[float], list
         np.where(narrow, point, lo32).astype(np.float64).tolist(),
         np.where(narrow, point, hi32).astype(np.float64).tolist(),
     )
-
-
-def _meet(lo: float, hi: float, other_lo: float, other_hi: float) -> tuple[float, float]:
-    """Intersect [lo, hi] with [other_lo, other_hi]; where they do not overlap, the point
-    of [lo, hi] nearest the other interval (the higher-priority interval wins)."""
-    return _min(_max(lo, other_lo), hi), _max(_min(hi, other_hi), lo)
