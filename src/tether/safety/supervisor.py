@@ -201,15 +201,13 @@ class Supervisor:
         if takeover:
             checks |= _TAKEOVER
         else:
-            raw = _array(proposed)
-            if raw is None or raw.shape != (self._n,):
+            values = _floats(proposed, self._n)
+            if values is None:
                 checks |= _INVALID_SHAPE
+            elif not all(map(math.isfinite, values)):
+                checks |= _NON_FINITE
             else:
-                values = raw.tolist()
-                if not all(map(math.isfinite, values)):
-                    checks |= _NON_FINITE
-                else:
-                    u = np.array([_min(_max(x, -_HUGE), _HUGE) for x in values], dtype=np.float32)
+                u = np.array([_min(_max(x, -_HUGE), _HUGE) for x in values], dtype=np.float32)
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
                 checks |= _STALE
 
@@ -268,9 +266,8 @@ class Supervisor:
     def _gravity(self, q: np.ndarray) -> list[float]:
         if self.kinematics is None:
             return self._zeros
-        g = np.asarray(self.kinematics.gravity_torque(q), dtype=np.float64)
-        values = g.tolist()
-        if g.shape != (self._n,) or not all(map(math.isfinite, values)):
+        values = _floats(self.kinematics.gravity_torque(q), self._n)
+        if values is None or not all(map(math.isfinite, values)):
             # A broken model must not steer the arm; plain damping still works without it.
             return self._zeros
         return [x / s for x, s in zip(values, self._scale, strict=True)]
@@ -350,19 +347,28 @@ class Supervisor:
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
             norm = float(np.linalg.norm(out))
-            return SafetyVerdict(
-                ActionSource.BACKUP, SafetyCheck(checks), norm, tuple(range(self._n))
-            )
+            return SafetyVerdict(ActionSource.BACKUP, _flags(checks), norm, tuple(range(self._n)))
         if out is proposed or out.tobytes() == proposed.tobytes():
             if not checks:
                 return PASSED
-            return SafetyVerdict(ActionSource.POLICY, SafetyCheck(checks), 0.0, ())
+            return SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
         diff = [x - y for x, y in zip(out.tolist(), proposed.tolist(), strict=True)]
         joints = tuple(i for i, d in enumerate(diff) if d)
         # numpy's dot, not a Python sum: the summation order is part of the figure.
         d = np.array(diff)
         norm = math.sqrt(float(d @ d))
-        return SafetyVerdict(ActionSource.CLIPPED, SafetyCheck(checks), norm, joints)
+        return SafetyVerdict(ActionSource.CLIPPED, _flags(checks), norm, joints)
+
+
+_FLAGS: dict[int, SafetyCheck] = {}
+
+
+def _flags(checks: int) -> SafetyCheck:
+    """``SafetyCheck(checks)``, memoized: building an IntFlag costs more than a lookup."""
+    flag = _FLAGS.get(checks)
+    if flag is None:
+        flag = _FLAGS[checks] = SafetyCheck(checks)
+    return flag
 
 
 def _fired(u: list[float], b: JointBounds) -> int:
@@ -399,13 +405,23 @@ def _array(value: Any) -> np.ndarray | None:
     return arr
 
 
-def _vector(value: Any, n: int) -> list[float] | None:
-    """A usable previous action clipped to [-1, 1], or None."""
+def _floats(value: Any, n: int) -> list[float] | None:
+    """``value`` as n Python floats (float64 values), or None when it is not numeric or
+    not of shape (n,)."""
+    if isinstance(value, np.ndarray) and value.dtype.char in "fd":
+        # The common case, without the float64 copy: float32 widens exactly.
+        return value.tolist() if value.shape == (n,) else None
     arr = _array(value)
     if arr is None or arr.shape != (n,):
         return None
-    values = arr.tolist()
-    if not all(map(math.isfinite, values)):
+    values: list[float] = arr.tolist()
+    return values
+
+
+def _vector(value: Any, n: int) -> list[float] | None:
+    """A usable previous action clipped to [-1, 1], or None."""
+    values = _floats(value, n)
+    if values is None or not all(map(math.isfinite, values)):
         return None
     return [_min(_max(x, -1.0), 1.0) for x in values]
 
