@@ -177,3 +177,21 @@ def test_stale_steps_get_the_backup_not_the_policy(make_server: MakeServer, arm:
     assert result.verdict is not None
     assert result.verdict.source == "backup"
     assert "STALE" in result.verdict.check_names
+
+
+def test_session_pinned_to_a_version_the_server_does_not_serve_is_refused(
+    make_server: MakeServer, engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    running = make_server(engine=engine)
+    live = engine.version.id
+    with PolicyClient(running.address) as client:
+        with pytest.raises(RemoteError) as info:
+            client.session(arm, robot_id="pinned", control_deadline_s=5.0, pin_version=live + 7)
+        assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+        assert str(live + 7) in str(info.value)
+        session = client.session(arm, robot_id="pinned", control_deadline_s=5.0, pin_version=live)
+        reply = session.step(np.zeros(arm.obs_dim, np.float32), deterministic=True, success=True)
+        session.close()
+    assert not reply.from_watchdog
+    assert reply.version is not None
+    assert reply.version.id == live

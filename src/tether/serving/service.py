@@ -157,12 +157,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             robot = identifier(open_msg.robot_id, "open.robot_id", self._config.validation)
             if not robot:
                 raise RequestInvalid("open.robot_id is empty, expected the robot's name")
-            self._models.engine_for(None)
+            pin = open_msg.model_version if open_msg.HasField("model_version") else None
+            self._models.engine_for(pin)
             self._spec.check_session(open_msg)
         except ServingError as exc:
             self._metrics.request("Control", exc.code.name, "none", 0.0)
             await context.abort(exc.code, str(exc))
-        return ControlSession(robot, self._supervisors())
+        return ControlSession(robot, self._supervisors(), pinned_version=pin)
 
     async def _step(
         self, session: ControlSession, step: pb.StepData, context: Context
@@ -193,6 +194,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 session.previous_action(episode, executed),
                 session.supervisor,
                 ingress,
+                pinned_version=session.pinned_version,
             )
             batched = await self._batcher.submit(query, self._step_deadline(context))
             self._queued(batched)

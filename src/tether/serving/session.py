@@ -24,10 +24,13 @@ from tether.serving.supervision import SessionSupervisor
 class ControlSession:
     """State of one open ``Control`` stream."""
 
-    def __init__(self, robot_id: str, supervisor: SessionSupervisor) -> None:
+    def __init__(
+        self, robot_id: str, supervisor: SessionSupervisor, pinned_version: int | None = None
+    ) -> None:
         self.session_id = uuid.uuid4().hex
         self.robot_id = robot_id
         self.supervisor = supervisor
+        self.pinned_version = pinned_version  # every step is served by this version
         self.steps = 0
         self.watchdog_misses = 0
         self._episode_id: str | None = None

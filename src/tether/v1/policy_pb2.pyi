@@ -104,21 +104,23 @@ class ActionResponse(_message.Message):
     def __init__(self, action: _Optional[_Iterable[float]] = ..., log_prob: _Optional[float] = ..., status: _Optional[str] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., timings: _Optional[_Union[ServerTimings, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., proposed_action: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
-    __slots__ = ("robot_id", "spec_fingerprint", "obs_dim", "act_dim", "joint_names")
+    __slots__ = ("robot_id", "spec_fingerprint", "obs_dim", "act_dim", "joint_names", "model_version")
     ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     OBS_DIM_FIELD_NUMBER: _ClassVar[int]
     ACT_DIM_FIELD_NUMBER: _ClassVar[int]
     JOINT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     robot_id: str
     spec_fingerprint: str
     obs_dim: int
     act_dim: int
     joint_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, robot_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., obs_dim: _Optional[int] = ..., act_dim: _Optional[int] = ..., joint_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    model_version: int
+    def __init__(self, robot_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., obs_dim: _Optional[int] = ..., act_dim: _Optional[int] = ..., joint_names: _Optional[_Iterable[str]] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class StepData(_message.Message):
-    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses")
+    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses", "success")
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +131,7 @@ class StepData(_message.Message):
     CLIENT_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     WATCHDOG_MISSES_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
     observation: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     terminated: bool
@@ -139,7 +142,8 @@ class StepData(_message.Message):
     client_timestamp_ns: int
     deterministic: bool
     watchdog_misses: int
-    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ...) -> None: ...
+    success: bool
+    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ..., success: _Optional[bool] = ...) -> None: ...
 
 class ControlStep(_message.Message):
     __slots__ = ("open", "step")

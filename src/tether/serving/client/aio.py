@@ -101,8 +101,11 @@ class AsyncPolicyClient:
         robot_id: str = "robot",
         control_deadline_s: float | None = None,
         backup: BackupPolicy | None = None,
+        pin_version: int | None = None,
     ) -> AsyncControlSession:
-        identity, deadline, policy = session_parts(robot, robot_id, control_deadline_s, backup)
+        identity, deadline, policy = session_parts(
+            robot, robot_id, control_deadline_s, backup, pin_version
+        )
         session = AsyncControlSession(self, identity, Watchdog(policy, deadline))
         await session.open()
         return session
@@ -169,6 +172,7 @@ class AsyncControlSession:
         truncated: bool = False,
         executed_action: np.ndarray | None = None,
         deterministic: bool = False,
+        success: bool = False,
     ) -> ActionResult:
         deadline = time.monotonic() + self.watchdog.control_deadline_s
         obs = np.asarray(observation, dtype=np.float32)
@@ -182,6 +186,7 @@ class AsyncControlSession:
             executed_action=executed_action,
             deterministic=deterministic,
             watchdog_misses=self.watchdog.misses,
+            success=success,
         )
         result = await self._exchange(message, obs, previous, deadline)
         self._previous = None if terminated or truncated else result.action

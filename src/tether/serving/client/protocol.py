@@ -27,6 +27,7 @@ class RobotIdentity:
     obs_dim: int
     act_dim: int
     joint_names: tuple[str, ...]
+    pinned_version: int | None = None  # serve the whole session from this version
 
     def open_message(self) -> pb.ControlStep:
         return pb.ControlStep(
@@ -36,6 +37,7 @@ class RobotIdentity:
                 obs_dim=self.obs_dim,
                 act_dim=self.act_dim,
                 joint_names=list(self.joint_names),
+                model_version=self.pinned_version,
             )
         )
 
@@ -68,6 +70,7 @@ def step_message(
     executed_action: np.ndarray | None,
     deterministic: bool,
     watchdog_misses: int,
+    success: bool = False,
 ) -> pb.ControlStep:
     return pb.ControlStep(
         step=pb.StepData(
@@ -83,6 +86,7 @@ def step_message(
             client_timestamp_ns=time.monotonic_ns(),
             deterministic=deterministic,
             watchdog_misses=watchdog_misses,
+            success=success,
         )
     )
 

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -114,13 +115,18 @@ class PolicyClient:
         robot_id: str = "robot",
         control_deadline_s: float | None = None,
         backup: BackupPolicy | None = None,
+        pin_version: int | None = None,
     ) -> ControlSession:
         """Open a Control session; ``step`` answers within ``control_deadline_s``.
 
         With a ``RobotSpec`` the deadline defaults to its control period and the backup to
         the safety layer's hold action; with a bare ``RobotIdentity`` both must be given.
+        ``pin_version`` serves the whole session from that version (live or retired), e.g.
+        for a frozen baseline.
         """
-        identity, deadline, policy = session_parts(robot, robot_id, control_deadline_s, backup)
+        identity, deadline, policy = session_parts(
+            robot, robot_id, control_deadline_s, backup, pin_version
+        )
         session = ControlSession(self, identity, Watchdog(policy, deadline))
         session.open()
         return session
@@ -134,11 +140,17 @@ def session_parts(
     robot_id: str,
     control_deadline_s: float | None,
     backup: BackupPolicy | None,
+    pin_version: int | None = None,
 ) -> tuple[RobotIdentity, float, BackupPolicy]:
     """Identity, control deadline and backup policy of a session (shared with asyncio)."""
     if isinstance(robot, RobotSpec):
         identity = RobotIdentity(
-            robot_id, robot.fingerprint(), robot.obs_dim, robot.act_dim, robot.joint_names
+            robot_id,
+            robot.fingerprint(),
+            robot.obs_dim,
+            robot.act_dim,
+            robot.joint_names,
+            pinned_version=pin_version,
         )
         deadline = control_deadline_s or robot.control_period_s
         return identity, deadline, backup or safety_backup(robot)
@@ -147,6 +159,8 @@ def session_parts(
             "a session opened with a RobotIdentity needs control_deadline_s and backup; "
             "pass a RobotSpec to derive both from the robot"
         )
+    if pin_version is not None:
+        robot = replace(robot, pinned_version=pin_version)
     return robot, control_deadline_s, backup
 
 
@@ -213,6 +227,7 @@ class ControlSession:
         truncated: bool = False,
         executed_action: np.ndarray | None = None,
         deterministic: bool = False,
+        success: bool = False,
     ) -> ActionResult:
         """The action for ``observation``, or the watchdog's by the control deadline."""
         deadline = time.monotonic() + self.watchdog.control_deadline_s
@@ -231,6 +246,7 @@ class ControlSession:
                     executed_action=executed_action,
                     deterministic=deterministic,
                     watchdog_misses=self.watchdog.misses,
+                    success=success,
                 )
             )
             result = self._await_reply(obs, previous, deadline)
