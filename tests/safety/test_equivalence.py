@@ -11,6 +11,8 @@ arm moves.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ from safety.reference import ReferenceSupervisor
 from tether.safety import SafetyLimits, Supervisor
 from tether.safety.kinematics import Kinematics
 from tether.safety.presets import arm_limits, arm_supervisor
-from tether.safety.reach import joint_reach
+from tether.safety.reach import ClearanceAnchor, joint_reach
 from tether.sim import ArmEnv, ArmKinematics, arm_spec
 from tether.sim.drift import DriftSchedule
 from tether.sim.geometry import ARM
@@ -108,3 +110,21 @@ def test_only_kinematics_of_a_known_geometry_get_a_reach() -> None:
     )
     assert joint_reach(ArmKinematics(arm=longer)) is None
     assert joint_reach(ArmKinematics(arm_spec(), payload_mass_kg=0.5)) is not None
+
+
+def test_an_anchor_proves_clear_only_within_its_finite_clearance() -> None:
+    reach = joint_reach(ArmKinematics(arm_spec()))
+    assert reach is not None
+    anchor = ClearanceAnchor(reach)
+    q = [0.1, 0.2, 0.3, 0.4]
+    assert not anchor.proves_clear(q)
+    anchor.update(q, 0.1)
+    assert anchor.proves_clear(q)
+    assert anchor.proves_clear([0.1 + 0.09 / reach[0], 0.2, 0.3, 0.4])
+    assert not anchor.proves_clear([0.1 + 0.11 / reach[0], 0.2, 0.3, 0.4])
+    anchor.update(q, -0.01)
+    assert not anchor.proves_clear(q)
+    # A broken model's clearance (inf or NaN) must never license a skip.
+    for broken in (math.inf, math.nan):
+        anchor.update(q, broken)
+        assert not anchor.proves_clear(q)

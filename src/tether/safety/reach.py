@@ -16,9 +16,16 @@ kinematics it is ``None`` and the supervisor evaluates every pose exactly.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
 from tether.safety.kinematics import Kinematics
+
+# Kept on top of the bound for the rounding of forward kinematics and clearances
+# (about 1e-15 m): a skipped pose is clear by more than this.
+SLACK_M = 1e-9
 
 # Poses at which a kinematics must agree with the built-in arm's to be recognised as it.
 _PROBES = (
@@ -56,3 +63,32 @@ def joint_reach(kinematics: Kinematics) -> tuple[float, ...] | None:
     # The farthest point the last joint carries: its link's tip or the end effector.
     tip = max(lengths[-1], ARM.end_effector_offset_m)
     return tuple(sum(lengths[j:-1]) + tip for j in range(len(lengths)))
+
+
+class ClearanceAnchor:
+    """The last pose whose clearance for one check was computed exactly.
+
+    ``proves_clear(q)`` is true only when the bound above guarantees a clearance above
+    zero at ``q``; a non-finite clearance (a broken model) is never kept as an anchor.
+    """
+
+    __slots__ = ("_clearance", "_q", "_reach")
+
+    def __init__(self, reach: Sequence[float]) -> None:
+        self._reach = tuple(reach)
+        self._q: Sequence[float] | None = None
+        self._clearance = 0.0
+
+    def proves_clear(self, q: Sequence[float]) -> bool:
+        anchor = self._q
+        if anchor is None:
+            return False
+        moved = 0.0
+        for r, x, a in zip(self._reach, q, anchor, strict=True):
+            moved += r * abs(x - a)
+        return moved + SLACK_M < self._clearance
+
+    def update(self, q: Sequence[float], clearance: float) -> None:
+        finite = math.isfinite(clearance)
+        self._q = q if finite else None
+        self._clearance = clearance if finite else 0.0

@@ -37,7 +37,7 @@ from tether.safety.envelope import JointBounds, JointEnvelope, _max, _min
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
-from tether.safety.reach import joint_reach
+from tether.safety.reach import ClearanceAnchor, joint_reach
 from tether.safety.verdict import (
     PASSED,
     REPLACING_CHECKS,
@@ -62,10 +62,6 @@ _POSITION = int(SafetyCheck.POSITION)
 _ACCELERATION = int(SafetyCheck.ACCELERATION)
 _RATE = int(SafetyCheck.RATE)
 _REPLACING = int(REPLACING_CHECKS)
-
-# Kept on top of the reach bound for the rounding of forward kinematics and clearances
-# (about 1e-15 m): a skipped pose is clear by more than this.
-_REACH_SLACK_M = 1e-9
 
 # Finite proposals are clipped to this before the float32 cast, so 1e300 stays finite;
 # anything beyond [-1, 1] is corrected anyway.
@@ -122,13 +118,13 @@ class Supervisor:
         self._cartesian = kinematics is not None and (
             self._clearance.has_obstacles or self._clearance.has_workspace
         )
-        # A pose whose clearance is known (the last one evaluated exactly) and how far
-        # each joint's rotation can move the arm: while the predicted pose stays closer
-        # to it than its clearance allows, no margin can be breached and the forward
-        # kinematics is skipped (tether.safety.reach).
-        self._reach = joint_reach(kinematics) if self._cartesian and kinematics else None
-        self._anchor_q: list[float] | None = None
-        self._anchor_clearance = 0.0
+        # Per check, the last pose evaluated exactly and how far each joint's rotation
+        # can move the arm: while the predicted pose stays closer to it than its
+        # clearance allows, that margin cannot be breached and its forward kinematics is
+        # skipped (tether.safety.reach). None: every pose is evaluated.
+        reach = joint_reach(kinematics) if self._cartesian and kinematics else None
+        self._workspace_anchor = None if reach is None else ClearanceAnchor(reach)
+        self._obstacle_anchor = None if reach is None else ClearanceAnchor(reach)
         self._n = limits.n_joints
         self._q = slice(*limits.layout.joint_position)
         self._v = slice(*limits.layout.joint_velocity)
@@ -309,35 +305,31 @@ class Supervisor:
         kin = self.kinematics
         assert kin is not None
         predicted = self._envelope.predict(q, v, u32.tolist(), u_g)
-        anchor, reach = self._anchor_q, self._reach
-        if anchor is not None and reach is not None:
-            moved = 0.0
-            for r, x, a in zip(reach, predicted, anchor, strict=True):
-                moved += r * abs(x - a)
-            if moved + _REACH_SLACK_M < self._anchor_clearance:
-                return u32, 0
+        clearance = self._clearance
+        ws_anchor, obstacle_anchor = self._workspace_anchor, self._obstacle_anchor
+        workspace = clearance.has_workspace and not (
+            ws_anchor is not None and ws_anchor.proves_clear(predicted)
+        )
+        obstacles = clearance.has_obstacles and not (
+            obstacle_anchor is not None and obstacle_anchor.proves_clear(predicted)
+        )
+        if not (workspace or obstacles):
+            return u32, 0
         q_ahead = np.array(predicted)
         q_now = np.array(q)
         checks = 0
-        ahead_workspace = ahead_obstacles = math.inf
-        if self._clearance.has_workspace:
-            ahead_workspace = self._clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
-            if ahead_workspace < 0 and ahead_workspace <= self._clearance.workspace(
-                np.asarray(kin.end_effector(q_now))
-            ):
+        if workspace:
+            ahead = clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
+            if ws_anchor is not None:
+                ws_anchor.update(predicted, ahead)
+            if ahead < 0 and ahead <= clearance.workspace(np.asarray(kin.end_effector(q_now))):
                 checks |= _WORKSPACE
-        if self._clearance.has_obstacles:
-            ahead_obstacles = self._clearance.obstacles(*_spheres(kin, q_ahead))
-            if ahead_obstacles < 0 and ahead_obstacles <= self._clearance.obstacles(
-                *_spheres(kin, q_now)
-            ):
+        if obstacles:
+            ahead = clearance.obstacles(*_spheres(kin, q_ahead))
+            if obstacle_anchor is not None:
+                obstacle_anchor.update(predicted, ahead)
+            if ahead < 0 and ahead <= clearance.obstacles(*_spheres(kin, q_now)):
                 checks |= _OBSTACLE
-        if reach is not None:
-            clearance = min(ahead_workspace, ahead_obstacles)
-            # A NaN clearance (a broken model) must never become a licence to skip.
-            usable = not (math.isnan(ahead_workspace) or math.isnan(ahead_obstacles))
-            self._anchor_q = predicted if usable else None
-            self._anchor_clearance = clearance
         if not checks:
             return u32, checks
         stop = _place(b.brake, b)
