@@ -174,3 +174,22 @@ def test_a_rollback_during_shadow_abandons_the_evaluation(
     assert ctl.candidate is None
     assert reg.get(3).state is VersionState.RETIRED
     assert "evaluation abandoned" in reg.get(3).reason
+
+
+def test_promote_directly_skips_the_gate_and_says_so(
+    base_bundle: PolicyBundle, tmp_path: Path, supervisor: Supervisor
+) -> None:
+    from tether.serving.versions import PolicyVersions, VersionsConfig
+
+    versions = PolicyVersions(
+        VersionsConfig(),
+        engine_factory=make_engine,
+        shadow_supervisor=supervisor.with_limits(supervisor.limits),
+    )
+    versions.load(tmp_path / "base")
+    engine = make_engine(derived(base_bundle, tmp_path / "v2", 2, "v2", nudged))
+    record = versions.submit_candidate(engine, promote_directly=True)
+    assert record.state is VersionState.LIVE
+    assert "WITHOUT the promotion gate" in record.reason
+    gated = make_engine(derived(base_bundle, tmp_path / "v3", 3, "v3", nudged))
+    assert versions.submit_candidate(gated).state is VersionState.SHADOW

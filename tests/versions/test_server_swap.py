@@ -19,7 +19,7 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
 from tether.serving.admin import start_admin_server
-from tether.serving.config import ServerConfig
+from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.spec import RobotSpec
@@ -49,7 +49,9 @@ def test_swaps_and_reload_under_load_fail_no_request(
         shadow_supervisor=supervisor,
     )
     versions.load(tmp_path / "base")
-    server = build_server(tmp_path / "base", ServerConfig(port=0, metrics_port=None))
+    # Robots here call as fast as they can; the per-client rate limit is not under test.
+    config = ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0))
+    server = build_server(tmp_path / "base", config)
     versions.drive(server.models)  # the wiring under test
     obs = arm_observations(spec, 6, seed=4)
     replies: list[tuple[int, int, np.ndarray]] = []

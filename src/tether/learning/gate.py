@@ -42,18 +42,24 @@ class OfflineStageConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(True, description="Run this stage (flag)")
+    enabled: bool = Field(default=True, description="Run this stage (flag)")
     min_observations: int = Field(
-        64, ge=1, description="Recent real observations needed to judge (observations)"
+        default=64, ge=1, description="Recent real observations needed to judge (observations)"
     )
     max_action_change: float = Field(
-        0.1, gt=0.0, description="Largest RMS change of the deterministic action (normalized units)"
+        default=0.1,
+        gt=0.0,
+        description="Largest RMS change of the deterministic action (normalized units)",
     )
     max_kl: float = Field(
-        0.05, gt=0.0, description="Largest mean KL(live || candidate) of the Gaussians (nats)"
+        default=0.05,
+        gt=0.0,
+        description="Largest mean KL(live || candidate) of the Gaussians (nats)",
     )
     value_margin: float = Field(
-        0.5, ge=0.0, description="Allowed drop of the critic's mean value of its actions (return)"
+        default=0.5,
+        ge=0.0,
+        description="Allowed drop of the critic's mean value of its actions (return)",
     )
 
 
@@ -62,17 +68,22 @@ class SimulationStageConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(True, description="Run this stage (flag)")
-    episodes: int = Field(8, ge=1, description="Paired episodes per policy (episodes)")
-    seed: int = Field(0, ge=0, description="Seed of the first episode; the rest follow (1)")
+    enabled: bool = Field(default=True, description="Run this stage (flag)")
+    episodes: int = Field(default=8, ge=1, description="Paired episodes per policy (episodes)")
+    seed: int = Field(default=0, ge=0, description="Seed of the first episode; the rest follow (1)")
     z: float = Field(
-        1.645, ge=0.0, description="One-sided confidence multiplier; 1.645 is 95% (std errors)"
+        default=1.645,
+        ge=0.0,
+        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
     )
     return_margin: float = Field(
-        5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
+        default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
     )
     success_margin: float = Field(
-        0.25, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Allowed shortfall of success rate vs live (ratio)",
     )
 
 
@@ -81,9 +92,9 @@ class GateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    offline: OfflineStageConfig = Field(default_factory=OfflineStageConfig, description="Offline")  # type: ignore[arg-type]
+    offline: OfflineStageConfig = Field(default_factory=OfflineStageConfig, description="Offline")
     simulation: SimulationStageConfig = Field(
-        default_factory=SimulationStageConfig,  # type: ignore[arg-type]
+        default_factory=SimulationStageConfig,
         description="Simulation",
     )
 
@@ -199,9 +210,17 @@ def simulation_stage(
     env_config: ArmEnvConfig | None = None,
 ) -> StageVerdict:
     """Paired episodes of both policies; non-inferiority on return and success."""
-    kw = {"randomization": randomization, "supervisor": supervisor, "env_config": env_config}
-    cand = run_episodes(candidate, config, **kw)  # type: ignore[arg-type]
-    base = run_episodes(live, config, **kw)  # type: ignore[arg-type]
+
+    def episodes(engine: PolicyEngine) -> tuple[SimEpisode, ...]:
+        return run_episodes(
+            engine,
+            config,
+            randomization=randomization,
+            supervisor=supervisor,
+            env_config=env_config,
+        )
+
+    cand, base = episodes(candidate), episodes(live)
     # Paired seeds: compare per-episode differences against zero, which removes the
     # variance the two policies share (the same targets and dynamics).
     zeros = [0.0] * len(cand)

@@ -24,29 +24,35 @@ class CanaryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     fraction: float = Field(
-        0.2, gt=0.0, lt=1.0, description="Share of episodes the canary acts in (ratio)"
+        default=0.2, gt=0.0, lt=1.0, description="Share of episodes the canary acts in (ratio)"
     )
-    episodes: int = Field(30, ge=1, description="Canary episodes before the verdict (episodes)")
+    episodes: int = Field(
+        default=30, ge=1, description="Canary episodes before the verdict (episodes)"
+    )
     min_live_episodes: int = Field(
-        30, ge=1, description="Live episodes in the same period needed to compare (episodes)"
+        default=30,
+        ge=1,
+        description="Live episodes in the same period needed to compare (episodes)",
     )
     safety_tightening: float = Field(
-        0.8,
+        default=0.8,
         gt=0.0,
         le=1.0,
         description="Factor passed to SafetyLimits.tightened() for canary steps (ratio)",
     )
     z: float = Field(
-        1.645, ge=0.0, description="One-sided confidence multiplier; 1.645 is 95% (std errors)"
+        default=1.645,
+        ge=0.0,
+        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
     )
     return_margin: float = Field(
-        5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
+        default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
     )
     success_margin: float = Field(
-        0.2, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
+        default=0.2, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
     )
     intervention_margin: float = Field(
-        0.02, ge=0.0, le=1.0, description="Allowed excess of interventions per step (ratio)"
+        default=0.02, ge=0.0, le=1.0, description="Allowed excess of interventions per step (ratio)"
     )
 
 

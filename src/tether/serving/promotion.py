@@ -32,8 +32,8 @@ class PromotionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    shadow: ShadowConfig = Field(default_factory=ShadowConfig, description="Shadow stage")  # type: ignore[arg-type]
-    canary: CanaryConfig = Field(default_factory=CanaryConfig, description="Canary stage")  # type: ignore[arg-type]
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig, description="Shadow stage")
+    canary: CanaryConfig = Field(default_factory=CanaryConfig, description="Canary stage")
 
 
 @dataclass(frozen=True)

@@ -34,28 +34,35 @@ class RollbackConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window_episodes: int = Field(
-        30, ge=2, description="Episodes per version in the sliding window (episodes)"
+        default=30, ge=2, description="Episodes per version in the sliding window (episodes)"
     )
     min_episodes: int = Field(
-        10, ge=2, description="Episodes both windows need before comparing (episodes)"
+        default=10, ge=2, description="Episodes both windows need before comparing (episodes)"
     )
     sustain_episodes: int = Field(
-        5,
+        default=5,
         ge=1,
         description="Consecutive live episodes that must all show degradation (episodes)",
     )
     z: float = Field(
-        1.645, ge=0.0, description="One-sided confidence multiplier; 1.645 is 95% (std errors)"
+        default=1.645,
+        ge=0.0,
+        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
     )
-    return_margin: float = Field(10.0, ge=0.0, description="Tolerated drop of mean return (return)")
+    return_margin: float = Field(
+        default=10.0, ge=0.0, description="Tolerated drop of mean return (return)"
+    )
     success_margin: float = Field(
-        0.15, ge=0.0, le=1.0, description="Tolerated drop of success rate (ratio)"
+        default=0.15, ge=0.0, le=1.0, description="Tolerated drop of success rate (ratio)"
     )
     intervention_margin: float = Field(
-        0.05, ge=0.0, le=1.0, description="Tolerated rise of interventions per step (ratio)"
+        default=0.05, ge=0.0, le=1.0, description="Tolerated rise of interventions per step (ratio)"
     )
     backup_margin: float = Field(
-        0.02, ge=0.0, le=1.0, description="Tolerated rise of backup actions per step (ratio)"
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Tolerated rise of backup actions per step (ratio)",
     )
 
 

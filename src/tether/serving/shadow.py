@@ -30,22 +30,26 @@ class ShadowConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    steps: int = Field(500, ge=1, description="Live observations the candidate must see (steps)")
+    steps: int = Field(
+        default=500, ge=1, description="Live observations the candidate must see (steps)"
+    )
     max_intervention_rate: float = Field(
-        0.05,
+        default=0.05,
         ge=0.0,
         le=1.0,
         description="Largest share of steps where the supervisor would have changed the "
         "candidate's action (ratio)",
     )
     max_mean_divergence: float = Field(
-        0.25,
+        default=0.25,
         ge=0.0,
         description="Largest mean RMS difference between candidate and live actions "
         "(normalized action units)",
     )
     queue_batches: int = Field(
-        64, ge=1, description="Batches waiting for the shadow thread before new ones drop (batches)"
+        default=64,
+        ge=1,
+        description="Batches waiting for the shadow thread before new ones drop (batches)",
     )
 
 

@@ -38,7 +38,6 @@ from tether.serving.registry import (
     ModelRegistry,
     VersionRecord,
     VersionSource,
-    VersionState,
 )
 from tether.serving.rollback import RollbackConfig, RollbackMonitor
 from tether.serving.rollout import Role, RouteDecision, TrafficRouter
@@ -57,27 +56,34 @@ class VersionsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_dir: Path | None = Field(
-        None, description="Directory of bundles that Reload and SIGHUP re-read (path)"
+        default=None, description="Directory of bundles that Reload and SIGHUP re-read (path)"
     )
     reload_makes_live: bool = Field(
-        False,
+        default=False,
         description="A reload promotes new bundles at once instead of registering them as "
         "candidates for the gate (flag)",
     )
     admin_tokens_file: Path | None = Field(
-        None,
+        default=None,
         description="Admin token file, one '<viewer|operator> <name> <token>' per line; "
         "None disables AdminService (path)",
     )
+    admin_host: str = Field(default="127.0.0.1", description="Address AdminService binds (host)")
+    admin_port: int = Field(
+        default=50052,
+        ge=0,
+        le=65535,
+        description="AdminService port, apart from robot traffic; 0 picks a free one (port)",
+    )
     max_sticky_sessions: int = Field(
-        65536, ge=1, description="Sessions whose A/B assignment is remembered (sessions)"
+        default=65536, ge=1, description="Sessions whose A/B assignment is remembered (sessions)"
     )
     promotion: PromotionConfig = Field(
         default_factory=PromotionConfig,
         description="Shadow and canary stages",
     )
     rollback: RollbackConfig = Field(
-        default_factory=RollbackConfig,  # type: ignore[arg-type]
+        default_factory=RollbackConfig,
         description="Automatic rollback",
     )
 
@@ -165,13 +171,28 @@ class PolicyVersions:
 
     # ----------------------------------------------------------------- versions
 
-    def submit_candidate(self, engine: Any, prior: Sequence[StageVerdict] = ()) -> VersionRecord:
-        """A version the learner published (with its offline/simulation verdicts) enters the gate."""
-        # A learner's version never goes live by being first: it waits for a live one.
-        record = self.registry.register(
-            engine, source=VersionSource.LEARNER, make_live_if_first=False
-        )
-        if self.registry.live() is not None and record.state is VersionState.CANDIDATE:
+    def submit_candidate(
+        self,
+        engine: Any,
+        prior: Sequence[StageVerdict] = (),
+        *,
+        source: VersionSource = VersionSource.LEARNER,
+        promote_directly: bool = False,
+    ) -> VersionRecord:
+        """A published version (with its offline/simulation verdicts) enters the gate.
+
+        ``promote_directly`` (the learner's clearly unsafe option, for simulation only)
+        makes it live at once, with the skipped gate written into its reason.
+        """
+        # A published version never goes live merely by being first: it waits for a live one.
+        record = self.registry.register(engine, source=source, make_live_if_first=False)
+        if self.registry.live() is None:
+            return record
+        if promote_directly:
+            self.registry.promote(
+                record.id, "promote_directly: went live WITHOUT the promotion gate (unsafe)"
+            )
+        else:
             self.promotion.submit(record.id, prior)
         return self.registry.get(record.id)
 
