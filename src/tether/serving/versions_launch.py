@@ -1,0 +1,88 @@
+"""``tether serve`` with versions: a PolicyServer whose live policy the registry decides.
+
+Assembles what ``tether.serving.launch.build_server`` builds with a
+:class:`~tether.serving.versions.PolicyVersions` that drives its live model holder, an
+AdminService on its own port (when an admin token file is configured; TLS with the
+server's certificate when it has one), and a SIGHUP handler that re-reads the model
+directory. Invariant: the server never serves a version the registry does not hold as
+live; every swap lands between batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tether.policy.bundle import PolicyBundle
+from tether.policy.config import EngineConfig
+from tether.policy.engine import PolicyEngine
+from tether.safety.degradation import DegradationMachine
+from tether.safety.limits import SafetyLimits
+from tether.safety.supervisor import Supervisor
+from tether.serving.admin import start_admin_server
+from tether.serving.admin_auth import AdminAuth
+from tether.serving.config import ServerConfig
+from tether.serving.launch import build_server, robot_spec_of
+from tether.serving.model_dir import install_sighup_reload
+from tether.serving.security import server_credentials
+from tether.serving.server import PolicyServer, run_until_signal
+from tether.serving.supervision import kinematics_for
+from tether.serving.versions import PolicyVersions, VersionsConfig
+
+
+async def serve_versions(
+    bundle_path: Path,
+    config: ServerConfig,
+    versions_config: VersionsConfig,
+    *,
+    announce: Callable[[PolicyServer, int | None], None] | None = None,
+) -> None:
+    """Serve ``bundle_path`` (live at start) until SIGTERM/SIGINT, with versions and admin.
+
+    ``announce(server, admin_port)`` is called once both servers listen.
+    """
+    from tether.policy.bundle import load_bundle
+
+    first = load_bundle(bundle_path)
+    spec = robot_spec_of(first)
+    engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
+    limits = SafetyLimits.from_spec(spec)
+    degradation = DegradationMachine(limits=limits)
+
+    def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
+        return PolicyEngine(bundle, engine_cfg)
+
+    versions = PolicyVersions(
+        versions_config,
+        engine_factory=engine_factory,
+        shadow_supervisor=Supervisor(limits, kinematics=kinematics_for(spec)),
+        degradation=degradation,
+    )
+    versions.load(Path(bundle_path))
+    server = build_server(
+        bundle_path, config, engine_config=engine_cfg, degradation=degradation, limits=limits
+    )
+    versions.drive(server.models)
+    await server.start()
+    admin = None
+    admin_port: int | None = None
+    try:
+        if versions_config.admin_tokens_file is not None:
+            auth = AdminAuth.from_file(versions_config.admin_tokens_file)
+            servicer = versions.admin_servicer(auth)
+            assert servicer is not None
+            admin, admin_port = await start_admin_server(
+                servicer,
+                auth,
+                host=versions_config.admin_host,
+                port=versions_config.admin_port,
+                credentials=server_credentials(config.security),
+            )
+        install_sighup_reload(versions.reload)
+        if announce is not None:
+            announce(server, admin_port)
+        await run_until_signal(server)
+    finally:
+        if admin is not None:
+            await admin.stop(config.grace_s)
+        await server.stop()
