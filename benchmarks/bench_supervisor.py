@@ -3,8 +3,11 @@
 Target (issue 4): tens of microseconds per action for a 7-joint spec. Cases: an action
 already inside every limit (the common case, returned untouched), random actions that
 need correcting, NaN actions replaced by the backup, and the built-in arm with its
-MuJoCo kinematics (gravity, obstacle and workspace checks). Every figure comes from one
-run of this script:
+MuJoCo kinematics (gravity, obstacle and workspace checks), both on unrelated random
+states and along a closed-loop trajectory (what serving sees: each state follows the
+last). Each case is timed for ``Supervisor`` and for ``ReferenceSupervisor``
+(``tests/safety/reference.py``, the unoptimized oracle that decides identically), in the
+same interleaved runs. Every figure comes from one run of this script:
 
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7]
 """
@@ -14,16 +17,21 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import timeit
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
-from tether.safety.presets import arm_supervisor
-from tether.sim import ArmKinematics, arm_spec
+from tether.safety.presets import arm_limits, arm_supervisor
+from tether.sim import ArmEnv, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
 
 
 def panda_like_spec() -> RobotSpec:
@@ -62,18 +70,38 @@ def per_call_us(
 
 
 def cycling(
-    items: list[tuple[np.ndarray, np.ndarray]], supervisor: Supervisor
+    items: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], supervisor: Supervisor
 ) -> Callable[[], None]:
-    """A call that filters the next (observation, action) pair each time."""
+    """A call that filters the next (observation, action, previous) triple each time."""
     index = [0]
 
     def call() -> None:
         i = index[0]
-        obs, action = items[i]
-        supervisor.filter(obs, action, None)
+        obs, action, previous = items[i]
+        supervisor.filter(obs, action, previous)
         index[0] = (i + 1) % len(items)
 
     return call
+
+
+def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(observation, proposal, previous executed) along a random policy's closed loop on
+    the MuJoCo arm through the supervisor: consecutive states, as a served robot sends."""
+    env = ArmEnv(seed=seed)
+    supervisor = arm_supervisor()
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset()
+    previous: np.ndarray | None = None
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for _ in range(steps):
+        action = rng.uniform(-1.0, 1.0, 4).astype(np.float32)
+        out.append((obs, action, previous))
+        previous, _ = supervisor.filter(obs, action, previous)
+        obs, _, terminated, truncated, _ = env.step(previous)
+        if terminated or truncated:
+            obs, _ = env.reset()
+            previous = None
+    return out
 
 
 def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list[np.ndarray]:
@@ -99,50 +127,88 @@ def main() -> None:
     rng = np.random.default_rng(0)
 
     spec7 = panda_like_spec()
+    limits7 = SafetyLimits.from_spec(spec7, LimitsConfig(acceleration_per_action_scale=10.0))
     # The joint checks only (no kinematics given): what any 7-joint robot pays.
-    sup7 = Supervisor(
-        SafetyLimits.from_spec(spec7, LimitsConfig(acceleration_per_action_scale=10.0))
-    )
+    sup7 = Supervisor(limits7)
+    ref7 = ReferenceSupervisor(limits7)
     home = np.zeros(spec7.obs_dim, dtype=np.float32)
     home[:7] = spec7.home_position_rad
     inside = np.full(7, 0.01, dtype=np.float32)
     assert sup7.filter(home, inside)[1].source == "policy"
     states7 = random_states(spec7, rng, 256)
-    random7 = [(s, rng.uniform(-1, 1, 7).astype(np.float32)) for s in states7]
-    corrected = sum(sup7.filter(o, a)[1].source != "policy" for o, a in random7) / len(random7)
+    random7 = [(s, rng.uniform(-1, 1, 7).astype(np.float32), None) for s in states7]
+    corrected = sum(sup7.filter(o, a)[1].source != "policy" for o, a, _ in random7) / len(random7)
     nan = np.full(7, np.nan, dtype=np.float32)
 
     arm = arm_spec()
-    sup_arm = arm_supervisor()
+    sup_arm, ref_arm = (
+        arm_supervisor(),
+        ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm)),
+    )
+    loop_sup, loop_ref = (
+        arm_supervisor(),
+        ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm)),
+    )
     kin = ArmKinematics(arm)
     states_arm = random_states(arm, rng, 256)
-    random_arm = [(s, rng.uniform(-1, 1, 4).astype(np.float32)) for s in states_arm]
+    random_arm = [(s, rng.uniform(-1, 1, 4).astype(np.float32), None) for s in states_arm]
+    loop = trajectory(2000, seed=0)
     q_arm = states_arm[0][:4].astype(np.float64)
     a = np.ones(7)
 
     def kinematics() -> object:
         return kin.gravity_torque(q_arm), kin.end_effector(q_arm), kin.collision_spheres(q_arm)
 
-    cases: list[tuple[str, Callable[[], object]]] = [
-        ("7-joint, action inside every limit", lambda: sup7.filter(home, inside)),
-        (f"7-joint, random action ({corrected:.0%} corrected)", cycling(random7, sup7)),
-        ("7-joint, NaN action -> backup", lambda: sup7.filter(home, nan)),
+    cases: list[tuple[str, Callable[[], object]]] = []
+    for label, new, old in (
         (
-            "built-in arm (4 joints + MuJoCo kinematics), random action",
-            cycling(random_arm, sup_arm),
+            "7-joint, action inside every limit",
+            lambda: sup7.filter(home, inside),
+            lambda: ref7.filter(home, inside),
         ),
-        ("  of which kinematics: gravity + end effector + spheres", kinematics),
-        ("reference: numpy add of two 7-vectors", lambda: a + a),
+        (
+            f"7-joint, random action ({corrected:.0%} corrected)",
+            cycling(random7, sup7),
+            cycling(random7, ref7),
+        ),
+        (
+            "7-joint, NaN action -> backup",
+            lambda: sup7.filter(home, nan),
+            lambda: ref7.filter(home, nan),
+        ),
+        (
+            "built-in arm (4 joints + MuJoCo kinematics), random action at random states",
+            cycling(random_arm, sup_arm),
+            cycling(random_arm, ref_arm),
+        ),
+        (
+            "built-in arm, closed-loop trajectory (random policy, 2,000 steps)",
+            cycling(loop, loop_sup),
+            cycling(loop, loop_ref),
+        ),
+    ):
+        cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
+    cases += [
+        ("  of which kinematics: gravity + end effector + spheres | -", kinematics),
+        ("reference: numpy add of two 7-vectors | -", lambda: a + a),
     ]
     rows = per_call_us(cases, args.calls, args.repeats)
     print(
         f"machine: {platform.machine()}, nproc {os.cpu_count()}, python {platform.python_version()}, "
         f"numpy {np.__version__}, torch {torch.__version__}"
     )
-    print("| case | µs per action |")
-    print("|---|---|")
+    table: dict[str, dict[str, float]] = {}
     for name, us in rows:
-        print(f"| {name} | {us:.1f} |")
+        label, which = name.split(" | ")
+        table.setdefault(label, {})[which] = us
+    print("| case | Supervisor µs | reference µs | speed-up |")
+    print("|---|---|---|---|")
+    for label, got in table.items():
+        if "Supervisor" in got:
+            new, old = got["Supervisor"], got["reference"]
+            print(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.1f}x |")
+        else:
+            print(f"| {label} | {got['-']:.1f} | | |")
 
 
 if __name__ == "__main__":
