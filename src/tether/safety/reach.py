@@ -17,15 +17,27 @@ kinematics it is ``None`` and the supervisor evaluates every pose exactly.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tether.safety.kinematics import Kinematics
 
+if TYPE_CHECKING:
+    from tether.sim import ArmKinematics
+
 # Kept on top of the bound for the rounding of forward kinematics and clearances
 # (about 1e-15 m): a skipped pose is clear by more than this.
 SLACK_M = 1e-9
+
+# The reach of each ArmKinematics seen (None: not the built-in arm's geometry), the
+# built-in arm's own model to compare with, and a lock since both are shared.
+_VERIFIED: weakref.WeakKeyDictionary[object, tuple[float, ...] | None] = weakref.WeakKeyDictionary()
+_REFERENCE: list[ArmKinematics] = []
+_LOCK = threading.Lock()
 
 # Poses at which a kinematics must agree with the built-in arm's to be recognised as it.
 _PROBES = (
@@ -43,11 +55,24 @@ def joint_reach(kinematics: Kinematics) -> tuple[float, ...] | None:
     if type(kinematics).__module__ != "tether.sim.kinematics":
         return None
     from tether.sim import ArmKinematics
-    from tether.sim.geometry import ARM
 
     if not isinstance(kinematics, ArmKinematics):
         return None
-    reference = ArmKinematics()
+    # Verified once per kinematics object: a supervisor is rebuilt for every session and
+    # degradation level, and building the reference model takes over a millisecond.
+    with _LOCK:
+        if kinematics not in _VERIFIED:
+            _VERIFIED[kinematics] = _arm_reach(kinematics)
+        return _VERIFIED[kinematics]
+
+
+def _arm_reach(kinematics: ArmKinematics) -> tuple[float, ...] | None:
+    from tether.sim import ArmKinematics
+    from tether.sim.geometry import ARM
+
+    if not _REFERENCE:
+        _REFERENCE.append(ArmKinematics())
+    reference = _REFERENCE[0]
     if (kinematics.n_joints, kinematics.n_spheres) != (reference.n_joints, reference.n_spheres):
         return None
     for probe in _PROBES:
