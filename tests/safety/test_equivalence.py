@@ -19,7 +19,8 @@ import pytest
 from safety.builders import PlanarArm, planar_limits, seven_joint_limits
 from safety.equivalence import closed_loop_compare, compare, open_loop_steps
 from safety.reference import ReferenceSupervisor
-from tether.safety import SafetyLimits, Supervisor
+from tether.safety import SafetyLimits, Supervisor, SupervisorConfig
+from tether.safety.backups import BackupConfig, BackupKind
 from tether.safety.kinematics import Kinematics
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.safety.reach import ClearanceAnchor, joint_reach
@@ -45,6 +46,19 @@ def test_on_the_arm_every_call_matches_the_reference(tighten: float) -> None:
     rng = np.random.default_rng(SEED)
     calls = open_loop_steps(limits, arm_spec().obs_dim, rng, 1500, kinematics)
     assert compare(*_pair(limits, kinematics), calls) == 1500, f"seed {SEED}"
+
+
+@pytest.mark.parametrize("kind", ["brake", "go_home"])
+def test_with_each_backup_every_call_matches_the_reference(kind: BackupKind) -> None:
+    limits = arm_limits()
+    kinematics = ArmKinematics(arm_spec())
+    config = SupervisorConfig(backup=BackupConfig(kind=kind), load_estimation_gain=1.5)
+    fast = Supervisor(limits, kinematics=kinematics, config=config)
+    reference = ReferenceSupervisor(limits, kinematics=kinematics, config=config)
+    calls = open_loop_steps(
+        limits, arm_spec().obs_dim, np.random.default_rng(SEED), 800, kinematics
+    )
+    assert compare(fast, reference, calls) == 800, f"seed {SEED}"
 
 
 def test_without_kinematics_and_on_a_planar_arm_every_call_matches_the_reference() -> None:

@@ -242,8 +242,12 @@ class Supervisor:
         if last is None or not gain or previous is None:
             return
         executed = _array(previous)
-        if executed is None or executed.astype(np.float32).tobytes() != last[0]:
+        if executed is None:
             return
+        # A value beyond float32's range becomes inf, which no stop equals; not a warning.
+        with np.errstate(over="ignore"):
+            if executed.astype(np.float32).tobytes() != last[0]:
+                return
         limit = self.config.load_estimate_limit
         step = gain * last[1]
         self._load = [
