@@ -284,13 +284,14 @@ class JointEnvelope:
         return ahead
 
 
-def _max(a: float, b: float) -> float:
-    # numpy.maximum's choice on ties (the second argument), so a signed zero comes out
-    # exactly as in the elementwise formulation.
+def maximum(a: float, b: float) -> float:
+    """``numpy.maximum`` of two finite floats, including its choice on ties (the second
+    argument), so a signed zero comes out exactly as in the elementwise formulation."""
     return a if a > b else b
 
 
-def _min(a: float, b: float) -> float:
+def minimum(a: float, b: float) -> float:
+    """``numpy.minimum`` of two finite floats (the second argument on ties)."""
     return a if a < b else b
 
 

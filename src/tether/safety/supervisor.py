@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.backups import Backup, BackupConfig, make_backup
-from tether.safety.envelope import JointBounds, JointEnvelope, _max, _min
+from tether.safety.envelope import JointBounds, JointEnvelope, maximum, minimum
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
@@ -180,7 +180,9 @@ class Supervisor:
         state = self._read_state(observation)
         if state is None:
             u_max = self._envelope.u_max
-            held = [_min(_max(g, -m), m) for g, m in zip(self._last_gravity, u_max, strict=True)]
+            held = [
+                minimum(maximum(g, -m), m) for g, m in zip(self._last_gravity, u_max, strict=True)
+            ]
             out = np.array(held, dtype=np.float32)
             norm = float(np.linalg.norm(out))
             return out, SafetyVerdict(
@@ -209,7 +211,7 @@ class Supervisor:
             elif not all(map(math.isfinite, values)):
                 checks |= _NON_FINITE
             else:
-                u = np.array([_min(_max(x, -_HUGE), _HUGE) for x in values], dtype=np.float32)
+                u = np.array([minimum(maximum(x, -_HUGE), _HUGE) for x in values], dtype=np.float32)
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
                 checks |= _STALE
 
@@ -251,7 +253,7 @@ class Supervisor:
         limit = self.config.load_estimate_limit
         step = gain * last[1]
         self._load = [
-            _min(_max(load - step * vi * pv, -limit), limit)
+            minimum(maximum(load - step * vi * pv, -limit), limit)
             for load, vi, pv in zip(self._load, v, self._envelope.per_velocity, strict=True)
         ]
 
@@ -290,7 +292,7 @@ class Supervisor:
         start = u_g if prev is None else prev
         # Largest alpha with base + alpha (u - base) inside every joint's interval; only
         # joints outside their interval limit it (and there step != 0).
-        base = [_min(_max(x, inner_lo[i]), inner_hi[i]) for i, x in enumerate(start)]
+        base = [minimum(maximum(x, inner_lo[i]), inner_hi[i]) for i, x in enumerate(start)]
         step = [x - y for x, y in zip(u, base, strict=True)]
         alpha = 1.0
         for i, x in enumerate(u):
@@ -393,7 +395,7 @@ def _fired(u: list[float], b: JointBounds) -> int:
 def _place(u: list[float], b: JointBounds) -> np.ndarray:
     """``u`` moved into the inset final interval, as the float32 action to execute."""
     lo, hi = b.inner_lo, b.inner_hi
-    return np.array([_min(_max(x, lo[i]), hi[i]) for i, x in enumerate(u)], dtype=np.float32)
+    return np.array([minimum(maximum(x, lo[i]), hi[i]) for i, x in enumerate(u)], dtype=np.float32)
 
 
 def _array(value: Any) -> np.ndarray | None:
@@ -425,7 +427,7 @@ def _vector(value: Any, n: int) -> list[float] | None:
     values = _floats(value, n)
     if values is None or not all(map(math.isfinite, values)):
         return None
-    return [_min(_max(x, -1.0), 1.0) for x in values]
+    return [minimum(maximum(x, -1.0), 1.0) for x in values]
 
 
 def _spheres(kin: Kinematics, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
