@@ -290,18 +290,31 @@ class Supervisor:
         checks = _fired(u, b)
         inner_lo, inner_hi = b.inner_lo, b.inner_hi
         start = u_g if prev is None else prev
-        # Largest alpha with base + alpha (u - base) inside every joint's interval; only
-        # joints outside their interval limit it (and there step != 0).
-        base = [minimum(maximum(x, inner_lo[i]), inner_hi[i]) for i, x in enumerate(start)]
-        step = [x - y for x, y in zip(u, base, strict=True)]
+        # Largest alpha with base + alpha (u - base) inside every joint's interval, where
+        # base is the start moved into the interval; only joints outside their interval
+        # limit it (and there step != 0). One loop: each list costs a comprehension.
+        base: list[float] = []
+        step: list[float] = []
         alpha = 1.0
         for i, x in enumerate(u):
+            y = start[i]
+            low = inner_lo[i]
+            high = inner_hi[i]
+            y = y if y > low else low
+            y = y if y < high else high
+            d = x - y
+            base.append(y)
+            step.append(d)
             if x > hi[i]:
-                alpha = min(alpha, (inner_hi[i] - base[i]) / step[i])
+                a = (high - y) / d
+                if a < alpha:
+                    alpha = a
             elif x < lo[i]:
-                alpha = min(alpha, (inner_lo[i] - base[i]) / step[i])
+                a = (low - y) / d
+                if a < alpha:
+                    alpha = a
         if alpha >= self.config.uniform_scale_floor:
-            u = [x + alpha * s for x, s in zip(base, step, strict=True)]
+            u = [y + alpha * d for y, d in zip(base, step, strict=True)]
         return _place(u, b), checks
 
     def _cartesian_stage(
@@ -357,7 +370,7 @@ class Supervisor:
                 return PASSED
             return SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
         diff = [x - y for x, y in zip(out.tolist(), proposed.tolist(), strict=True)]
-        joints = tuple(i for i, d in enumerate(diff) if d)
+        joints = tuple([i for i, d in enumerate(diff) if d])
         # numpy's dot, not a Python sum: the summation order is part of the figure.
         d = np.array(diff)
         norm = math.sqrt(float(d @ d))
@@ -378,16 +391,29 @@ def _flags(checks: int) -> SafetyCheck:
 def _fired(u: list[float], b: JointBounds) -> int:
     """The checks whose own interval ``u`` violates on some joint."""
     checks = 0
-    for i, x in enumerate(u):
-        if x < b.torque_lo[i] or x > b.torque_hi[i]:
+    for x, t_lo, t_hi, m_lo, m_hi, v_lo, v_hi, a_lo, a_hi, r_lo, r_hi in zip(
+        u,
+        b.torque_lo,
+        b.torque_hi,
+        b.motion_lo,
+        b.motion_hi,
+        b.velocity_bound_lo,
+        b.velocity_bound_hi,
+        b.accel_lo,
+        b.accel_hi,
+        b.rate_lo,
+        b.rate_hi,
+        strict=True,
+    ):
+        if x < t_lo or x > t_hi:
             checks |= _TORQUE
-        if x < b.motion_lo[i]:
-            checks |= _VELOCITY if b.velocity_bound_lo[i] else _POSITION
-        if x > b.motion_hi[i]:
-            checks |= _VELOCITY if b.velocity_bound_hi[i] else _POSITION
-        if x < b.accel_lo[i] or x > b.accel_hi[i]:
+        if x < m_lo:
+            checks |= _VELOCITY if v_lo else _POSITION
+        if x > m_hi:
+            checks |= _VELOCITY if v_hi else _POSITION
+        if x < a_lo or x > a_hi:
             checks |= _ACCELERATION
-        if x < b.rate_lo[i] or x > b.rate_hi[i]:
+        if x < r_lo or x > r_hi:
             checks |= _RATE
     return checks
 
