@@ -132,6 +132,7 @@ class Supervisor:
         self._workspace_anchor = None if reach is None else ClearanceAnchor(reach)
         self._obstacle_anchor = None if reach is None else ClearanceAnchor(reach)
         self._n = limits.n_joints
+        self._all_joints = tuple(range(self._n))
         self._q = slice(*limits.layout.joint_position)
         self._v = slice(*limits.layout.joint_velocity)
         self._min_obs = limits.min_obs_dim
@@ -189,7 +190,7 @@ class Supervisor:
                 ActionSource.BACKUP,
                 SafetyCheck.INVALID_OBSERVATION,
                 norm,
-                tuple(range(self._n)),
+                self._all_joints,
             )
         q_arr, q, v = state
         checks = 0
@@ -217,7 +218,12 @@ class Supervisor:
 
         if checks & _REPLACING:
             backup = self.backup.action(q_arr, np.array(v), np.array(u_g))
-            candidate = _place(np.nan_to_num(backup, nan=0.0).tolist(), bounds)
+            values = _floats(backup, self._n)
+            if values is None:
+                values = np.nan_to_num(backup, nan=0.0).tolist()
+            # NaN holds at zero; ±inf lands on the interval's end, as ±max float would
+            # (numpy.nan_to_num costs several microseconds on a 7-vector).
+            candidate = _place([x if x == x else 0.0 for x in values], bounds)
             damping = getattr(self.backup, "velocity_damping", 0.0)
             if damping:
                 self._last_stop = (candidate.tobytes(), damping)
@@ -364,7 +370,7 @@ class Supervisor:
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
             norm = float(np.linalg.norm(out))
-            return SafetyVerdict(ActionSource.BACKUP, _flags(checks), norm, tuple(range(self._n)))
+            return SafetyVerdict(ActionSource.BACKUP, _flags(checks), norm, self._all_joints)
         if out is proposed or out.tobytes() == proposed.tobytes():
             if not checks:
                 return PASSED
