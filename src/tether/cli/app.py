@@ -17,7 +17,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "inspect",
     "pretrain",
     "report",
-    # "run",
+    "run",
     "serve",
 )
 

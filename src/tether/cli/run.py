@@ -1,0 +1,94 @@
+"""``tether run`` and ``tether config``: the whole system on the simulated arm fleet."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tether.errors import TetherError
+from tether.runtime.config import RunConfig
+from tether.runtime.report import summarize_run
+from tether.runtime.report_table import rich_facts, rich_summary
+from tether.runtime.system import RunSystem, new_run_dir
+
+_RUN = RunConfig.model_fields
+_FLEET = RunConfig().fleet
+
+
+def run(
+    duration: Annotated[
+        float | None, typer.Option(help=f"{_RUN['duration_s'].description} [default: 240]")
+    ] = None,
+    robots: Annotated[
+        int | None,
+        typer.Option(help=f"Simulated robots, one process each [default: {_FLEET.robots}]"),
+    ] = None,
+    fast: Annotated[
+        bool,
+        typer.Option("--fast", help="Robots run unthrottled instead of in real time (tests, CI)"),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory that receives runs/<timestamp>/ [default: runs]"),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="YAML run config (see `tether config`); options given here win"
+        ),
+    ] = None,
+    bundle: Annotated[
+        Path | None, typer.Option(help="Bundle to start from [default: the shipped pretrained arm]")
+    ] = None,
+    dashboard: Annotated[
+        str | None, typer.Option(help="Dashboard: auto, live, plain or off [default: auto]")
+    ] = None,
+) -> None:
+    """Serve the pretrained policy to drifting simulated arms while it learns online.
+
+    Starts the gRPC server, the learner process, the promotion gate and the degradation
+    machine, then N simulated robots (robot-0 pinned to the initial version as a frozen
+    baseline). Ctrl-C stops cleanly at any time; the run directory keeps everything.
+    """
+    overrides: dict[str, Any] = {}
+    for key, value in (
+        ("duration_s", duration),
+        ("robots", robots),
+        ("out_dir", out),
+        ("bundle", bundle),
+        ("dashboard", dashboard),
+    ):
+        if value is not None:
+            overrides[key] = value
+    if fast:
+        overrides["fast"] = True
+    err = Console(stderr=True)
+    try:
+        cfg = RunConfig.from_yaml(config, **overrides) if config else RunConfig.build(**overrides)
+        run_dir = new_run_dir(cfg.out_dir)
+        report = RunSystem(cfg, run_dir).run()
+        summary = summarize_run(run_dir)
+    except (TetherError, OSError) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1) from exc
+    console = Console()
+    console.print(rich_facts(summary))
+    console.print(rich_summary(summary))
+    console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
+
+
+def show_config() -> None:
+    """Print the default run configuration as YAML: every section `--config` accepts."""
+    typer.echo(RunConfig().to_yaml())
+
+
+def register(app: typer.Typer) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app.command("run")(run)
+    app.command("config")(show_config)

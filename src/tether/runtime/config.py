@@ -1,0 +1,156 @@
+"""The one configuration of ``tether run``: the fleet, the run, and every component's own model.
+
+``RunConfig`` composes the component configs (server, learner, gate, safety, data,
+dashboard) rather than copying their fields, so a YAML file written for ``tether run``
+uses exactly the sections each component documents, and ``tether config`` prints every
+field with its default, unit and help line from the same models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tether.data.channel import ChannelConfig
+from tether.data.log import ExperienceLogConfig
+from tether.data.recorder import RecorderConfig
+from tether.errors import ConfigError
+from tether.learning.gate import GateConfig
+from tether.learning.learner_config import LearnerConfig
+from tether.safety.degradation_config import DegradationConfig
+from tether.serving.config import ServerConfig
+from tether.serving.versions import VersionsConfig
+from tether.sim.drift import DriftSchedule
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class FleetConfig(BaseModel):
+    """The simulated robots ``tether run`` drives."""
+
+    model_config = _FROZEN
+
+    robots: int = Field(
+        default=2, ge=1, le=32, description="Simulated robots, one process each (count)"
+    )
+    baseline: bool = Field(
+        default=True,
+        description="Pin robot 0 to the initial version as a frozen, non-learning baseline (flag)",
+    )
+    control_rate_hz: float = Field(
+        default=50.0, gt=0.0, le=1000.0, description="Control rate of each robot in real time (Hz)"
+    )
+    deterministic: bool = Field(
+        default=False,
+        description="Robots ask for the mean action instead of a sample; sampling explores (flag)",
+    )
+    seed: int = Field(
+        default=0, ge=0, description="Seed of the first robot; robot i uses seed+i (1)"
+    )
+
+
+class DriftConfig(BaseModel):
+    """When the robots' dynamics drift, as fractions of the run (so short runs drift too)."""
+
+    model_config = _FROZEN
+
+    preset: Literal["demo", "none"] = Field(
+        default="demo",
+        description="'demo': gain sags to 0.6, friction x4, +0.5 kg payload, one step of delay "
+        "(tether.sim.DriftSchedule.demo); 'none': nominal dynamics throughout",
+    )
+    start_fraction: float = Field(
+        default=0.25, ge=0.0, lt=1.0, description="Drift starts this far into the run (fraction)"
+    )
+    ramp_fraction: float = Field(
+        default=0.15,
+        gt=0.0,
+        lt=1.0,
+        description="The drift ramps over this part of the run (fraction)",
+    )
+
+    def schedule(self, total_steps: int) -> DriftSchedule:
+        """The drift for a run of ``total_steps`` drift-clock steps."""
+        if self.preset == "none":
+            return DriftSchedule()
+        start = int(self.start_fraction * total_steps)
+        ramp = max(2, int(self.ramp_fraction * total_steps))
+        return DriftSchedule.demo(start_step=start, ramp_steps=ramp)
+
+
+class RunConfig(BaseModel):
+    """Everything ``tether run`` needs; every section defaults to a working demo."""
+
+    model_config = _FROZEN
+
+    duration_s: float = Field(default=240.0, gt=0.0, description="How long the run lasts (s)")
+    fast: bool = Field(
+        default=False,
+        description="Robots run unthrottled instead of at control_rate_hz (tests, CI) (flag)",
+    )
+    out_dir: Path = Field(default=Path("runs"), description="Where run directories are made (path)")
+    bundle: Path | None = Field(
+        default=None,
+        description="Bundle to start from; None uses the shipped pretrained arm (path)",
+    )
+    snapshot_interval_s: float = Field(
+        default=2.0, gt=0.0, description="Time between system snapshots in the run log (s)"
+    )
+    dashboard: Literal["auto", "live", "plain", "off"] = Field(
+        default="auto",
+        description="Terminal dashboard: 'auto' is live on a terminal and plain log lines otherwise",
+    )
+    fleet: FleetConfig = Field(default_factory=FleetConfig, description="Simulated robots")
+    drift: DriftConfig = Field(default_factory=DriftConfig, description="Dynamics drift")
+    server: ServerConfig = Field(
+        default_factory=lambda: ServerConfig(port=0, metrics_port=0),
+        description="gRPC server (tether serve's config)",
+    )
+    versions: VersionsConfig = Field(
+        default_factory=VersionsConfig, description="Registry, server-side gate and rollback"
+    )
+    gate: GateConfig = Field(
+        default_factory=GateConfig, description="Learner-side gate stages (offline, simulation)"
+    )
+    learner: LearnerConfig = Field(default_factory=LearnerConfig, description="Learner process")
+    degradation: DegradationConfig = Field(
+        default_factory=DegradationConfig, description="Degradation levels and thresholds"
+    )
+    recorder: RecorderConfig = Field(default_factory=RecorderConfig, description="Step recorder")
+    experience_log: ExperienceLogConfig = Field(
+        default_factory=ExperienceLogConfig, description="Experience log on disk"
+    )
+    channel: ChannelConfig = Field(
+        default_factory=ChannelConfig, description="Server-to-learner transition channel"
+    )
+
+    @classmethod
+    def from_yaml(cls, path: Path, **overrides: Any) -> RunConfig:
+        """Load ``path``; ``overrides`` (CLI options that were given) win over the file."""
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read run config {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"run config {path} must be a mapping, got {type(raw).__name__}")
+        return cls.build(raw, **overrides)
+
+    @classmethod
+    def build(cls, raw: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+        data = dict(raw or {})
+        fleet = dict(data.pop("fleet", {}) or {})
+        for key in ("robots",):
+            if key in overrides:
+                fleet[key] = overrides.pop(key)
+        data.update(overrides)
+        data["fleet"] = fleet
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid run config: {exc}") from exc
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,248 @@
+"""One simulated robot of ``tether run``: its own process, a ``Control`` session, drifting dynamics.
+
+The robot behaves like a real controller next to real hardware: it reads the arm,
+sends the observation through a gRPC ``Control`` session, executes exactly the action
+that comes back (the server's safe action, or the client watchdog's backup), and keeps
+its control rate (or runs unthrottled with ``fast``). Its dynamics follow a drift
+schedule on a clock of ``control_rate_hz`` ticks per wall second, so the drift happens at
+the same moment of a run whether the robot is throttled or not.
+
+What it reports goes to the parent through a queue as typed records: one
+``EpisodeRecord`` per finished episode (violations and contacts as MuJoCo measured
+them), a ``RobotSnapshot`` every second, a ``RunEvent`` when its drift phase changes,
+and its round-trip latencies (ms) in ``latency_<robot_id>.npy`` at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tether.runtime.records import EpisodeRecord, RobotSnapshot, RunEvent
+from tether.serving.client.options import ClientOptions
+from tether.serving.client.sync import PolicyClient
+from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
+
+log = logging.getLogger(__name__)
+
+_SNAPSHOT_INTERVAL_S = 1.0
+_RECENT_EPISODES = 10
+
+
+@dataclass(frozen=True)
+class RobotPlan:
+    """Everything one robot process needs; built by the parent, picklable."""
+
+    robot_id: str
+    role: str  # "learning" or "baseline"
+    address: str
+    run_dir: Path
+    seed: int
+    control_rate_hz: float
+    fast: bool
+    deterministic: bool
+    t0_monotonic: float
+    duration_s: float
+    drift: DriftSchedule
+    pin_version: int | None
+    bearer_token: str | None = None
+
+
+def drift_phase(schedule: DriftSchedule, step: int) -> str:
+    """``pre`` before any ramp starts, ``ramp`` while one runs, ``drifted`` after the last."""
+    if not schedule.ramps:
+        return "pre"
+    first = min(r.start_step for r in schedule.ramps)
+    if step < first:
+        return "pre"
+    return "drifted" if step >= schedule.last_step else "ramp"
+
+
+class _Episode:
+    """Running totals of the episode in progress."""
+
+    def __init__(self) -> None:
+        self.ret = 0.0
+        self.steps = 0
+        self.success = False
+        self.interventions = 0
+        self.backups = 0
+        self.violations = 0
+        self.contacts = 0
+        self.version = 0
+
+
+def run_robot(plan: RobotPlan, out: Any, stop: Any) -> None:
+    """Process entry point: drive the arm until ``stop`` is set or the duration is over."""
+    logging.basicConfig(level=logging.WARNING)
+    base = ArmDynamics.nominal()
+    env = ArmEnv(dynamics=base, seed=plan.seed)
+    spec = env.robot_spec
+    period = 0.0 if plan.fast else 1.0 / plan.control_rate_hz
+    options = (
+        ClientOptions(bearer_token=plan.bearer_token) if plan.bearer_token else ClientOptions()
+    )
+    latencies: list[float] = []
+    recent_lat: deque[float] = deque(maxlen=500)
+    recent_eps: deque[_Episode] = deque(maxlen=_RECENT_EPISODES)
+    total_interventions = 0
+    episodes = 0
+    steps_since_snapshot = 0
+    last_snapshot = time.monotonic()
+    phase = "pre"
+    dynamics = base
+    with PolicyClient(plan.address, options=options) as client:
+        session = client.session(
+            spec,
+            robot_id=plan.robot_id,
+            control_deadline_s=max(spec.control_period_s, 0.25 if plan.fast else 0.0),
+            pin_version=plan.pin_version,
+        )
+        try:
+            obs, _ = env.reset(seed=plan.seed)
+            reward, terminated, truncated = 0.0, False, False
+            ep = _Episode()
+            next_tick = time.monotonic()
+            while not stop.is_set():
+                now = time.monotonic()
+                t_s = now - plan.t0_monotonic
+                if t_s >= plan.duration_s:
+                    break
+                drift_step = int(t_s * plan.control_rate_hz)
+                wanted = plan.drift.dynamics_at(drift_step, base)
+                if wanted != dynamics:
+                    env.set_dynamics(wanted)
+                    dynamics = wanted
+                new_phase = drift_phase(plan.drift, drift_step)
+                if new_phase != phase:
+                    phase = new_phase
+                    out.put(_drift_event(plan, t_s, phase, dynamics))
+                sent = time.perf_counter()
+                result = session.step(
+                    obs,
+                    reward=reward,
+                    terminated=terminated,
+                    truncated=truncated,
+                    deterministic=plan.deterministic,
+                    success=ep.success,
+                )
+                rt_ms = (time.perf_counter() - sent) * 1e3
+                latencies.append(rt_ms)
+                recent_lat.append(rt_ms)
+                steps_since_snapshot += 1
+                if terminated or truncated:
+                    episodes += 1
+                    recent_eps.append(ep)
+                    out.put(_episode_record(plan, t_s, episodes, ep, phase))
+                    ep = _Episode()
+                    obs, _ = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                else:
+                    source = result.verdict.source if result.verdict is not None else "policy"
+                    if result.status == "backup" or source == "backup":
+                        ep.backups += 1
+                    if source != "policy":
+                        ep.interventions += 1
+                        total_interventions += 1
+                    if result.version is not None:
+                        ep.version = result.version.id
+                    obs, r, terminated, truncated, info = env.step(result.action)
+                    reward = float(r)
+                    ep.ret += reward
+                    ep.steps += 1
+                    ep.success = ep.success or bool(info["success"])
+                    ep.violations += int(info["joint_limit_violation"])
+                    ep.contacts += int(info["obstacle_contact"])
+                if now - last_snapshot >= _SNAPSHOT_INTERVAL_S:
+                    out.put(
+                        _snapshot(
+                            plan,
+                            steps_since_snapshot / (now - last_snapshot),
+                            recent_lat,
+                            recent_eps,
+                            total_interventions,
+                            episodes,
+                            ep.version,
+                        )
+                    )
+                    steps_since_snapshot = 0
+                    last_snapshot = now
+                if period:
+                    next_tick += period
+                    delay = next_tick - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    else:
+                        next_tick = time.monotonic()  # late: never try to catch up
+        finally:
+            session.close()
+            path = plan.run_dir / f"latency_{plan.robot_id}.npy"
+            with contextlib.suppress(OSError):
+                np.save(path, np.asarray(latencies, dtype=np.float32))
+
+
+def _episode_record(plan: RobotPlan, t_s: float, n: int, ep: _Episode, phase: str) -> EpisodeRecord:
+    return EpisodeRecord(
+        t_s=t_s,
+        robot_id=plan.robot_id,
+        role=plan.role,
+        episode=n,
+        episode_return=ep.ret,
+        success=ep.success,
+        steps=ep.steps,
+        interventions=ep.interventions,
+        backups=ep.backups,
+        policy_version=ep.version,
+        violations=ep.violations,
+        contacts=ep.contacts,
+        drift_phase=phase,
+    )
+
+
+def _drift_event(plan: RobotPlan, t_s: float, phase: str, d: ArmDynamics) -> RunEvent:
+    words = {"ramp": "drift begins", "drifted": "drift complete", "pre": "nominal dynamics"}
+    return RunEvent(
+        t_s=t_s,
+        kind="drift",
+        message=f"{plan.robot_id}: {words[phase]}",
+        robot_id=plan.robot_id,
+        details={
+            "phase": phase,
+            "actuator_gain": d.actuator_gain,
+            "joint_friction": d.joint_friction,
+            "payload_mass_kg": d.payload_mass_kg,
+            "action_delay_steps": d.action_delay_steps,
+        },
+    )
+
+
+def _snapshot(
+    plan: RobotPlan,
+    rate_hz: float,
+    lat: deque[float],
+    eps: deque[_Episode],
+    interventions: int,
+    episodes: int,
+    version: int,
+) -> RobotSnapshot:
+    arr = np.asarray(lat) if lat else np.zeros(1)
+    returns = [e.ret for e in eps]
+    return RobotSnapshot(
+        robot_id=plan.robot_id,
+        role=plan.role,
+        control_rate_hz=rate_hz,
+        latency_p50_ms=float(np.percentile(arr, 50)),
+        latency_p99_ms=float(np.percentile(arr, 99)),
+        return_avg=float(np.mean(returns)) if returns else 0.0,
+        success_rate=float(np.mean([e.success for e in eps])) if eps else 0.0,
+        interventions=interventions,
+        episodes=episodes,
+        policy_version=version,
+    )

@@ -1,0 +1,462 @@
+"""``tether run``: the whole online-learning system on one machine, wired from the layers.
+
+One server process (this one) hosts the gRPC edge, the supervisor and degradation
+machine, the recorder, the experience log and the model registry with its gate and
+rollback monitor. The learner is its own process on its own cores; transitions reach
+it through a shared-memory channel and its candidates come back through shared
+weights. Each simulated robot is its own process talking gRPC, exactly like a robot
+controller would.
+
+Invariants this module keeps: everything it started it stops, in an order that loses
+nothing (robots first, so no step arrives after the recorder closed; the recorder
+before the log; the learner after its last transitions); a candidate reaches the
+registry only as a *candidate* (the gate decides, unless the learner's configuration
+asked for the clearly-labelled unsafe direct promotion).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing as mp
+import signal
+import threading
+import time
+from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tether.assets import pretrained_bundle_path
+from tether.data.channel import TransitionChannel
+from tether.data.log import ExperienceLog
+from tether.data.recorder import Recorder
+from tether.learning.learner import LearnerCounters
+from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
+from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
+from tether.policy.config import EngineConfig
+from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
+from tether.runtime.config import RunConfig
+from tether.runtime.dashboard import Dashboard, DashboardConfig
+from tether.runtime.records import (
+    CONFIG_FILE,
+    EPISODES_FILE,
+    EVENTS_FILE,
+    EXPERIENCE_DIR,
+    FINAL_BUNDLE_DIR,
+    LATENCY_FILE,
+    SNAPSHOTS_FILE,
+    EpisodeRecord,
+    JsonlWriter,
+    RobotSnapshot,
+    RunEvent,
+    SystemSnapshot,
+)
+from tether.runtime.report import build_report
+from tether.runtime.robot import RobotPlan, run_robot
+from tether.safety.degradation import DegradationMachine
+from tether.safety.levels import DegradationTransition
+from tether.safety.presets import default_limits
+from tether.safety.supervisor import Supervisor
+from tether.serving.launch import build_server
+from tether.serving.promotion import GateOutcome
+from tether.serving.registry import LiveChange, VersionSource
+from tether.serving.rollback import RollbackEvent
+from tether.serving.server import PolicyServer
+from tether.serving.supervision import kinematics_for
+from tether.serving.versions import PolicyVersions
+
+log = logging.getLogger(__name__)
+
+_TICK_S = 0.1
+_CANDIDATE_POLL_S = 0.2
+
+
+def new_run_dir(out_dir: Path) -> Path:
+    """``out_dir/<UTC timestamp>``, made fresh (a suffix keeps two runs in one second apart)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    for i in range(100):
+        path = out_dir / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not make a fresh run directory under {out_dir}")
+
+
+class RunSystem:
+    """Builds, runs and stops the whole system; see the module docstring."""
+
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.bundle_path = config.bundle or pretrained_bundle_path()
+        self.bundle: PolicyBundle = load_bundle(self.bundle_path)
+        spec = self.bundle.robot_spec
+        if spec is None:
+            raise ValueError(
+                f"bundle {self.bundle_path} records no robot spec; it cannot be supervised"
+            )
+        self.spec = spec
+        self.limits = default_limits(spec)
+        self._t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
+        self._episodes = JsonlWriter[EpisodeRecord](run_dir / EPISODES_FILE)
+        self._snapshots = JsonlWriter[SystemSnapshot](run_dir / SNAPSHOTS_FILE)
+        self._recent_events: deque[RunEvent] = deque(maxlen=8)
+        self._robots: dict[str, RobotSnapshot] = {}
+        self._passed = 0
+        self._rejected = 0
+        self._last_rejection = ""
+        self._rollbacks = 0
+        self._live_since = 0.0
+        # Weights of every version this run saw, to write the live one as the final bundle.
+        self._states: dict[int, Any] = {self.bundle.version.id: self.bundle.actor_state}
+        self._last_updates = (time.monotonic(), 0)
+        self._updates_per_s = 0.0
+        (run_dir / CONFIG_FILE).write_text(config.to_yaml(), encoding="utf-8")
+
+    # ------------------------------------------------------------------ events
+
+    def t_s(self) -> float:
+        return time.monotonic() - self._t0
+
+    def event(self, kind: str, message: str, **kw: Any) -> None:
+        ev = RunEvent(t_s=self.t_s(), kind=kind, message=message, **kw)
+        self._events.append(ev)
+        self._recent_events.append(ev)
+        log.info("%s: %s", kind, message)
+
+    def _on_degradation(self, tr: DegradationTransition) -> None:
+        self._weights.set_degradation_level(int(tr.to_level))
+        self.event(
+            "degradation",
+            f"{tr.from_level.name} -> {tr.to_level.name}: {tr.reason}",
+            version=tr.policy_version,
+            details={"from": tr.from_level.name, "to": tr.to_level.name, "reason": tr.reason},
+        )
+
+    def _on_live_change(self, change: LiveChange) -> None:
+        self._live_since = self.t_s()
+        if change.kind == "promotion":
+            self._passed += 1
+            self.event("promotion", change.reason, version=change.current.id)
+        elif change.kind == "rollback":
+            self.event("rollback", change.reason, version=change.current.id)
+
+    def _on_gate(self, outcome: GateOutcome) -> None:
+        if outcome.promoted:
+            return
+        self._rejected += 1
+        last = outcome.verdicts[-1] if outcome.verdicts else None
+        self._last_rejection = outcome.describe()
+        details: dict[str, Any] = {"stage": last.stage if last else "unknown"}
+        if last is not None:
+            details.update({m.name: m.value for m in last.measurements})
+        self.event("rejection", outcome.describe(), version=outcome.version, details=details)
+
+    def _on_rollback(self, ev: RollbackEvent) -> None:
+        self._rollbacks += 1
+        self.event(
+            "rollback",
+            ev.describe(),
+            version=ev.to_version,
+            details={"stage": "monitor", "from_version": ev.from_version},
+        )
+
+    def _on_learner(self, ev: LearnerEvent) -> None:
+        kind = {
+            LearnerEventKind.CRASHED: "learner_crash",
+            LearnerEventKind.RESTARTED: "learner_restart",
+            LearnerEventKind.GAVE_UP: "learner_crash",
+        }.get(ev.kind)
+        if kind is not None:
+            self.event(kind, ev.message, details={"exitcode": ev.exitcode})
+
+    # ------------------------------------------------------------------ building
+
+    def _build(self) -> None:
+        cfg = self.config
+        spec = self.spec
+        self._degradation = DegradationMachine(cfg.degradation, limits=self.limits)
+        self._log = ExperienceLog(
+            self.run_dir / EXPERIENCE_DIR, spec.obs_dim, spec.act_dim, cfg.experience_log
+        )
+        self._channel = TransitionChannel(spec.obs_dim, spec.act_dim, cfg.channel)
+        self._recorder = Recorder([self._log, self._channel], cfg.recorder)
+        self._weights = SharedWeights.create(self.bundle.manifest.architecture)
+        self._degradation.add_listener(self._on_degradation)
+        self._learner = LearnerSupervisor(
+            self.bundle_path,
+            cfg.learner,
+            weights=self._weights,
+            channel=self._channel,
+            checkpoint_dir=self.run_dir / "learner",
+            on_event=self._on_learner,
+        )
+        shadow = Supervisor(self.limits, kinematics=kinematics_for(spec))
+        self._versions = PolicyVersions(
+            cfg.versions,
+            engine_factory=self._engine_for_bundle,
+            shadow_supervisor=shadow,
+            degradation=self._degradation,
+        )
+        self._versions.add_live_listener(self._on_live_change)
+        self._versions.promotion.add_listener(self._on_gate)
+        self._versions.rollback.add_listener(self._on_rollback)
+        initial = self._versions.load(self.bundle_path, make_live=True)
+        self._initial = initial.id
+        self._server: PolicyServer = build_server(
+            self.bundle_path,
+            cfg.server,
+            engine_config=self._engine_config(),
+            degradation=self._degradation,
+            limits=self.limits,
+            record_step=self._recorder.record,
+            end_session=self._recorder.end_session,
+        )
+        self._versions.drive(self._server.models)
+
+    def _engine_config(self) -> EngineConfig:
+        # Eager: "auto" would time every execution path on each candidate, on the serving cores.
+        return EngineConfig.model_validate(
+            {"max_batch_size": self.config.server.batcher.max_batch_size, "execution": "eager"}
+        )
+
+    def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
+        return PolicyEngine(bundle, self._engine_config())
+
+    # ------------------------------------------------------------------ candidates
+
+    def _intake_candidates(self) -> None:
+        """Thread: every publication of the learner becomes a registry candidate."""
+        seen: int | None = None
+        while not self._stop.wait(_CANDIDATE_POLL_S):
+            try:
+                snap = self._weights.read_if_newer(seen)
+            except Exception:  # a torn header is retried; anything else is logged and retried
+                log.exception("reading the learner's published weights failed")
+                continue
+            if snap is None:
+                continue
+            seen = snap.version
+            self._states[snap.version] = snap.state
+            try:
+                self._submit(snap)
+            except Exception as exc:
+                self.event(
+                    "rejection",
+                    f"candidate {snap.version} refused at intake: {exc}",
+                    version=snap.version,
+                    details={"stage": "intake"},
+                )
+                self._rejected += 1
+
+    def _submit(self, snap: WeightsSnapshot) -> None:
+        engine = PolicyEngine(self.bundle, self._engine_config())
+        engine.swap_weights(snap.version_info(f"learner-{snap.version}"), snap.state)
+        record = self._versions.submit_candidate(
+            engine, source=VersionSource.LEARNER, promote_directly=snap.promote_directly
+        )
+        self.event(
+            "candidate",
+            f"learner published version {record.id} (parent {snap.parent})",
+            version=record.id,
+            details={"parent": snap.parent},
+        )
+
+    # ------------------------------------------------------------------ robots
+
+    def _robot_plans(self, address: str) -> list[RobotPlan]:
+        fleet = self.config.fleet
+        total_steps = int(self.config.duration_s * fleet.control_rate_hz)
+        drift = self.config.drift.schedule(total_steps)
+        plans = []
+        for i in range(fleet.robots):
+            baseline = fleet.baseline and i == 0 and fleet.robots > 1
+            plans.append(
+                RobotPlan(
+                    robot_id=f"robot-{i}",
+                    role="baseline" if baseline else "learning",
+                    address=address,
+                    run_dir=self.run_dir,
+                    seed=fleet.seed + i,
+                    control_rate_hz=fleet.control_rate_hz,
+                    fast=self.config.fast,
+                    deterministic=fleet.deterministic,
+                    t0_monotonic=self._t0,
+                    duration_s=self.config.duration_s,
+                    drift=drift,
+                    pin_version=self._initial if baseline else None,
+                )
+            )
+        return plans
+
+    def _drain(self, queue: Any) -> None:
+        while True:
+            try:
+                item = queue.get_nowait()
+            except Exception:  # queue.Empty, or a queue closed under us at shutdown
+                return
+            if isinstance(item, EpisodeRecord):
+                self._episodes.append(item)
+            elif isinstance(item, RobotSnapshot):
+                self._robots[item.robot_id] = item
+            elif isinstance(item, RunEvent):
+                self._events.append(item)
+                self._recent_events.append(item)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> SystemSnapshot:
+        counters: LearnerCounters = self._learner.counters()
+        now = time.monotonic()
+        then, updates = self._last_updates
+        if now - then >= 1.0:
+            self._updates_per_s = (counters.updates - updates) / (now - then)
+            self._last_updates = (now, counters.updates)
+        live = self._versions.live_engine()
+        log_dir = self.run_dir / EXPERIENCE_DIR
+        log_bytes = sum(p.stat().st_size for p in log_dir.glob("*") if p.is_file())
+        return SystemSnapshot(
+            t_s=self.t_s(),
+            live_version=live.version.id if live is not None else 0,
+            live_version_age_s=self.t_s() - self._live_since,
+            degradation_level=self._degradation.level.name,
+            candidates_passed=self._passed,
+            candidates_rejected=self._rejected,
+            last_rejection=self._last_rejection,
+            rollbacks=self._rollbacks,
+            learner_updates_per_s=self._updates_per_s,
+            learner_updates_total=counters.updates,
+            replay_size=counters.transitions,
+            experience_log_bytes=log_bytes,
+            robots=tuple(self._robots[k] for k in sorted(self._robots)),
+        )
+
+    # ------------------------------------------------------------------ running
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> Path:
+        """Run to the end of the duration (or a stop request); returns the report's path."""
+        asyncio.run(self._main())
+        return build_report(self.run_dir)
+
+    async def _main(self) -> None:
+        self._build()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self._server.start()
+        self.event(
+            "start", f"serving {self.bundle_path} on {self._server.address}", version=self._initial
+        )
+        self._live_since = self.t_s()
+        self._learner.start()
+        intake = threading.Thread(
+            target=self._intake_candidates, name="candidate-intake", daemon=True
+        )
+        intake.start()
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        robot_stop = ctx.Event()
+        robots = [
+            ctx.Process(
+                target=run_robot, args=(plan, queue, robot_stop), name=plan.robot_id, daemon=True
+            )
+            for plan in self._robot_plans(self._server.address)
+        ]
+        for p in robots:
+            p.start()
+        mode = self.config.dashboard
+        dash_cfg = DashboardConfig(plain=(mode == "plain"))
+        last_snapshot = 0.0
+        try:
+            with Dashboard(dash_cfg) if mode != "off" else _NoDashboard() as dash:
+                while not self._stop.is_set():
+                    await asyncio.sleep(_TICK_S)
+                    self._drain(queue)
+                    if self.t_s() >= self.config.duration_s and not any(
+                        p.is_alive() for p in robots
+                    ):
+                        break
+                    if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
+                        last_snapshot = self.t_s()
+                        snap = self.snapshot()
+                        self._snapshots.append(snap)
+                        dash.update(snap, tuple(self._recent_events))
+        finally:
+            await self._shutdown(robots, robot_stop, queue, intake)
+
+    async def _shutdown(
+        self, robots: list[Any], robot_stop: Any, queue: Any, intake: threading.Thread
+    ) -> None:
+        robot_stop.set()
+        deadline = time.monotonic() + 10.0
+        while any(p.is_alive() for p in robots) and time.monotonic() < deadline:
+            self._drain(queue)
+            await asyncio.sleep(_TICK_S)
+        for p in robots:
+            if p.is_alive():
+                p.terminate()
+            p.join(timeout=5.0)
+        self._drain(queue)
+        self._stop.set()
+        intake.join(timeout=5.0)
+        self._snapshots.append(self.snapshot())
+        await self._server.stop()
+        self._recorder.close()
+        self._log.close()
+        self._learner.stop()
+        self._save_final_bundle()
+        self._collect_latency(robots)
+        self.event("stop", f"run finished after {self.t_s():.1f} s")
+        self._channel.close()
+        self._weights.close()
+        for w in (self._events, self._episodes, self._snapshots):
+            w.close()
+
+    def _save_final_bundle(self) -> None:
+        live = self._versions.live_engine()
+        if live is None:
+            return
+        state = self._states.get(live.version.id)
+        if state is None:
+            log.warning(
+                "no weights kept for live version %d; final bundle not written", live.version.id
+            )
+            return
+        save_derived_bundle(
+            self.run_dir / FINAL_BUNDLE_DIR,
+            self.bundle,
+            actor_state=state,
+            version_id=live.version.id,
+            version_name=live.version.name,
+        )
+
+    def _collect_latency(self, robots: list[Any]) -> None:
+        parts = []
+        for p in robots:
+            path = self.run_dir / f"latency_{p.name}.npy"
+            if path.exists():
+                parts.append(np.load(path, allow_pickle=False))
+                path.unlink()
+        if parts:
+            np.save(self.run_dir / LATENCY_FILE, np.concatenate(parts))
+
+
+class _NoDashboard:
+    def __enter__(self) -> _NoDashboard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, snapshot: SystemSnapshot, events: tuple[RunEvent, ...]) -> None:
+        return None
