@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -48,11 +49,42 @@ class RobotPlan:
     control_rate_hz: float
     fast: bool
     deterministic: bool
-    t0_monotonic: float
     duration_s: float
     drift: DriftSchedule
     pin_version: int | None
     bearer_token: str | None = None
+
+
+class StartSignal:
+    """Robots report ready (session open); the parent then starts everyone's clock at once.
+
+    ``t0`` is a ``time.monotonic()`` value, which is system-wide on Linux, so every
+    process measures the run's time from the same instant.
+    """
+
+    def __init__(self, ctx: Any, robots: int) -> None:
+        self._ready = ctx.Value("i", 0)
+        self._t0 = ctx.Value("d", 0.0)
+        self._go = ctx.Event()
+        self._robots = robots
+
+    def ready(self) -> None:
+        with self._ready.get_lock():
+            self._ready.value += 1
+
+    def all_ready(self) -> bool:
+        return bool(self._ready.value >= self._robots)
+
+    def go(self, t0: float) -> None:
+        self._t0.value = t0
+        self._go.set()
+
+    def wait(self, stop: Any) -> float | None:
+        """The run's t0, or None when ``stop`` was set first."""
+        while not self._go.wait(0.1):
+            if stop.is_set():
+                return None
+        return float(self._t0.value)
 
 
 def drift_phase(schedule: DriftSchedule, step: int) -> str:
@@ -79,9 +111,11 @@ class _Episode:
         self.version = 0
 
 
-def run_robot(plan: RobotPlan, out: Any, stop: Any) -> None:
+def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
     """Process entry point: drive the arm until ``stop`` is set or the duration is over."""
     logging.basicConfig(level=logging.WARNING)
+    # Ctrl-C reaches the whole process group; the parent decides when robots stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     base = ArmDynamics.nominal()
     env = ArmEnv(dynamics=base, seed=plan.seed)
     spec = env.robot_spec
@@ -106,13 +140,17 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any) -> None:
             pin_version=plan.pin_version,
         )
         try:
+            start.ready()
+            t0 = start.wait(stop)
+            if t0 is None:
+                return
             obs, _ = env.reset(seed=plan.seed)
             reward, terminated, truncated = 0.0, False, False
             ep = _Episode()
             next_tick = time.monotonic()
             while not stop.is_set():
                 now = time.monotonic()
-                t_s = now - plan.t0_monotonic
+                t_s = now - t0
                 if t_s >= plan.duration_s:
                     break
                 drift_step = int(t_s * plan.control_rate_hz)

@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 from collections import deque
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,12 @@ from tether.runtime.records import (
     SystemSnapshot,
 )
 from tether.runtime.report import build_report
-from tether.runtime.robot import RobotPlan, run_robot
+from tether.runtime.robot import RobotPlan, StartSignal, run_robot
 from tether.safety.degradation import DegradationMachine
 from tether.safety.levels import DegradationTransition
 from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
+from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.promotion import GateOutcome
 from tether.serving.registry import LiveChange, VersionSource
@@ -212,7 +214,7 @@ class RunSystem:
         self._initial = initial.id
         self._server: PolicyServer = build_server(
             self.bundle_path,
-            cfg.server,
+            self._server_config(),
             engine_config=self._engine_config(),
             degradation=self._degradation,
             limits=self.limits,
@@ -220,6 +222,15 @@ class RunSystem:
             end_session=self._recorder.end_session,
         )
         self._versions.drive(self._server.models)
+
+    def _server_config(self) -> ServerConfig:
+        """The configured server; with ``fast`` the per-robot rate limit is off, because
+        unthrottled robots step many times faster than their declared control rate."""
+        server = self.config.server
+        if not self.config.fast:
+            return server
+        admission = server.admission.model_copy(update={"rate_limit_hz": 0.0})
+        return server.model_copy(update={"admission": admission})
 
     def _engine_config(self) -> EngineConfig:
         # Eager: "auto" would time every execution path on each candidate, on the serving cores.
@@ -288,7 +299,6 @@ class RunSystem:
                     control_rate_hz=fleet.control_rate_hz,
                     fast=self.config.fast,
                     deterministic=fleet.deterministic,
-                    t0_monotonic=self._t0,
                     duration_s=self.config.duration_s,
                     drift=drift,
                     pin_version=self._initial if baseline else None,
@@ -354,9 +364,6 @@ class RunSystem:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         await self._server.start()
-        self.event(
-            "start", f"serving {self.bundle_path} on {self._server.address}", version=self._initial
-        )
         self._live_since = self.t_s()
         self._learner.start()
         intake = threading.Thread(
@@ -366,14 +373,33 @@ class RunSystem:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         robot_stop = ctx.Event()
+        plans = self._robot_plans(self._server.address)
+        start = StartSignal(ctx, len(plans))
         robots = [
             ctx.Process(
-                target=run_robot, args=(plan, queue, robot_stop), name=plan.robot_id, daemon=True
+                target=run_robot,
+                args=(plan, queue, robot_stop, start),
+                name=plan.robot_id,
+                daemon=True,
             )
-            for plan in self._robot_plans(self._server.address)
+            for plan in plans
         ]
         for p in robots:
             p.start()
+        # The run's clock starts when every robot has connected and opened its session,
+        # so a slow start (process spawn, imports) does not eat into the drift schedule.
+        while not start.all_ready() and not self._stop.is_set():
+            if not all(p.is_alive() for p in robots):
+                raise RuntimeError("a robot process exited before its session opened")
+            await asyncio.sleep(_TICK_S)
+        self._t0 = time.monotonic()
+        self._live_since = 0.0
+        start.go(self._t0)
+        self.event(
+            "start",
+            f"serving {self.bundle_path} on {self._server.address} to {len(robots)} robots",
+            version=self._initial,
+        )
         mode = self.config.dashboard
         dash_cfg = DashboardConfig(plain=(mode == "plain"))
         last_snapshot = 0.0
@@ -416,7 +442,19 @@ class RunSystem:
         self._learner.stop()
         self._save_final_bundle()
         self._collect_latency(robots)
-        self.event("stop", f"run finished after {self.t_s():.1f} s")
+        # Nothing is dropped silently: every counter of the data path goes into the log.
+        rec = self._recorder.stats()
+        self.event(
+            "stop",
+            f"run finished after {self.t_s():.1f} s",
+            details={
+                "recorder": asdict(rec.pairing)
+                | {"dropped_queue_full": rec.dropped_queue_full, "sink_errors": rec.sink_errors},
+                "channel": asdict(self._channel.stats()),
+                "experience_log": asdict(self._log.stats()),
+                "learner": self._learner.counters()._asdict(),
+            },
+        )
         self._channel.close()
         self._weights.close()
         for w in (self._events, self._episodes, self._snapshots):
