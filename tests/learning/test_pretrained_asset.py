@@ -24,11 +24,11 @@ def test_shipped_policy_reaches_targets_on_the_nominal_arm() -> None:
         bundle.build_actor(),
         ObservationNormalizer(bundle.manifest.normalizer),
         ArmEnv(seed=3),
-        5,
+        10,
         seed=30_000,
     )
-    recorded_distance = dict(bundle.manifest.metadata.metrics)["mean_final_distance_m"]
-    # Five fresh episodes against the recorded 50: allow sampling slack, but a broken
-    # bundle (random weights end ~0.5 m away and never succeed) fails.
-    assert result.success_rate >= recorded - 0.4
-    assert result.mean_final_distance_m < recorded_distance + 0.1
+    # Ten fresh episodes against the recorded 50: allow sampling slack (a missed target
+    # can end far away), but a broken bundle (random weights end 0.5-0.8 m away and never
+    # succeed) fails both checks.
+    assert result.success_rate >= recorded - 0.35
+    assert result.mean_final_distance_m < 0.3
