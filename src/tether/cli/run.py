@@ -22,19 +22,34 @@ _FLEET = RunConfig().fleet
 
 def run(
     duration: Annotated[
-        float | None, typer.Option(help=f"{_RUN['duration_s'].description} [default: 240]")
+        float | None,
+        typer.Option(
+            envvar="TETHER_RUN_DURATION",
+            help=f"{_RUN['duration_s'].description} [default: 240]",
+        ),
     ] = None,
     robots: Annotated[
         int | None,
-        typer.Option(help=f"Simulated robots, one process each [default: {_FLEET.robots}]"),
+        typer.Option(
+            envvar="TETHER_RUN_ROBOTS",
+            help=f"Simulated robots, one process each [default: {_FLEET.robots}]",
+        ),
     ] = None,
     fast: Annotated[
         bool,
-        typer.Option("--fast", help="Robots run unthrottled instead of in real time (tests, CI)"),
+        typer.Option(
+            "--fast",
+            envvar="TETHER_RUN_FAST",
+            help="Robots run unthrottled instead of in real time (tests, CI)",
+        ),
     ] = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Directory that receives runs/<timestamp>/ [default: runs]"),
+        typer.Option(
+            "--out",
+            envvar="TETHER_RUN_OUT",
+            help="Directory that receives runs/<timestamp>/ [default: runs]",
+        ),
     ] = None,
     config: Annotated[
         Path | None,
@@ -43,17 +58,23 @@ def run(
         ),
     ] = None,
     bundle: Annotated[
-        Path | None, typer.Option(help="Bundle to start from [default: the shipped pretrained arm]")
+        Path | None,
+        typer.Option(
+            envvar="TETHER_RUN_BUNDLE",
+            help="Bundle to start from [default: the shipped pretrained arm]",
+        ),
     ] = None,
     dashboard: Annotated[
-        str | None, typer.Option(help="Dashboard: auto, live, plain or off [default: auto]")
+        str | None,
+        typer.Option(
+            envvar="TETHER_RUN_DASHBOARD",
+            help="Dashboard: auto, live, plain or off [default: auto]",
+        ),
     ] = None,
 ) -> None:
     """Serve the pretrained policy to drifting simulated arms while it learns online.
 
-    Starts the gRPC server, the learner process, the promotion gate and the degradation
-    machine, then N simulated robots (robot-0 pinned to the initial version as a frozen
-    baseline). Ctrl-C stops cleanly at any time; the run directory keeps everything.
+    Starts the gRPC server, the learner process, the promotion gate and the degradation machine, then N simulated robots (robot-0 pinned to the initial version as a frozen baseline). Ctrl-C stops cleanly at any time; the run directory keeps everything. Every option can also come from its TETHER_RUN_* environment variable.
     """
     overrides: dict[str, Any] = {}
     for key, value in (

@@ -35,6 +35,7 @@ from tether.data.channel import TransitionChannel
 from tether.data.log import ExperienceLog
 from tether.data.recorder import Recorder
 from tether.learning.learner import LearnerCounters
+from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
 from tether.policy.config import EngineConfig
@@ -146,7 +147,13 @@ class RunSystem:
         self._live_since = self.t_s()
         if change.kind == "promotion":
             self._passed += 1
-            self.event("promotion", change.reason, version=change.current.id)
+            stages = self._versions.promotion.verdicts(change.current.id)
+            self.event(
+                "promotion",
+                change.reason,
+                version=change.current.id,
+                details={"stages_passed": [v.stage.value for v in stages if v.passed]},
+            )
         elif change.kind == "rollback":
             self.event("rollback", change.reason, version=change.current.id)
 
@@ -200,6 +207,12 @@ class RunSystem:
             checkpoint_dir=self.run_dir / "learner",
             on_event=self._on_learner,
         )
+        # The learner's cores were chosen above, from this process's full affinity; the
+        # server (and the robots it spawns) keep the others, so learning never competes
+        # with inference for a core (design invariant 3).
+        serving = learner_placement().serving_cores
+        if set(serving) != set(self._learner.cores):
+            os.sched_setaffinity(0, serving)
         shadow = Supervisor(self.limits, kinematics=kinematics_for(spec))
         self._versions = PolicyVersions(
             cfg.versions,
