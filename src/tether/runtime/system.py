@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing as mp
+import os
 import signal
 import threading
 import time
