@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.errors import TetherError
-from tether.runtime.config import RunConfig
+from tether.runtime.config import RunConfig, config_reference
 from tether.runtime.report import summarize_run
 from tether.runtime.report_table import rich_facts, rich_summary
 from tether.runtime.system import RunSystem, new_run_dir
@@ -104,9 +104,16 @@ def run(
     console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
 
 
-def show_config() -> None:
+def show_config(
+    markdown: Annotated[
+        bool,
+        typer.Option(
+            "--markdown", help="Print the reference table (docs/configuration.md) instead"
+        ),
+    ] = False,
+) -> None:
     """Print the default run configuration as YAML: every section `--config` accepts."""
-    typer.echo(RunConfig().to_yaml())
+    typer.echo(config_reference() if markdown else RunConfig().to_yaml(), nl=not markdown)
 
 
 def register(app: typer.Typer) -> None:

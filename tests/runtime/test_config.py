@@ -1,0 +1,55 @@
+"""RunConfig: YAML round trip, CLI overrides, clear errors, and a reference that cannot drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ConfigError
+from tether.runtime.config import RunConfig, config_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_yaml_round_trip_and_overrides_win(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(RunConfig.build({"fleet": {"robots": 3}}, duration_s=12).to_yaml())
+    loaded = RunConfig.from_yaml(path, robots=4, fast=True)
+    assert loaded.fleet.robots == 4
+    assert loaded.duration_s == 12
+    assert loaded.fast
+    assert RunConfig.from_yaml(path) == RunConfig.build({"fleet": {"robots": 3}}, duration_s=12)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"duration_s": 0}, "duration_s"),
+        ({"fleet": {"robots": 0}}, "robots"),
+        ({"no_such_section": {}}, "no_such_section"),
+        ({"drift": {"preset": "earthquake"}}, "preset"),
+    ],
+)
+def test_bad_values_name_the_field(raw: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        RunConfig.build(raw)
+
+
+def test_a_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        RunConfig.from_yaml(path)
+
+
+def test_drift_schedule_scales_with_the_run() -> None:
+    schedule = RunConfig().drift.schedule(total_steps=1000)
+    assert min(r.start_step for r in schedule.ramps) == 250
+    assert schedule.last_step == 400
+    assert RunConfig.build({"drift": {"preset": "none"}}).drift.schedule(1000).ramps == ()
+
+
+def test_docs_configuration_is_the_generated_reference() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert doc == config_reference(), "regenerate: tether config --markdown > docs/configuration.md"
