@@ -21,6 +21,9 @@ from tether.safety.supervisor import Supervisor
 from tether.serving.admin import start_admin_server
 from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
+from tether.serving.promotion import PromotionConfig
+from tether.serving.registry import VersionState
+from tether.serving.shadow import ShadowConfig
 from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.spec import RobotSpec
 from tether.v1 import admin_pb2 as apb
@@ -109,3 +112,54 @@ def test_swaps_and_reload_under_load_fail_no_request(
         seen.add(version)
     assert seen == {1, 2, 3}
     assert len(replies) > 100
+
+
+def test_registry_as_the_servers_model_source_serves_pins_and_feeds_shadow(
+    base_bundle: PolicyBundle,
+    tmp_path: Path,
+    spec: RobotSpec,
+    supervisor: Supervisor,
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # The shadow queue holds every batch of this test, so none is dropped.
+    shadow = ShadowConfig(steps=50, max_intervention_rate=1.0, queue_batches=1024)
+    versions = PolicyVersions(
+        VersionsConfig(promotion=PromotionConfig(shadow=shadow)),
+        engine_factory=make_engine,
+        shadow_supervisor=supervisor,
+    )
+    versions.load(tmp_path / "base")
+    server = build_server(
+        tmp_path / "base",
+        ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0)),
+        models=versions,
+        on_batch=lambda e, o, a, p: versions.on_batch(e.version.id, o, a, p),
+    )
+    v2 = derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)
+    versions.load(v2.path, make_live=True)  # type: ignore[arg-type]
+    candidate = make_engine(
+        derived(base_bundle, tmp_path / "v3", 3, "v3", lambda k, t: nudged(k, t) * 2)
+    )
+    versions.submit_candidate(candidate)
+    obs = arm_observations(spec, 1, seed=5)[0]
+
+    async def scenario() -> list[int]:
+        await server.start()
+        seen = []
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for pin in (None, 1, None):
+                request = pb.ActionRequest(observation=obs.tolist(), deterministic=True)
+                if pin is not None:
+                    request.model_version = pin
+                reply = await stub.GetAction(request, timeout=10)
+                seen.append(reply.version.policy_version)
+            for _ in range(versions.config.promotion.shadow.steps):
+                await stub.GetAction(pb.ActionRequest(observation=obs.tolist()), timeout=10)
+        await server.stop(0)
+        return seen
+
+    seen = asyncio.run_coroutine_threadsafe(scenario(), loop).result(120)
+    assert seen == [2, 1, 2]  # a pin to the retired version 1 is served by it
+    versions.promotion.wait_shadow(20.0)
+    assert versions.registry.get(3).state is not VersionState.SHADOW  # shadow saw the batches

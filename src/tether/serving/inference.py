@@ -61,10 +61,15 @@ class InferencePipeline:
         *,
         level: Callable[[], DegradationLevel] = lambda: DegradationLevel.NORMAL,
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
+        on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
+        | None = None,
     ) -> None:
         self._models = models
         self._level = level
         self._on_actions = on_actions
+        # (engine, observations, proposed actions, previous executed actions or None):
+        # the promotion gate's shadow stage watches live batches through it.
+        self._on_batch = on_batch
 
     def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | ServingError]:
         results: list[ActionOutcome | ServingError | None] = [None] * len(queries)
@@ -97,6 +102,14 @@ class InferencePipeline:
         deterministic = np.fromiter((q.deterministic for q in queries), bool, len(queries))
         out = engine.act(obs, deterministic)
         version = out.version
+        if self._on_batch is not None:
+            previous = [q.previous_action for q in queries]
+            self._on_batch(
+                engine,
+                obs,
+                out.actions,
+                None if any(p is None for p in previous) else np.stack(previous),  # type: ignore[arg-type]
+            )
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             start = time.perf_counter_ns()

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from tether.data.step import StepRecord
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
@@ -20,6 +22,7 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.limits import SafetyLimits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
+from tether.serving.holder import EngineLike, ModelSource
 from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer, run_until_signal
 from tether.serving.supervision import SupervisorFactory
@@ -47,6 +50,8 @@ def build_server(
     record_step: Callable[[StepRecord], object] | None = None,
     end_session: Callable[[str], None] | None = None,
     before_batch: Callable[[], None] | None = None,
+    models: ModelSource | None = None,
+    on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None] | None = None,
 ) -> PolicyServer:
     """A ready-to-start server for the bundle at ``bundle_path``.
 
@@ -72,6 +77,8 @@ def build_server(
         end_session=end_session,
         before_batch=before_batch,
         cuda=engine.device.type == "cuda",
+        models=models,
+        on_batch=on_batch,
     )
 
 

@@ -31,7 +31,7 @@ from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
-from tether.serving.holder import EngineLike, LiveModel
+from tether.serving.holder import EngineLike, LiveModel, ModelSource
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
 from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
@@ -59,10 +59,16 @@ class PolicyServer:
         end_session: Callable[[str], None] | None = None,
         before_batch: Callable[[], None] | None = None,
         cuda: bool = False,
+        models: ModelSource | None = None,
+        on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
+        | None = None,
     ) -> None:
         self.config = config
         self.spec = spec
         self.models = LiveModel(engine)
+        # Where requests find their engine: the live holder, or a version registry
+        # (tether.serving.versions.PolicyVersions) that also serves pinned versions.
+        self.source: ModelSource = models if models is not None else self.models
         self.metrics = ServingMetrics(spec.action_names)
         self.metrics.memory.set_function(lambda: float(psutil.Process().memory_info().rss))
         self.admission = Admission(
@@ -70,7 +76,10 @@ class PolicyServer:
         )
         self._supervisors = supervisors
         self._pipeline = InferencePipeline(
-            self.models, level=supervisors.level, on_actions=self._observe_actions
+            self.source,
+            level=supervisors.level,
+            on_actions=self._observe_actions,
+            on_batch=on_batch,
         )
         self._record_step = record_step
         self._end_session = end_session
@@ -121,7 +130,7 @@ class PolicyServer:
         service = PolicyService(
             config=cfg,
             spec=self.spec,
-            models=self.models,
+            models=self.source,
             batcher=self._batcher,
             admission=self.admission,
             metrics=self.metrics,
@@ -183,7 +192,7 @@ class PolicyServer:
             await self._server.wait_for_termination()
 
     async def _publish_health(self) -> None:
-        engine = self.models.live_engine()
+        engine = self.source.live_engine()
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if engine is not None
