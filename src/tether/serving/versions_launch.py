@@ -1,11 +1,12 @@
 """``tether serve`` with versions: a PolicyServer whose live policy the registry decides.
 
 Assembles what ``tether.serving.launch.build_server`` builds with a
-:class:`~tether.serving.versions.PolicyVersions` that drives its live model holder, an
-AdminService on its own port (when an admin token file is configured; TLS with the
-server's certificate when it has one), and a SIGHUP handler that re-reads the model
-directory. Invariant: the server never serves a version the registry does not hold as
-live; every swap lands between batches.
+:class:`~tether.serving.versions.PolicyVersions` as its model source (pins to retired
+versions, the shadow stage fed from live batches), an AdminService on its own port
+(when an admin token file is configured; TLS with the server's certificate when it has
+one), and a SIGHUP handler that re-reads the model directory. Invariant: an unpinned
+request is served by the version the registry holds as live, a pinned one only by a
+live or retired version; every swap lands between batches.
 """
 
 from __future__ import annotations
@@ -60,9 +61,17 @@ async def serve_versions(
     )
     versions.load(Path(bundle_path))
     server = build_server(
-        bundle_path, config, engine_config=engine_cfg, degradation=degradation, limits=limits
+        bundle_path,
+        config,
+        engine_config=engine_cfg,
+        degradation=degradation,
+        limits=limits,
+        models=versions,
+        on_batch=lambda e, obs, proposed, prev: versions.on_batch(
+            e.version.id, obs, proposed, prev
+        ),
     )
-    versions.drive(server.models)
+    versions.drive(server.models)  # keeps the holder (health, announce) on the live version
     await server.start()
     admin = None
     admin_port: int | None = None
