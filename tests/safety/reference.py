@@ -38,6 +38,7 @@ from tether.safety.supervisor import (  # the same check bits, constants and inp
     _array,
     _spheres,
 )
+from tether.safety.sweep import path_samples
 from tether.safety.verdict import (
     PASSED,
     ActionSource,
@@ -179,15 +180,21 @@ class ReferenceEnvelope:
 
     def predict(
         self, q: np.ndarray, v: np.ndarray, u: np.ndarray, u_gravity: np.ndarray
-    ) -> np.ndarray:
-        """Joint positions one step ahead plus the braking distance from there (rad).
-
-        Linear extrapolation over the braking time covers exactly the stopping distance
-        v'²/2a, so a pose is "reachable before the arm can stop" iff it lies between
-        ``q`` and this prediction.
-        """
+    ) -> list[np.ndarray]:
+        """The poses one step ahead plus the braking distance: each joint's farthest
+        continuation along its velocity, and, when some action pushes against its
+        joint's velocity, the fast gain everywhere (the action may reverse it)."""
         push = u - u_gravity
-        gain = np.where(push * v >= 0, self.a_gain, self.a_brake)
+        along = push * v >= 0
+        gain = np.where(along, self.a_gain, self.a_brake)
+        ends = [self._ahead(q, v, push, gain)]
+        if not along.all():
+            ends.append(self._ahead(q, v, push, self.a_gain))
+        return ends
+
+    def _ahead(
+        self, q: np.ndarray, v: np.ndarray, push: np.ndarray, gain: np.ndarray
+    ) -> np.ndarray:
         v_next = v + push * gain * self.dt
         ahead: np.ndarray = q + v_next * self.dt + v_next * np.abs(v_next) / (2.0 * self.a_brake)
         return ahead
@@ -364,15 +371,26 @@ class ReferenceSupervisor(Supervisor):
             return u32, 0
         kin = self.kinematics
         assert kin is not None
-        q_ahead = self._envelope.predict(q, v, u32.astype(np.float64), u_g)
+        ends = self._envelope.predict(q, v, u32.astype(np.float64), u_g)
+        cfg = self.config
+        # Every pose on the straight paths to the predicted stops, through the kinematics.
+        samples = [
+            np.asarray(x)
+            for end in ends
+            for x in path_samples(
+                q.tolist(), end.tolist(), self._reach, cfg.sweep_spacing_m, cfg.sweep_max_samples
+            )
+        ]
         checks = 0
         if self._clearance.has_workspace:
-            ahead = self._clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
-            if ahead < 0 and ahead <= self._clearance.workspace(np.asarray(kin.end_effector(q))):
+            now = self._clearance.workspace(np.asarray(kin.end_effector(q)))
+            path = [self._clearance.workspace(np.asarray(kin.end_effector(x))) for x in samples]
+            if any(c < 0 and c <= now for c in path):
                 checks |= _WORKSPACE
         if self._clearance.has_obstacles:
-            ahead = self._clearance.obstacles(*_spheres(kin, q_ahead))
-            if ahead < 0 and ahead <= self._clearance.obstacles(*_spheres(kin, q)):
+            now = self._clearance.obstacles(*_spheres(kin, q))
+            path = [self._clearance.obstacles(*_spheres(kin, x)) for x in samples]
+            if any(c < 0 and c <= now for c in path):
                 checks |= _OBSTACLE
         if not checks:
             return u32, checks

@@ -67,7 +67,10 @@ def test_brake_stops_sooner_than_hold() -> None:
 
 @pytest.mark.parametrize("gain", GAINS)
 def test_go_home_reaches_home_slowly(gain: float) -> None:
-    trace = _run("go_home", gain, np.array([1.2, -1.0]), np.zeros(2), steps=1500)
+    # Start clear of the obstacle: (1.2, -1.0) overlaps it by 7 cm, where the obstacle
+    # check (rightly) stops the go-home's fast-gain reversal, and the load estimate then
+    # learns from that stop (see docs/safety.md, "What the model does not cover").
+    trace = _run("go_home", gain, np.array([-1.2, 1.0]), np.zeros(2), steps=1500)
     home = np.asarray(LIMITS.home_position_rad)
     assert np.all(np.abs(trace[-1, :2] - home) < 0.02)
     speed_cap = 0.2 * np.asarray(LIMITS.velocity_limit_rad_s)

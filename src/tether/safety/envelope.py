@@ -266,22 +266,38 @@ class JointEnvelope:
 
     def predict(
         self, q: Sequence[float], v: Sequence[float], u: Sequence[float], u_gravity: Sequence[float]
-    ) -> list[float]:
-        """Joint positions one step ahead plus the braking distance from there (rad).
+    ) -> tuple[list[float], list[float] | None]:
+        """Joint positions one step ahead plus the braking distance from there (rad), at
+        both ends of the gain range where they differ.
 
-        Linear extrapolation over the braking time covers exactly the stopping distance
-        v'²/2a, so a pose is "reachable before the arm can stop" iff it lies between
-        ``q`` and this prediction.
+        The first pose takes each joint's farthest continuation along its velocity (the
+        fast gain where the action pushes along it, the weak one where it pushes against
+        it); the second, only when some action pushes against its joint's velocity, takes
+        the fast gain everywhere: there the action may reverse the joint, the other way.
+        (An arm creeping out of a margin while its policy pushes back in turns around in
+        one step at its true gain; predicting only the weak-gain continuation let it walk
+        into the obstacle two steps at a time.) Linear extrapolation over the braking time
+        covers exactly the stopping distance v'²/2a.
         """
         dt = self.dt
         ahead = [0.0] * self.n
+        fast: list[float] | None = None
         for i in range(self.n):
             vi = v[i]
             push = u[i] - u_gravity[i]
-            gain = self.a_gain[i] if push * vi >= 0 else self.a_brake[i]
-            v_next = vi + push * gain * dt
-            ahead[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * self.a_brake[i])
-        return ahead
+            along = push * vi >= 0
+            a_brake = self.a_brake[i]
+            v_next = vi + push * (self.a_gain[i] if along else a_brake) * dt
+            ahead[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * a_brake)
+            if not along and fast is None:
+                fast = ahead[:i] + [0.0] * (self.n - i)
+            if fast is not None:
+                if along:
+                    fast[i] = ahead[i]
+                else:
+                    v_next = vi + push * self.a_gain[i] * dt
+                    fast[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * a_brake)
+        return ahead, fast
 
 
 def maximum(a: float, b: float) -> float:

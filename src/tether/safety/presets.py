@@ -7,6 +7,16 @@ faster than that. The supervisor needs an upper bound of that too
 gives 22-45 times the declared limit per joint; with the +10 % actuator gain domain
 randomization allows, 60 bounds every joint (``tests/safety/test_presets.py`` re-measures
 it on the MuJoCo model, so a change of the arm that breaks the bound fails a test).
+
+The arm declares no limit on *commanded* acceleration: its one acceleration figure is
+the deceleration braking may rely on, and capping commands at it cuts every action of a
+competent policy to a tenth (the shipped policy: 100 % interventions, no success). So
+the preset caps commanded acceleration at what the actuators can produce at all, a full
+action against a full holding load (``|u − u_gravity| ≤ 2``, i.e. twice the per-action
+bound): at NORMAL the ACCELERATION check never binds inside the torque limit, and the
+RESTRICTED level's tightening (× 0.5 by default) brings it down to one full action
+beyond gravity compensation. Braking is unaffected: it relies only on
+``braking_deceleration_rad_s2`` (half the declared limit).
 """
 
 from __future__ import annotations
@@ -17,7 +27,14 @@ from tether.sim import ArmKinematics, arm_spec
 from tether.spec import RobotSpec
 
 ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
-ARM_LIMITS_CONFIG = LimitsConfig(acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE)
+# The largest normalized torque beyond gravity compensation: a full action against a
+# gravity (or learnt) load of at most a full action, which is all the actuators can hold.
+_LARGEST_PUSH = 2.0
+ARM_ACCELERATION_LIMIT_SCALE = _LARGEST_PUSH * ARM_ACCELERATION_PER_ACTION_SCALE
+ARM_LIMITS_CONFIG = LimitsConfig(
+    acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE,
+    acceleration_limit_scale=ARM_ACCELERATION_LIMIT_SCALE,
+)
 
 
 def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:

@@ -113,6 +113,10 @@ class ClearanceAnchor:
             moved += r * abs(x - a)
         return moved + SLACK_M < self._clearance
 
+    def proves_all(self, poses: Sequence[Sequence[float]]) -> bool:
+        """``proves_clear`` for every pose."""
+        return all(self.proves_clear(q) for q in poses)
+
     def update(self, q: Sequence[float], clearance: float) -> None:
         finite = math.isfinite(clearance)
         self._q = q if finite else None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ from tether.safety.envelope import JointBounds, JointEnvelope, maximum, minimum
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
-from tether.safety.reach import ClearanceAnchor, joint_reach
+from tether.safety.reach import SLACK_M, ClearanceAnchor, joint_reach
+from tether.safety.sweep import path_samples
 from tether.safety.verdict import (
     PASSED,
     REPLACING_CHECKS,
@@ -101,6 +103,18 @@ class SupervisorConfig(BaseModel):
         le=1.0,
         description="Smallest uniform scale of a correction before joints are clipped one by one (1)",
     )
+    sweep_spacing_m: float = Field(
+        default=0.01,
+        gt=0.0,
+        description="Largest Cartesian distance between the poses checked along the path to "
+        "the predicted stop; keep it below twice the obstacle margin (m)",
+    )
+    sweep_max_samples: int = Field(
+        default=256,
+        ge=1,
+        description="Most poses checked along one predicted path; a longer path is sampled "
+        "more sparsely (poses)",
+    )
 
 
 class Supervisor:
@@ -129,6 +143,7 @@ class Supervisor:
         # clearance allows, that margin cannot be breached and its forward kinematics is
         # skipped (tether.safety.reach). None: every pose is evaluated.
         reach = joint_reach(kinematics) if self._cartesian and kinematics else None
+        self._reach = reach
         self._workspace_anchor = None if reach is None else ClearanceAnchor(reach)
         self._obstacle_anchor = None if reach is None else ClearanceAnchor(reach)
         self._n = limits.n_joints
@@ -333,39 +348,85 @@ class Supervisor:
     ) -> tuple[np.ndarray, int]:
         if not self._cartesian:
             return u32, 0
-        kin = self.kinematics
-        assert kin is not None
-        predicted = self._envelope.predict(q, v, u32.tolist(), u_g)
+        predicted, reversed_ = self._envelope.predict(q, v, u32.tolist(), u_g)
+        ends = [predicted] if reversed_ is None else [predicted, reversed_]
         clearance = self._clearance
         ws_anchor, obstacle_anchor = self._workspace_anchor, self._obstacle_anchor
+        # The reach bound is convex along a straight path, so proving both ends of every
+        # path clear proves every pose on them clear.
         workspace = clearance.has_workspace and not (
-            ws_anchor is not None and ws_anchor.proves_clear(predicted)
+            ws_anchor is not None and ws_anchor.proves_clear(q) and ws_anchor.proves_all(ends)
         )
         obstacles = clearance.has_obstacles and not (
-            obstacle_anchor is not None and obstacle_anchor.proves_clear(predicted)
+            obstacle_anchor is not None
+            and obstacle_anchor.proves_clear(q)
+            and obstacle_anchor.proves_all(ends)
         )
         if not (workspace or obstacles):
             return u32, 0
-        q_ahead = np.array(predicted)
-        q_now = np.array(q)
+        cfg = self.config
+        samples = [
+            x
+            for end in ends
+            for x in path_samples(q, end, self._reach, cfg.sweep_spacing_m, cfg.sweep_max_samples)
+        ]
         checks = 0
-        if workspace:
-            ahead = clearance.workspace(np.asarray(kin.end_effector(q_ahead)))
-            if ws_anchor is not None:
-                ws_anchor.update(predicted, ahead)
-            if ahead < 0 and ahead <= clearance.workspace(np.asarray(kin.end_effector(q_now))):
-                checks |= _WORKSPACE
-        if obstacles:
-            ahead = clearance.obstacles(*_spheres(kin, q_ahead))
-            if obstacle_anchor is not None:
-                obstacle_anchor.update(predicted, ahead)
-            if ahead < 0 and ahead <= clearance.obstacles(*_spheres(kin, q_now)):
-                checks |= _OBSTACLE
+        if workspace and self._path_breaches(samples, q, self._workspace_clearance, ws_anchor):
+            checks |= _WORKSPACE
+        if obstacles and self._path_breaches(samples, q, self._obstacle_clearance, obstacle_anchor):
+            checks |= _OBSTACLE
         if not checks:
             return u32, checks
         stop = _place(b.brake, b)
         self._last_stop = (stop.tobytes(), 1.0)
         return stop, checks
+
+    def _workspace_clearance(self, q: Sequence[float]) -> float:
+        kin = self.kinematics
+        assert kin is not None
+        return self._clearance.workspace(np.asarray(kin.end_effector(np.array(q))))
+
+    def _obstacle_clearance(self, q: Sequence[float]) -> float:
+        kin = self.kinematics
+        assert kin is not None
+        return self._clearance.obstacles(*_spheres(kin, np.array(q)))
+
+    def _path_breaches(
+        self,
+        samples: list[list[float]],
+        q: list[float],
+        measure: Callable[[Sequence[float]], float],
+        anchor: ClearanceAnchor | None,
+    ) -> bool:
+        """Whether some pose on the path breaches the margin and is no better than now.
+
+        Motion that increases clearance stays allowed, so an arm inside a margin can
+        leave it. A sample the reach bound proves clear of the last one evaluated cannot
+        breach and is skipped; the last pose evaluated becomes the anchor.
+        """
+        reach = self._reach
+        last: list[float] | None = None
+        last_clearance = 0.0
+        now: float | None = None
+        breached = False
+        for x in samples:
+            if reach is not None and last is not None:
+                moved = 0.0
+                for r, a, c in zip(reach, x, last, strict=True):
+                    moved += r * abs(a - c)
+                if moved + SLACK_M < last_clearance:
+                    continue
+            ahead = measure(x)
+            last, last_clearance = x, ahead
+            if ahead < 0:
+                if now is None:
+                    now = measure(q)
+                if ahead <= now:
+                    breached = True
+                    break
+        if anchor is not None and last is not None:
+            anchor.update(last, last_clearance)
+        return breached
 
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
