@@ -12,11 +12,16 @@ be served by, or raises (``NoPolicyLoaded``, ``VersionUnavailable``); it never g
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from tether.safety.verdict import SafetyVerdict
 from tether.serving.errors import NoPolicyLoaded, VersionUnavailable
+from tether.serving.gate_records import EpisodeOutcome
+
+if TYPE_CHECKING:  # rollout imports the registry, which imports this module
+    from tether.serving.rollout import RouteDecision
 
 
 class VersionLike(Protocol):
@@ -95,3 +100,21 @@ class LiveModel:
                 f"{engine.version.id} ({engine.version.name!r}); unpin, or pin the live version"
             )
         return engine
+
+
+class VersionRouter(Protocol):
+    """What a server with a version registry calls beyond ``ModelSource`` (optional).
+
+    ``tether.serving.versions.PolicyVersions`` provides it: per-episode routing (operator
+    A/B split, canary share), and the feedback the gate and the rollback monitor judge by.
+    """
+
+    def route(self, session_id: str, episode_id: str) -> RouteDecision: ...
+
+    def engine_for_route(self, decision: RouteDecision) -> Any: ...
+
+    def on_step(self, version: int, verdict: SafetyVerdict) -> None: ...
+
+    def on_episode(self, outcome: EpisodeOutcome) -> None: ...
+
+    def end_session(self, session_id: str) -> None: ...

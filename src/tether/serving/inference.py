@@ -23,7 +23,8 @@ from tether.data.clock import ingress_ns
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
 from tether.serving.errors import ServingError
-from tether.serving.holder import EngineLike, ModelSource, VersionLike
+from tether.serving.holder import EngineLike, ModelSource, VersionLike, VersionRouter
+from tether.serving.rollout import RouteDecision
 from tether.serving.supervision import SessionSupervisor
 
 
@@ -37,6 +38,7 @@ class ActionQuery:
     supervisor: SessionSupervisor  # the session's own supervisor (it keeps per-robot state)
     ingress_ns: int  # tether.data.ingress_ns() at arrival; the supervisor judges staleness
     pinned_version: int | None = None
+    route: RouteDecision | None = None  # the registry's choice for this episode, if routed
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +65,10 @@ class InferencePipeline:
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
         on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
         | None = None,
+        router: VersionRouter | None = None,
     ) -> None:
         self._models = models
+        self._router = router
         self._level = level
         self._on_actions = on_actions
         # (engine, observations, proposed actions, previous executed actions or None):
@@ -76,7 +80,10 @@ class InferencePipeline:
         groups: dict[int, tuple[EngineLike, list[int]]] = {}
         for i, q in enumerate(queries):
             try:
-                engine = self._models.engine_for(q.pinned_version)
+                if q.route is not None and self._router is not None:
+                    engine = self._router.engine_for_route(q.route)
+                else:
+                    engine = self._models.engine_for(q.pinned_version)
             except ServingError as exc:
                 results[i] = exc
                 continue
@@ -120,6 +127,7 @@ class InferencePipeline:
                 observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
                 level=level,
                 policy_version=version.id,
+                tightened=q.route is not None and q.route.tightened,
             )
             elapsed = time.perf_counter_ns() - start
             safe_rows[j] = action

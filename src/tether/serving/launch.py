@@ -22,7 +22,7 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.limits import SafetyLimits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
-from tether.serving.holder import EngineLike, ModelSource
+from tether.serving.holder import EngineLike, ModelSource, VersionRouter
 from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer, run_until_signal
 from tether.serving.supervision import SupervisorFactory
@@ -52,6 +52,7 @@ def build_server(
     before_batch: Callable[[], None] | None = None,
     models: ModelSource | None = None,
     on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None] | None = None,
+    router: VersionRouter | None = None,
 ) -> PolicyServer:
     """A ready-to-start server for the bundle at ``bundle_path``.
 
@@ -79,6 +80,7 @@ def build_server(
         cuda=engine.device.type == "cuda",
         models=models,
         on_batch=on_batch,
+        router=router,
     )
 
 

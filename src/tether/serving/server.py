@@ -31,7 +31,7 @@ from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
-from tether.serving.holder import EngineLike, LiveModel, ModelSource
+from tether.serving.holder import EngineLike, LiveModel, ModelSource, VersionRouter
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
 from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
@@ -62,8 +62,12 @@ class PolicyServer:
         models: ModelSource | None = None,
         on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
         | None = None,
+        router: VersionRouter | None = None,
     ) -> None:
         self.config = config
+        # Per-episode routing (A/B split, canary) and the gate's feedback, when a version
+        # registry serves (tether.serving.versions.PolicyVersions); None: live only.
+        self._router = router
         self.spec = spec
         self.models = LiveModel(engine)
         # Where requests find their engine: the live holder, or a version registry
@@ -80,6 +84,7 @@ class PolicyServer:
             level=supervisors.level,
             on_actions=self._observe_actions,
             on_batch=on_batch,
+            router=router,
         )
         self._record_step = record_step
         self._end_session = end_session
@@ -138,6 +143,7 @@ class PolicyServer:
             record_step=self._record_step,
             end_session=self._end_session,
             safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
+            router=self._router,
         )
         pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -29,7 +29,7 @@ from tether.serving.batcher import Batched, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.convert import action_response, degradation_to_proto, version_to_proto
 from tether.serving.errors import RequestInvalid, ServingError
-from tether.serving.holder import ModelSource
+from tether.serving.holder import ModelSource, VersionRouter
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
@@ -59,6 +59,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         record_step: StepSink | None = None,
         end_session: Callable[[str], None] | None = None,
         safety_limits_json: str = "",
+        router: VersionRouter | None = None,
     ) -> None:
         self._config = config
         self._spec = spec
@@ -71,6 +72,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._supervisors = supervisors
         self._record_step = record_step
         self._end_session = end_session
+        self._router = router
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
         self._max_obs = config.validation.max_abs_observation
@@ -135,6 +137,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 yield await self._step(session, message.step, context)
         finally:
             self._metrics.sessions.dec()
+            if self._router is not None:
+                self._router.end_session(session.session_id)
             if self._end_session is not None:
                 self._end_session(session.session_id)
 
@@ -188,6 +192,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 live = self._models.live_engine()
                 session.supervisor.watchdog_misses(missed, live.version.id if live else None)
             self._admission.admit(session.robot_id)
+            route = None
+            if self._router is not None and session.pinned_version is None:
+                route = self._router.route(session.session_id, episode)
             query = ActionQuery(
                 obs,
                 step.deterministic,
@@ -195,6 +202,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 session.supervisor,
                 ingress,
                 pinned_version=session.pinned_version,
+                route=route,
             )
             batched = await self._batcher.submit(query, self._step_deadline(context))
             self._queued(batched)
@@ -211,6 +219,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         outcome = batched.value
         version = str(outcome.version.id)
         session.answered(episode, outcome, step.terminated, step.truncated)
+        if self._router is not None:
+            self._router.on_step(outcome.version.id, outcome.verdict)
+            finished = session.tally(
+                episode, outcome, reward, step.terminated or step.truncated, step.success
+            )
+            if finished is not None:
+                self._router.on_episode(finished)
         if self._record_step is not None:
             self._record_step(
                 session.step_record(

@@ -17,6 +17,8 @@ import uuid
 import numpy as np
 
 from tether.data.step import StepRecord
+from tether.safety.verdict import ActionSource
+from tether.serving.gate_records import EpisodeOutcome
 from tether.serving.inference import ActionOutcome
 from tether.serving.supervision import SessionSupervisor
 
@@ -31,6 +33,7 @@ class ControlSession:
         self.robot_id = robot_id
         self.supervisor = supervisor
         self.pinned_version = pinned_version  # every step is served by this version
+        self._episode = _EpisodeTally()
         self.steps = 0
         self.watchdog_misses = 0
         self._episode_id: str | None = None
@@ -54,6 +57,35 @@ class ControlSession:
         self._last_sent = outcome.action
         self._episode_over = terminated or truncated
         self.steps += 1
+
+    def tally(
+        self, episode_id: str, outcome: ActionOutcome, reward: float, done: bool, success: bool
+    ) -> EpisodeOutcome | None:
+        """Count this step into its episode; the finished episode when ``done``.
+
+        A step's reward is for the previous action, so the first step of an episode
+        brings none and the step that ends it brings the last one; the episode belongs to
+        the version that served its first step (routing is sticky per episode).
+        """
+        tally = self._episode
+        if tally.episode_id != episode_id:
+            tally = self._episode = _EpisodeTally(episode_id, outcome.version.id)
+        else:
+            tally.episode_return += reward
+        if not done:
+            tally.steps += 1
+            tally.interventions += outcome.verdict.intervened
+            tally.backups += outcome.verdict.source is ActionSource.BACKUP
+            return None
+        self._episode = _EpisodeTally()
+        return EpisodeOutcome(
+            version=tally.version,
+            episode_return=tally.episode_return,
+            success=success,
+            steps=tally.steps,
+            interventions=tally.interventions,
+            backups=tally.backups,
+        )
 
     def misses_reported(self, cumulative: int) -> int:
         """New watchdog misses since the last step (clients report a running total)."""
@@ -94,3 +126,15 @@ class ControlSession:
             ingress_ns=ingress_ns,
             client_timestamp_ns=client_timestamp_ns,
         )
+
+
+class _EpisodeTally:
+    """Running totals of the episode a session is in."""
+
+    def __init__(self, episode_id: str = "", version: int = 0) -> None:
+        self.episode_id = episode_id
+        self.version = version
+        self.episode_return = 0.0
+        self.steps = 0
+        self.interventions = 0
+        self.backups = 0

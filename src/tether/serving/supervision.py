@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tether.safety.degradation import DegradationMachine
+from tether.safety.degradation_config import DegradationConfig
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, EventKind
 from tether.safety.limits import SafetyLimits
@@ -53,11 +54,15 @@ class SessionSupervisor:
         observation_age_s: float,
         level: DegradationLevel,
         policy_version: int,
+        tightened: bool = False,
     ) -> tuple[np.ndarray, SafetyVerdict]:
+        """Filter one action at ``level``; ``tightened`` (a canary's step) applies the
+        RESTRICTED limits even at NORMAL."""
         if level is DegradationLevel.TAKEOVER:
             action, verdict = self._base.backup_action(observation, previous)
         else:
-            supervisor = self._base if level is DegradationLevel.NORMAL else self._tight()
+            normal = level is DegradationLevel.NORMAL and not tightened
+            supervisor = self._base if normal else self._tight()
             action, verdict = supervisor.filter(
                 observation, proposed, previous, observation_age_s=observation_age_s
             )
@@ -73,8 +78,10 @@ class SessionSupervisor:
 
     def _tight(self) -> Supervisor:
         if self._restricted is None:
-            assert self._degradation is not None  # levels above NORMAL come from the machine
-            limits = self._degradation.limits_for(DegradationLevel.RESTRICTED)
+            if self._degradation is not None:
+                limits = self._degradation.limits_for(DegradationLevel.RESTRICTED)
+            else:  # a canary on a server without a degradation machine
+                limits = self._base.limits.tightened(DegradationConfig().restricted_tighten_factor)
             self._restricted = self._base.with_limits(limits)
         return self._restricted
 
