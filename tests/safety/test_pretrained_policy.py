@@ -1,0 +1,108 @@
+"""The shipped pretrained policy on the built-in MuJoCo arm, with and without the supervisor.
+
+A uniformly random policy (``test_physics.py``) rarely moves fast; this one drives the
+arm hard on purpose, to joint limits and past the obstacle. Through the supervisor it
+must never touch the obstacle nor violate a joint limit, on the nominal arm and on the
+fully drifted one (weaker actuators, an unknown payload, a step of command delay),
+deterministic or sampled; without the supervisor it does both kinds of harm, so these
+tests can fail. The supervisor must also leave the policy able to do its task.
+Violations are what ``ArmEnv`` measures from the physics, not what the supervisor
+believes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyEngine
+from tether.safety import ActionSource, Supervisor
+from tether.safety.presets import arm_supervisor
+from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
+
+# Episode seeds (ArmEnv.reset): 32 draws a target past the obstacle, where the policy
+# swings the arm through it; with only the end of the predicted braking path checked,
+# the supervised arm touched the obstacle there for about 170 of its 200 steps.
+EPISODE_SEEDS = (0, 1, 2, 3, 4, 32)
+STEPS = 200  # one full episode of ArmEnv
+NOMINAL = ArmDynamics.nominal()
+# The demo drift at its end: every knob at its final value from the first step.
+DRIFTED = DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, NOMINAL)
+
+
+class Outcome(NamedTuple):
+    contacts: int  # control steps with an obstacle contact
+    limit_violations: int  # control steps with a joint beyond its range
+    interventions: int  # actions the supervisor changed or replaced
+    steps: int
+    successes: int  # episodes that reached their target
+
+
+@pytest.fixture(scope="module")
+def engine() -> PolicyEngine:
+    torch.set_num_threads(1)
+    return PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
+
+
+def _run(
+    engine: PolicyEngine, supervisor: Supervisor | None, dynamics: ArmDynamics, deterministic: bool
+) -> Outcome:
+    env = ArmEnv(dynamics=dynamics, seed=1)
+    contacts = violations = interventions = steps = successes = 0
+    for seed in EPISODE_SEEDS:
+        obs, _ = env.reset(seed=seed)
+        previous: np.ndarray | None = None
+        success = False
+        for _ in range(STEPS):
+            action = engine.act(obs[None].astype(np.float32), deterministic).actions[0]
+            if supervisor is not None:
+                action, verdict = supervisor.filter(obs, action, previous)
+                interventions += verdict.source is not ActionSource.POLICY
+                previous = action
+            obs, _, terminated, truncated, info = env.step(action)
+            steps += 1
+            contacts += bool(info["obstacle_contact"])
+            violations += bool(info["joint_limit_violation"])
+            success = success or bool(info["success"])
+            if terminated or truncated:
+                break
+        successes += success
+    return Outcome(contacts, violations, interventions, steps, successes)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "sampled"])
+@pytest.mark.parametrize("dynamics", [NOMINAL, DRIFTED], ids=["nominal", "drifted"])
+def test_through_the_supervisor_the_policy_never_touches_or_violates(
+    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
+) -> None:
+    outcome = _run(engine, arm_supervisor(), dynamics, deterministic)
+    assert (outcome.contacts, outcome.limit_violations) == (0, 0), outcome
+
+
+def test_without_the_supervisor_the_same_policy_violates_limits_and_touches(
+    engine: PolicyEngine,
+) -> None:
+    # It drives joints into their end stops on about a third of its steps; on the drifted
+    # arm (weaker, loaded, late) it also swings into the obstacle (measured: 160 steps).
+    nominal = _run(engine, None, NOMINAL, deterministic=True)
+    assert nominal.limit_violations > nominal.steps // 10, nominal
+    drifted = _run(engine, None, DRIFTED, deterministic=True)
+    assert drifted.contacts > 0, drifted
+    assert drifted.limit_violations > 0, drifted
+
+
+def test_the_supervisor_leaves_the_policy_able_to_do_its_task(engine: PolicyEngine) -> None:
+    guarded = _run(engine, arm_supervisor(), NOMINAL, deterministic=True)
+    free = _run(engine, None, NOMINAL, deterministic=True)
+    # Capping commands at the braking deceleration corrected every action and the arm
+    # never reached a target. What is still corrected is the policy's own excess: it
+    # leaves joint limits and velocity limits on a third and a seventh of its steps
+    # unsupervised, and the velocity check assumes the fastest gain the arm may have
+    # (measured: 56 % of these steps corrected, 74-77 % over other 20-40 episodes; 100 %
+    # with the old preset).
+    assert guarded.interventions < 0.7 * guarded.steps, guarded
+    assert guarded.successes >= free.successes - 1, (guarded, free)
