@@ -11,6 +11,7 @@ import torch
 
 from tether.data.columns import TransitionArrays
 from tether.policy import PolicyBundle, init_bundle
+from tether.policy.shared_weights import SharedWeights
 from tether.sim.spec import arm_spec
 
 
@@ -48,3 +49,14 @@ def make_traffic(bundle: PolicyBundle, n: int, seed: int = 0) -> TransitionArray
     rows.proposed_actions[:] = rows.actions
     rows.rewards[:] = -np.linalg.norm(rows.actions, axis=1)
     return rows
+
+
+def resolve_pending(weights: SharedWeights, *, promote: bool) -> int:
+    """Do what the server does when it has judged the pending candidate: mark its version
+    resolved and, when promoted, live. Returns that version."""
+    pending = weights.pending_version()
+    assert pending is not None, "no candidate is pending"
+    if promote:
+        weights.set_live_version(pending)
+    weights.set_resolved_version(pending)
+    return pending

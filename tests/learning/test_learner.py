@@ -11,6 +11,7 @@ import torch
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
+from tether.learning.gate import GateConfig, OfflineStageConfig, SimulationStageConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig
@@ -27,6 +28,11 @@ def config(**overrides: object) -> LearnerConfig:
         publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
         fine_tune=False,
         idle_poll_s=0.001,
+        # These tests are about the loop, not the gate (tests/learning/test_gated_publication.py).
+        gate=GateConfig(
+            offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
+            simulation=SimulationStageConfig(enabled=False),
+        ),
     )
     base.update(overrides)
     return LearnerConfig.model_validate(base)
@@ -152,13 +158,16 @@ def test_fine_tuning_starts_from_the_bundle_critics_and_freezes_the_trunk(
 def test_a_restarted_learner_continues_the_published_lineage(
     small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
-    """Publications made after the last checkpoint keep their ids: the learner builds on them."""
+    """Publications made after the last checkpoint keep their ids: the learner builds on
+    the one the server made live."""
     arch = small_bundle.architecture
     channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096))
     weights = SharedWeights.create(arch)
     try:
         live = {k: v + 0.01 for k, v in small_bundle.actor_state.items()}
         weights.publish(50, live, parent=49)
+        weights.set_live_version(50)
+        weights.set_resolved_version(50)
         learner = Learner(small_bundle, config(), channel=channel, weights=weights)
         assert learner.progress.deployed_version == 50
         for k, v in live.items():

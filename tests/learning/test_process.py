@@ -11,12 +11,16 @@ from pathlib import Path
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
+from tether.learning.gate import GateConfig, SimulationStageConfig
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEventKind, LearnerSupervisor
 from tether.learning.publication import PublicationConfig
+from tether.learning.verdicts import read_gate_record
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
+
+from .conftest import resolve_pending
 
 Traffic = Callable[..., TransitionArrays]
 
@@ -34,7 +38,8 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
     arch = small_bundle.architecture
     config = LearnerConfig(
         sac=SACConfig(batch_size=32),
-        publication=PublicationConfig(min_interval_s=0.05, max_action_change=10.0, max_kl=1e3),
+        publication=PublicationConfig(min_interval_s=0.05),
+        gate=GateConfig(simulation=SimulationStageConfig(episodes=1)),
         fine_tune=False,
         updates_per_transition=None,  # full speed
         checkpoint_interval_s=0.2,
@@ -53,6 +58,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             weights=weights,
             channel=channel,
             checkpoint_dir=tmp_path / "ckpt",
+            verdict_dir=tmp_path / "verdicts",
         )
         supervisor.start()
         try:
@@ -72,6 +78,10 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             assert supervisor.cores == learner_placement().learner_cores
             served = weights.read()
             assert served is not None
+            # Gated before it was published, and the verdicts are on disk for the server.
+            record = read_gate_record(tmp_path / "verdicts", served.version)
+            assert record is not None
+            assert record.passed
 
             os.kill(first_pid, signal.SIGKILL)
             wait_for(
@@ -91,7 +101,10 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             assert supervisor.pid != first_pid
             crashes = [e for e in supervisor.events() if e.kind is LearnerEventKind.CRASHED]
             assert [e.exitcode for e in crashes] == [-signal.SIGKILL]
-            # Versions continue the lineage instead of restarting from the bundle's id.
+            # Nothing new is published until the server resolves the pending candidate;
+            # then versions continue the lineage instead of restarting from the bundle's id.
+            assert weights.latest_version() == still.version
+            resolve_pending(weights, promote=True)
             wait_for(lambda: weights.latest_version() != still.version, 60, "a new publication")
             latest = weights.read()
             assert latest is not None

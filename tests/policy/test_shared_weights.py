@@ -157,6 +157,29 @@ def test_degradation_level_round_trips() -> None:
         other.close()
 
 
+def test_live_and_resolved_versions_cross_processes_and_gate_the_next_publication() -> None:
+    with SharedWeights.create(ARCH) as shared:
+        learner = SharedWeights.attach(shared.name, ARCH)
+        assert (learner.live_version(), learner.resolved_version()) == (None, None)
+        assert learner.pending_version() is None
+        learner.publish(3, weight_set(3), parent=2)
+        assert shared.pending_version() == 3  # published, not yet judged
+        shared.set_live_version(2)
+        shared.set_resolved_version(3)  # rejected: live unchanged
+        assert (learner.live_version(), learner.resolved_version()) == (2, 3)
+        assert learner.pending_version() is None
+        shared.set_resolved_version(1)  # a late verdict on an older candidate changes nothing
+        assert learner.resolved_version() == 3
+        learner.publish(4, weight_set(4), parent=2)
+        assert learner.pending_version() == 4
+        shared.set_live_version(4)
+        shared.set_resolved_version(4)
+        assert (learner.live_version(), learner.pending_version()) == (4, None)
+        with pytest.raises(SharedWeightsError):
+            shared.set_live_version(-1)
+        learner.close()
+
+
 def test_mismatched_state_and_block_are_refused() -> None:
     with SharedWeights.create(ARCH) as shared:
         state = weight_set(0)

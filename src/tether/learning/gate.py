@@ -15,26 +15,36 @@ number and the threshold it was held to:
 
 Invariant: :meth:`PromotionGate.evaluate` stops at the first failing stage, so a
 candidate that fails offline is never even simulated, and never reaches the server.
+The offline stage reads the weights of ``engine.bundle``; :meth:`PromotionGate.evaluate`
+refuses an engine that serves other weights (one changed by ``swap_weights``), so the
+numbers are always those of the policy that would act.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether.learning.errors import GateInputError
 from tether.learning.publication import gaussian_kl
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.policy.networks import TwinCritic
+from tether.policy.tensors import state_sha256
 from tether.serving.comparison import not_worse
 from tether.serving.gate_records import GateStage, Measurement, StageVerdict
-from tether.serving.shadow import Supervises
 from tether.sim.config import ArmEnvConfig
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
+
+if TYPE_CHECKING:
+    # Annotation only: importing tether.serving.shadow at run time pulls in the registry,
+    # which the learner process has no use for.
+    from tether.serving.shadow import Supervises
 
 
 class OfflineStageConfig(BaseModel):
@@ -84,6 +94,11 @@ class SimulationStageConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Allowed shortfall of success rate vs live (ratio)",
+    )
+    randomization: DomainRandomization | None = Field(
+        default=None,
+        description="Dynamics the learner simulates under; None is the nominal arm "
+        "(the learner passes it to PromotionGate; ranges per knob)",
     )
 
 
@@ -251,6 +266,16 @@ def simulation_stage(
     )
 
 
+def _check_serves_bundle(role: str, engine: PolicyEngine) -> None:
+    served = engine.version.weights_sha256
+    if served != state_sha256(engine.bundle.actor_state):
+        raise GateInputError(
+            f"the {role} engine serves version {engine.version.id} (weights {served[:12]}) "
+            f"but its bundle holds other weights; the offline stage judges engine.bundle, so "
+            "build the engine from a bundle holding the served weights"
+        )
+
+
 class PromotionGate:
     """Runs the enabled learner-side stages in order and stops at the first failure."""
 
@@ -278,6 +303,8 @@ class PromotionGate:
         """Every stage's verdict up to and including the first failing one."""
         verdicts: list[StageVerdict] = []
         if self.config.offline.enabled:
+            for role, engine in (("candidate", candidate), ("live", live)):
+                _check_serves_bundle(role, engine)
             verdict = offline_stage(
                 candidate.bundle,
                 live.bundle,

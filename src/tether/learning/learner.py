@@ -6,11 +6,19 @@ it is an ordinary object so tests and benchmarks can also drive it in-process.
 Each :meth:`Learner.step` drains the transition channel into the replay buffer, runs
 as many updates as the update-to-data ratio allows (mini-batch streaming: the first
 update happens as soon as the buffer holds one mini-batch), and -- at most once per
-publication interval -- publishes a candidate: a Polyak step from the deployed actor
-toward the learner's, held inside the trust region, with a new version id whose parent
-is the deployed version. It obeys the serving side's degradation level, read from the
+publication interval -- proposes a candidate: a Polyak step from the live actor toward
+the learner's, held inside the trust region, with a new version id whose parent is the
+live version. The candidate goes through the learner-side gate stages (offline,
+simulation); its verdicts are written to the verdict directory, and only a candidate
+that passed is published. It obeys the serving side's degradation level, read from the
 shared-weights header: RESTRICTED trains but publishes nothing, PAUSED and TAKEOVER
 only keep draining (so the transition ring never overflows and no data is lost).
+
+One candidate at a time: after a publication the learner publishes nothing until the
+server has resolved that version (``SharedWeights.resolved_version``); then its anchor
+(``deployed``) becomes the weights of whatever version is live
+(``SharedWeights.live_version``) -- the candidate after a promotion, the previous live
+weights after a rejection or a rollback.
 
 Invariant: observations are normalized with the bundle's own normalizer, by the same
 function the engine uses, so the learner trains on exactly what the policy sees.
@@ -31,6 +39,7 @@ import torch
 from tether.data.channel import TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.replay.buffer import ReplayBuffer
+from tether.learning.candidates import CandidateJudge, KnownWeights
 from tether.learning.checkpoint import (
     LearnerProgress,
     find_checkpoint,
@@ -41,6 +50,7 @@ from tether.learning.evaluation import ObservationNormalizer
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.learning.sac import SAC
+from tether.learning.verdicts import GateRecord, gate_record_versions
 from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import TwinCritic
 from tether.policy.shared_weights import SharedWeights
@@ -62,7 +72,10 @@ class LearnerCounters(NamedTuple):
     checkpoints: int
     resumed_from_updates: int  # update count of the checkpoint this run resumed from (0: fresh)
     degradation_level: int
-    deployed_version: int
+    deployed_version: int  # the live version the next candidate is derived from
+    gate_passed: int  # candidates the learner-side gate passed (then published)
+    gate_rejected: int  # candidates it rejected (never published)
+    pending_version: int  # published, not yet resolved by the server (-1: none)
 
 
 N_COUNTERS = len(LearnerCounters._fields)
@@ -83,6 +96,7 @@ class Learner:
         channel: TransitionChannel,
         weights: SharedWeights,
         checkpoint_dir: Path | None = None,
+        verdict_dir: Path | None = None,
         counters: np.ndarray | None = None,
         resume: bool = False,
     ) -> None:
@@ -129,29 +143,66 @@ class Learner:
             logger.info(
                 "learner resumed from %s at update %d", checkpoint_dir, self.progress.updates
             )
-        self._adopt_published()
+        self.known = KnownWeights(bundle)
+        self.known.add(self.progress.deployed_version, self.deployed)
+        self.judge = CandidateJudge(bundle, config.gate, verdict_dir=verdict_dir)
+        self._unknown_live: int | None = None
+        self._resume_lineage(verdict_dir)
         self._set("updates", self.progress.updates)
         self._set("publications", self.progress.publications)
+        self._set("pending_version", -1)
+        self._follow_live()
         self._set("deployed_version", self.progress.deployed_version)
 
         self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
         self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
         self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
+        # The gate's offline stage normalizes raw observations itself.
+        self.recent_raw = RecentStates(config.publication.recent_states, arch.obs_dim)
         self.trust_region = TrustRegion(self.sac.actor, config.publication)
         self._budget = 0.0
         self._min_interval_s = config.effective_min_interval_s()
         self._last_publish = time.monotonic()
         self._last_checkpoint = time.monotonic()
 
-    def _adopt_published(self) -> None:
-        # Publications after the last checkpoint are live on the server: continue the
-        # lineage from them, never reuse their version ids.
+    def _resume_lineage(self, verdict_dir: Path | None) -> None:
+        # Never reuse a version id: not one published after the last checkpoint (still in
+        # shared memory), nor one the gate rejected (its verdict file is on disk).
+        p = self.progress
+        next_version = p.next_version
         snapshot = self.weights.read()
-        if snapshot is not None and snapshot.version >= self.progress.next_version:
-            self.deployed = {k: v.clone() for k, v in snapshot.state.items()}
-            self.progress = replace(
-                self.progress, deployed_version=snapshot.version, next_version=snapshot.version + 1
-            )
+        if snapshot is not None:
+            self.known.add(snapshot.version, {k: v.clone() for k, v in snapshot.state.items()})
+            next_version = max(next_version, snapshot.version + 1)
+        if verdict_dir is not None:
+            judged = gate_record_versions(verdict_dir)
+            if judged:
+                next_version = max(next_version, judged[-1] + 1)
+        self.progress = replace(p, next_version=next_version)
+
+    def _follow_live(self) -> None:
+        """Anchor on the live weights once the pending candidate (if any) is resolved."""
+        pending = self.weights.pending_version()
+        self._set("pending_version", -1 if pending is None else pending)
+        live = self.weights.live_version()
+        if pending is not None or live is None or live == self.progress.deployed_version:
+            return
+        state = self.known.get(live)
+        if state is None:
+            # Live weights the learner never held (an operator's bundle): keep the old
+            # anchor rather than guess; the server's gate still judges every candidate.
+            if self._unknown_live != live:
+                self._unknown_live = live
+                logger.warning(
+                    "version %d is live but the learner does not hold its weights; candidates "
+                    "stay derived from version %d",
+                    live,
+                    self.progress.deployed_version,
+                )
+            return
+        self.deployed = state
+        self.progress = replace(self.progress, deployed_version=live)
+        self._set("deployed_version", live)
 
     # --- counters ---------------------------------------------------------------------
 
@@ -176,6 +227,7 @@ class Learner:
         normalized = TransitionArrays(**columns)
         self.replay.extend(normalized)
         self.recent.extend(normalized.observations)
+        self.recent_raw.extend(rows.observations)
         self._add("transitions", len(rows))
         if self.config.updates_per_transition is not None:
             self._budget += len(rows) * self.config.updates_per_transition
@@ -184,6 +236,7 @@ class Learner:
         """Drain, update, maybe publish and checkpoint; returns the number of updates run."""
         level = DegradationLevel(self.weights.degradation_level())
         self._set("degradation_level", int(level))
+        self._follow_live()
         can_update = (
             level < DegradationLevel.PAUSED and len(self.replay) >= self.config.sac.batch_size
         )
@@ -207,6 +260,8 @@ class Learner:
         return n
 
     def _maybe_publish(self, level: DegradationLevel) -> None:
+        if self.weights.pending_version() is not None:
+            return  # one candidate at a time: wait for the server's verdict
         now = time.monotonic()
         if now - self._last_publish < self._min_interval_s:
             return
@@ -228,29 +283,39 @@ class Learner:
             )
             return
         self._add("accepted" if decision.outcome is PublishOutcome.ACCEPTED else "shrunk")
-        self.publish(candidate)
+        self.propose(candidate)
 
-    def publish(self, candidate: dict[str, torch.Tensor]) -> int:
-        """Publish ``candidate`` as the next version (parent: the deployed one); returns its id."""
+    def propose(self, candidate: dict[str, torch.Tensor]) -> GateRecord:
+        """Judge ``candidate`` as the next version against the live weights; publish it if
+        it passes. The version id is used either way (its verdict file names it)."""
         p = self.progress
         version = p.next_version
+        record = self.judge.judge(
+            version,
+            candidate,
+            live_version=p.deployed_version,
+            live=self.deployed,
+            observations=self.recent_raw.states(),
+            critic=self.sac.critic,
+        )
+        self.progress = replace(p, updates=self.sac.updates, next_version=version + 1)
+        if not record.passed:
+            self._add("gate_rejected")
+            failed = record.verdicts[-1].describe() if record.verdicts else "no stage"
+            logger.info("candidate %d rejected by the learner-side gate: %s", version, failed)
+            return record
+        self._add("gate_passed")
+        self.known.add(version, candidate)
         self.weights.publish(
             version,
             candidate,
             parent=p.deployed_version,
             promote_directly=self.config.publication.promote_directly,
         )
-        self.deployed = candidate
-        self.progress = replace(
-            p,
-            updates=self.sac.updates,
-            next_version=version + 1,
-            deployed_version=version,
-            publications=p.publications + 1,
-        )
+        self.progress = replace(self.progress, publications=p.publications + 1)
         self._set("publications", self.progress.publications)
-        self._set("deployed_version", version)
-        return version
+        self._set("pending_version", version)
+        return record
 
     def _maybe_checkpoint(self, *, force: bool = False) -> None:
         if self.checkpoint_dir is None:

@@ -1,4 +1,4 @@
-"""Configuration of the learner process: algorithm, publication, pacing, placement, recovery."""
+"""Configuration of the learner process: algorithm, publication, gate, pacing, placement, recovery."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
 from tether.learning.config import SACConfig
+from tether.learning.gate import GateConfig
 from tether.learning.publication import PublicationConfig
 
 
@@ -18,6 +19,10 @@ class LearnerConfig(BaseModel):
     publication: PublicationConfig = Field(
         default_factory=PublicationConfig,
         description="Polyak step, trust region and pacing of publications",
+    )
+    gate: GateConfig = Field(
+        default_factory=GateConfig,
+        description="Learner-side promotion-gate stages every candidate passes before it is published",
     )
     replay: ReplayBufferConfig = Field(
         default_factory=ReplayBufferConfig,

@@ -51,6 +51,7 @@ class LearnerLaunch:
     bundle_path: str
     weights_name: str
     checkpoint_dir: str | None
+    verdict_dir: str | None
     resume: bool
     cores: tuple[int, ...]
     torch_threads: int
@@ -86,6 +87,7 @@ def learner_main(
         channel=channel,
         weights=weights,
         checkpoint_dir=None if launch.checkpoint_dir is None else Path(launch.checkpoint_dir),
+        verdict_dir=None if launch.verdict_dir is None else Path(launch.verdict_dir),
         counters=np.frombuffer(counters, dtype=np.int64),
         resume=launch.resume,
     )
@@ -120,6 +122,7 @@ class LearnerSupervisor:
         weights: SharedWeights,
         channel: TransitionChannel,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        verdict_dir: str | os.PathLike[str] | None = None,
         on_event: Callable[[LearnerEvent], None] | None = None,
     ) -> None:
         self.config = config
@@ -127,6 +130,8 @@ class LearnerSupervisor:
         self._weights = weights
         self._channel = channel
         self._checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
+        # Where the learner writes <version>.json gate verdicts (see tether.learning.verdicts).
+        self.verdict_dir = None if verdict_dir is None else Path(verdict_dir)
         self._on_event = on_event
         # Decided here, in the parent, from the cores it may use now: a child inherits the
         # parent's affinity, which the runtime may narrow to the serving cores later.
@@ -188,6 +193,7 @@ class LearnerSupervisor:
             bundle_path=self._bundle_path,
             weights_name=self._weights.name,
             checkpoint_dir=self._checkpoint_dir,
+            verdict_dir=None if self.verdict_dir is None else str(self.verdict_dir),
             resume=resume,
             cores=self.cores,
             torch_threads=self.torch_threads,

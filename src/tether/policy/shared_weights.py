@@ -15,8 +15,11 @@ publication, tagged with that publication's version. This relies on the ordering
 plain stores and loads between separate numpy calls, which x86-64 (TSO) guarantees;
 each numpy call is an opaque C call, so the compiler cannot reorder across it either.
 
-The header also carries the serving side's degradation level, written by the server
-and read by the learner (RESTRICTED: train, do not publish; PAUSED/TAKEOVER: stop).
+The header also carries three words the server writes and the learner reads: the
+degradation level (RESTRICTED: train, do not publish; PAUSED/TAKEOVER: stop), the
+version live now, and the newest candidate version the server has finished judging
+(promoted or rejected). The learner publishes one candidate at a time: nothing more
+until that candidate's version is resolved, and then it builds on whatever is live.
 
 Processes started with the ``spawn`` context share the creator's resource tracker, so
 attaching does not make a child unlink the block when it exits; only the creator
@@ -42,6 +45,7 @@ from tether.policy.tensors import state_sha256
 _MAGIC = 0x7E7E_5EED_0001
 # Header fields (int64 indices).
 _H_MAGIC, _H_PUBLISHED, _H_DEGRADATION, _H_COUNT, _H_PARAMS = 0, 1, 2, 3, 4
+_H_LIVE, _H_RESOLVED = 5, 6  # -1: not written yet
 _SLOT_FIELDS = 5  # seq, version, parent, published_ns, flags
 _H_SLOTS = 8
 _HEADER_INTS = _H_SLOTS + 2 * _SLOT_FIELDS
@@ -100,6 +104,8 @@ class SharedWeights:
         if owner:
             self._header[:] = 0
             self._header[_H_PUBLISHED] = -1
+            self._header[_H_LIVE] = -1
+            self._header[_H_RESOLVED] = -1
             self._header[_H_PARAMS] = self._n_params
             self._header[_H_MAGIC] = _MAGIC
         elif self._header[_H_MAGIC] != _MAGIC or self._header[_H_PARAMS] != self._n_params:
@@ -254,6 +260,43 @@ class SharedWeights:
 
     def degradation_level(self) -> int:
         return int(self._header[_H_DEGRADATION])
+
+    # --- live and resolved versions (server writes, learner reads) -----------------------
+
+    def set_live_version(self, version: int) -> None:
+        """Record the version the server serves as live now (after every promotion/rollback)."""
+        if version < 0:
+            raise SharedWeightsError(f"live version must be >= 0, got {version}")
+        self._header[_H_LIVE] = int(version)
+
+    def live_version(self) -> int | None:
+        """The version the server last declared live (None before it wrote one)."""
+        v = int(self._header[_H_LIVE])
+        return None if v < 0 else v
+
+    def set_resolved_version(self, version: int) -> None:
+        """Record that the server finished judging candidate ``version`` (promoted or rejected).
+
+        Monotonic: an older version than the one recorded is ignored, so a late verdict
+        on a superseded candidate cannot make the learner wait again.
+        """
+        if version < 0:
+            raise SharedWeightsError(f"resolved version must be >= 0, got {version}")
+        if version > int(self._header[_H_RESOLVED]):
+            self._header[_H_RESOLVED] = int(version)
+
+    def resolved_version(self) -> int | None:
+        """The newest candidate version the server has resolved (None before the first)."""
+        v = int(self._header[_H_RESOLVED])
+        return None if v < 0 else v
+
+    def pending_version(self) -> int | None:
+        """The published version the server has not resolved yet, or None."""
+        latest = self.latest_version()
+        if latest is None:
+            return None
+        resolved = self.resolved_version()
+        return latest if resolved is None or resolved < latest else None
 
     def close(self) -> None:
         """Detach; the creator also unlinks the block. Snapshots already read stay valid."""
