@@ -289,7 +289,9 @@ class Learner:
         """Judge ``candidate`` as the next version against the live weights; publish it if
         it passes. The version id is used either way (its verdict file names it)."""
         p = self.progress
-        version = p.next_version
+        # Above the live id too: an operator's bundle may have taken ids the learner never saw.
+        live = self.weights.live_version()
+        version = max(p.next_version, -1 if live is None else live + 1)
         record = self.judge.judge(
             version,
             candidate,
