@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
@@ -11,19 +12,23 @@ from rich.markup import escape
 
 from tether.errors import TetherError
 from tether.serving.config import ServerConfig
-from tether.serving.launch import serve_blocking
 from tether.serving.server import PolicyServer
+from tether.serving.versions import VersionsConfig
+from tether.serving.versions_launch import serve_versions
 
 _FIELDS = ServerConfig.model_fields
+_VERSIONS = VersionsConfig.model_fields
 
 
-def _announce(server: PolicyServer) -> None:
+def _announce(server: PolicyServer, admin_port: int | None) -> None:
     engine = server.models.live_engine()
     version = "none" if engine is None else f"{engine.version.id} ({engine.version.name})"
     metrics = "off" if server.metrics_port is None else f"port {server.metrics_port}"
+    admin = "off" if admin_port is None else f"port {admin_port}"
     # One line, flushed: scripts and tests read the bound port from it when --port 0.
     print(
-        f"tether serve: listening on {server.address}, policy version {version}, metrics {metrics}",
+        f"tether serve: listening on {server.address}, policy version {version}, "
+        f"metrics {metrics}, admin {admin}",
         flush=True,
     )
 
@@ -43,15 +48,31 @@ def serve(
     config: Annotated[
         Path | None, typer.Option(help="YAML file of ServerConfig fields (see docs/protocol.md)")
     ] = None,
+    model_dir: Annotated[
+        Path | None, typer.Option(help=str(_VERSIONS["model_dir"].description))
+    ] = None,
+    admin_tokens: Annotated[
+        Path | None, typer.Option(help=str(_VERSIONS["admin_tokens_file"].description))
+    ] = None,
+    admin_port: Annotated[
+        int, typer.Option(help=str(_VERSIONS["admin_port"].description))
+    ] = VersionsConfig().admin_port,
 ) -> None:
-    """Serve BUNDLE over gRPC (PolicyService, health, reflection) with Prometheus metrics."""
+    """Serve BUNDLE over gRPC (PolicyService, health, reflection) with Prometheus metrics.
+
+    Versions live in a registry: SIGHUP re-reads --model-dir, and with --admin-tokens an
+    AdminService on --admin-port lists, loads, splits, promotes, rolls back and resumes.
+    """
     try:
         cfg = ServerConfig.from_yaml(config) if config is not None else ServerConfig()
         overrides = {"port": port, "metrics_port": metrics_port, "host": host}
         chosen = {k: v for k, v in overrides.items() if v is not None}
         if chosen:
             cfg = ServerConfig.model_validate({**cfg.model_dump(), **chosen})
-        serve_blocking(bundle, cfg, announce=_announce)
+        versions = VersionsConfig(
+            model_dir=model_dir, admin_tokens_file=admin_tokens, admin_port=admin_port
+        )
+        asyncio.run(serve_versions(bundle, cfg, versions, announce=_announce))
     except (TetherError, ValueError) as exc:
         Console(stderr=True).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True

@@ -234,8 +234,16 @@ class RunSystem:
             limits=self.limits,
             record_step=self._recorder.record,
             end_session=self._recorder.end_session,
+            models=self._versions,
+            router=self._versions,
+            on_batch=self._shadow_feed,
         )
-        self._versions.drive(self._server.models)
+        self._versions.drive(self._server.models)  # health and Describe follow the live version
+
+    def _shadow_feed(
+        self, engine: Any, obs: np.ndarray, actions: np.ndarray, previous: np.ndarray | None
+    ) -> None:
+        self._versions.on_batch(engine.version.id, obs, actions, previous)
 
     def _server_config(self) -> ServerConfig:
         """The configured server; with ``fast`` the per-robot rate limit is off, because

@@ -20,6 +20,7 @@ from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
 from tether.safety.limits import SafetyLimits
+from tether.safety.presets import default_limits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.holder import EngineLike, ModelSource, VersionRouter
@@ -66,7 +67,7 @@ def build_server(
         {"max_batch_size": config.batcher.max_batch_size}
     )
     engine = PolicyEngine(bundle, engine_cfg)
-    limits = limits or SafetyLimits.from_spec(spec)
+    limits = limits or default_limits(spec)
     if degradation is None:
         degradation = DegradationMachine(limits=limits)
     return PolicyServer(

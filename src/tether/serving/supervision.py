@@ -23,6 +23,7 @@ from tether.safety.degradation_config import DegradationConfig
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, EventKind
 from tether.safety.limits import SafetyLimits
+from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
 from tether.safety.verdict import SafetyVerdict
 from tether.spec import RobotSpec
@@ -97,7 +98,7 @@ class SupervisorFactory:
         kinematics: Kinematics | None = None,
         degradation: DegradationMachine | None = None,
     ) -> None:
-        self.limits = limits or SafetyLimits.from_spec(spec)
+        self.limits = limits or default_limits(spec)
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         self.degradation = degradation
 

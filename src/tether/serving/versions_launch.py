@@ -18,7 +18,7 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
-from tether.safety.limits import SafetyLimits
+from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
 from tether.serving.admin import start_admin_server
 from tether.serving.admin_auth import AdminAuth
@@ -47,7 +47,7 @@ async def serve_versions(
     first = load_bundle(bundle_path)
     spec = robot_spec_of(first)
     engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
-    limits = SafetyLimits.from_spec(spec)
+    limits = default_limits(spec)
     degradation = DegradationMachine(limits=limits)
 
     def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
@@ -67,6 +67,7 @@ async def serve_versions(
         degradation=degradation,
         limits=limits,
         models=versions,
+        router=versions,
         on_batch=lambda e, obs, proposed, prev: versions.on_batch(
             e.version.id, obs, proposed, prev
         ),

@@ -24,11 +24,11 @@ BackupPolicy = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 
 def safety_backup(spec: RobotSpec) -> BackupPolicy:
     """The supervisor's backup action for ``spec`` (hold against gravity, within limits)."""
-    from tether.safety.limits import SafetyLimits
+    from tether.safety.presets import default_limits
     from tether.safety.supervisor import Supervisor
     from tether.serving.supervision import kinematics_for
 
-    supervisor = Supervisor(SafetyLimits.from_spec(spec), kinematics=kinematics_for(spec))
+    supervisor = Supervisor(default_limits(spec), kinematics=kinematics_for(spec))
 
     def backup(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
         action, _ = supervisor.backup_action(observation, previous)
