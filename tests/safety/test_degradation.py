@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -224,3 +225,53 @@ def test_inconsistent_thresholds_are_refused() -> None:
         LevelThresholds(per_check={"OBSTACLES": 1})
     with pytest.raises(ValidationError, match="resume_level"):
         DegradationConfig(resume_level=L.TAKEOVER)
+
+
+def _fleet_stream(
+    machine: DegradationMachine, clock: Clock, seconds: float, rates: dict[SafetyCheck, float]
+) -> set[DegradationLevel]:
+    """Two robots at 50 Hz for ``seconds``; each step is corrected by each check at its
+    rate (drawn independently); the levels seen."""
+    rng = np.random.default_rng(0)
+    seen = {machine.level}
+    for _ in range(int(seconds * 50)):
+        clock.now += 0.02
+        for _robot in range(2):
+            checks = SafetyCheck.NONE
+            for check, rate in rates.items():
+                if rng.random() < rate:
+                    checks |= check
+            if checks:
+                machine.observe(SafetyVerdict(ActionSource.CLIPPED, checks, 0.1, (0,)))
+            seen.add(machine.level)
+    return seen
+
+
+# The shipped pretrained policy under the arm preset, at its worst measured rates.
+LEARNING = {SafetyCheck.VELOCITY: 0.77, SafetyCheck.OBSTACLE: 0.011, SafetyCheck.WORKSPACE: 0.05}
+
+
+def test_default_thresholds_let_a_learning_policy_on_two_robots_stay_normal() -> None:
+    clock = Clock()
+    machine = DegradationMachine(clock=clock)
+    assert _fleet_stream(machine, clock, 60.0, LEARNING) == {L.NORMAL}
+    # The old defaults (20 interventions in 10 s) restricted it within half a second.
+    old = DegradationConfig(restricted=LevelThresholds(intervention=20))
+    machine = DegradationMachine(old, clock=clock)
+    assert L.RESTRICTED in _fleet_stream(machine, clock, 0.5, LEARNING)
+
+
+@pytest.mark.parametrize(
+    ("rates", "level"),
+    [
+        ({SafetyCheck.VELOCITY: 1.0}, L.RESTRICTED),  # every action of both robots corrected
+        ({SafetyCheck.OBSTACLE: 0.1}, L.RESTRICTED),  # stopped short of the obstacle often
+        ({SafetyCheck.OBSTACLE: 0.3}, L.PAUSED),
+    ],
+)
+def test_default_thresholds_degrade_on_clearly_abnormal_rates(
+    rates: dict[SafetyCheck, float], level: DegradationLevel
+) -> None:
+    clock = Clock()
+    machine = DegradationMachine(clock=clock)
+    assert level in _fleet_stream(machine, clock, 10.0, rates)

@@ -74,31 +74,37 @@ class DegradationConfig(BaseModel):
         default=DegradationLevel.PAUSED,
         description="Level an operator's resume leaves TAKEOVER for (level)",
     )
+    # Defaults are counts in one window shared by every robot of a server, sized for
+    # `tether run`'s two robots at 50 Hz: 1,000 control steps per 10 s window (one robot:
+    # 500; more robots reach each count sooner, the safe direction). Each one is a rate
+    # that is clearly abnormal for a policy that is still learning, measured against the
+    # shipped pretrained policy on the built-in arm (docs/safety.md, "Default thresholds").
     restricted: LevelThresholds = Field(
         default_factory=lambda: LevelThresholds(
-            intervention=20,
-            backup_action=3,
+            intervention=950,
+            backup_action=25,
             nan_output=1,
-            watchdog_miss=3,
+            watchdog_miss=10,
             robot_fault=1,
             gate_rejection=1,
+            per_check={"OBSTACLE": 50, "WORKSPACE": 200},
         ),
         description="Counts that enter RESTRICTED (count)",
     )
     paused: LevelThresholds = Field(
         default_factory=lambda: LevelThresholds(
-            intervention=100,
-            backup_action=10,
+            backup_action=100,
             nan_output=5,
-            watchdog_miss=10,
+            watchdog_miss=50,
             robot_fault=3,
             gate_rejection=3,
+            per_check={"OBSTACLE": 200},
         ),
         description="Counts that enter PAUSED (count)",
     )
     takeover: LevelThresholds = Field(
         default_factory=lambda: LevelThresholds(
-            backup_action=50, nan_output=20, watchdog_miss=30, robot_fault=5
+            backup_action=250, nan_output=20, watchdog_miss=150, robot_fault=5
         ),
         description="Counts that enter TAKEOVER (count)",
     )
