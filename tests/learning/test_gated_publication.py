@@ -241,3 +241,20 @@ def test_a_restart_neither_reuses_ids_nor_publishes_while_a_candidate_is_pending
         assert gate_record_versions(rig.verdicts) == (rejected, published, lost, nxt)
     finally:
         rig.close()
+
+
+def test_a_live_version_the_learner_never_held_keeps_the_anchor_and_raises_the_next_id(
+    small_bundle: PolicyBundle, tmp_path: Path, traffic: Traffic
+) -> None:
+    rig = Rig(small_bundle, tmp_path, traffic)
+    base = small_bundle.version.id
+    try:
+        rig.weights.set_live_version(40)  # an operator's bundle, loaded on the server only
+        version = rig.publish_one()
+        snap = rig.weights.read()
+        assert snap is not None
+        assert version == 41  # above the live id: the registry would refuse a stale one
+        assert snap.parent == base  # derived from the weights the learner actually holds
+        assert same(rig.learner.deployed, small_bundle.actor_state)
+    finally:
+        rig.close()
