@@ -63,11 +63,14 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.levels import DegradationTransition
 from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
+from tether.serving.admin import start_admin_server
+from tether.serving.admin_auth import AdminAuth
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.promotion import GateOutcome
 from tether.serving.registry import LiveChange, VersionSource
 from tether.serving.rollback import RollbackEvent
+from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
 from tether.serving.supervision import kinematics_for
 from tether.serving.versions import PolicyVersions
@@ -385,62 +388,86 @@ class RunSystem:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
-        await self._server.start()
-        self._live_since = self.t_s()
-        self._learner.start()
-        intake = threading.Thread(
-            target=self._intake_candidates, name="candidate-intake", daemon=True
-        )
-        intake.start()
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         robot_stop = ctx.Event()
-        plans = self._robot_plans(self._server.address)
-        start = StartSignal(ctx, len(plans))
-        robots = [
-            ctx.Process(
-                target=run_robot,
-                args=(plan, queue, robot_stop, start),
-                name=plan.robot_id,
-                daemon=True,
-            )
-            for plan in plans
-        ]
-        for p in robots:
-            p.start()
-        # The run's clock starts when every robot has connected and opened its session,
-        # so a slow start (process spawn, imports) does not eat into the drift schedule.
-        while not start.all_ready() and not self._stop.is_set():
-            if not all(p.is_alive() for p in robots):
-                raise RuntimeError("a robot process exited before its session opened")
-            await asyncio.sleep(_TICK_S)
-        self._t0 = time.monotonic()
-        self._live_since = 0.0
-        start.go(self._t0)
-        self.event(
-            "start",
-            f"serving {self.bundle_path} on {self._server.address} to {len(robots)} robots",
-            version=self._initial,
+        robots: list[Any] = []
+        self._admin: Any = None
+        intake = threading.Thread(
+            target=self._intake_candidates, name="candidate-intake", daemon=True
         )
-        mode = self.config.dashboard
-        dash_cfg = DashboardConfig(plain=(mode == "plain"))
-        last_snapshot = 0.0
         try:
-            with Dashboard(dash_cfg) if mode != "off" else _NoDashboard() as dash:
-                while not self._stop.is_set():
-                    await asyncio.sleep(_TICK_S)
-                    self._drain(queue)
-                    if self.t_s() >= self.config.duration_s and not any(
-                        p.is_alive() for p in robots
-                    ):
-                        break
-                    if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
-                        last_snapshot = self.t_s()
-                        snap = self.snapshot()
-                        self._snapshots.append(snap)
-                        dash.update(snap, tuple(self._recent_events))
+            # Whatever fails part-way, the finally below stops what had started.
+            await self._server.start()
+            await self._start_admin()
+            self._learner.start()
+            intake.start()
+            plans = self._robot_plans(self._server.address)
+            start = StartSignal(ctx, len(plans))
+            robots = [
+                ctx.Process(
+                    target=run_robot,
+                    args=(plan, queue, robot_stop, start),
+                    name=plan.robot_id,
+                    daemon=True,
+                )
+                for plan in plans
+            ]
+            for p in robots:
+                p.start()
+            # The run's clock starts when every robot has connected and opened its
+            # session, so a slow start (spawn, imports) does not eat into the drift.
+            while not start.all_ready() and not self._stop.is_set():
+                if not all(p.is_alive() for p in robots):
+                    raise RuntimeError("a robot process exited before its session opened")
+                await asyncio.sleep(_TICK_S)
+            self._t0 = time.monotonic()
+            self._live_since = 0.0
+            start.go(self._t0)
+            self.event(
+                "start",
+                f"serving {self.bundle_path} on {self._server.address} to {len(robots)} robots",
+                version=self._initial,
+            )
+            await self._watch(robots, queue)
         finally:
             await self._shutdown(robots, robot_stop, queue, intake)
+
+    async def _start_admin(self) -> None:
+        vcfg = self.config.versions
+        if vcfg.admin_tokens_file is None:
+            return
+        # Operators reach this run like a `tether serve`: list, promote, roll back, and
+        # resume from TAKEOVER (the only way out of it).
+        auth = AdminAuth.from_file(vcfg.admin_tokens_file)
+        servicer = self._versions.admin_servicer(auth)
+        if servicer is not None:
+            self._admin, port = await start_admin_server(
+                servicer,
+                auth,
+                host=vcfg.admin_host,
+                port=vcfg.admin_port,
+                credentials=server_credentials(self.config.server.security),
+            )
+            log.warning("AdminService on %s:%d", vcfg.admin_host, port)
+
+    async def _watch(self, robots: list[Any], queue: Any) -> None:
+        """Until the duration is over (and every robot done) or a stop request."""
+        mode = self.config.dashboard
+        last_snapshot = 0.0
+        dashboard = Dashboard(DashboardConfig(plain=(mode == "plain")))
+        with dashboard if mode != "off" else _NoDashboard() as dash:
+            while not self._stop.is_set():
+                await asyncio.sleep(_TICK_S)
+                self._drain(queue)
+                over = self.t_s() >= self.config.duration_s
+                if over and not any(p.is_alive() for p in robots):
+                    break
+                if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
+                    last_snapshot = self.t_s()
+                    snap = self.snapshot()
+                    self._snapshots.append(snap)
+                    dash.update(snap, tuple(self._recent_events))
 
     async def _shutdown(
         self, robots: list[Any], robot_stop: Any, queue: Any, intake: threading.Thread
@@ -456,8 +483,11 @@ class RunSystem:
             p.join(timeout=5.0)
         self._drain(queue)
         self._stop.set()
-        intake.join(timeout=5.0)
+        if intake.is_alive():
+            intake.join(timeout=5.0)
         self._snapshots.append(self.snapshot())
+        if self._admin is not None:
+            await self._admin.stop(self.config.server.grace_s)
         await self._server.stop()
         self._recorder.close()
         self._log.close()
