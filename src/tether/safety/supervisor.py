@@ -45,7 +45,7 @@ from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.safety.reach import SLACK_M, ClearanceAnchor, joint_reach
-from tether.safety.sweep import path_samples
+from tether.safety.sweep import path_count, path_pose
 from tether.safety.verdict import (
     PASSED,
     REPLACING_CHECKS,
@@ -364,16 +364,10 @@ class Supervisor:
         )
         if not (workspace or obstacles):
             return u32, 0
-        cfg = self.config
-        samples = [
-            x
-            for end in ends
-            for x in path_samples(q, end, self._reach, cfg.sweep_spacing_m, cfg.sweep_max_samples)
-        ]
         checks = 0
-        if workspace and self._path_breaches(samples, q, self._workspace_clearance, ws_anchor):
+        if workspace and self._paths_breach(ends, q, self._workspace_clearance, ws_anchor):
             checks |= _WORKSPACE
-        if obstacles and self._path_breaches(samples, q, self._obstacle_clearance, obstacle_anchor):
+        if obstacles and self._paths_breach(ends, q, self._obstacle_clearance, obstacle_anchor):
             checks |= _OBSTACLE
         if not checks:
             return u32, checks
@@ -391,39 +385,48 @@ class Supervisor:
         assert kin is not None
         return self._clearance.obstacles(*_spheres(kin, np.array(q)))
 
-    def _path_breaches(
+    def _paths_breach(
         self,
-        samples: list[list[float]],
+        ends: list[list[float]],
         q: list[float],
         measure: Callable[[Sequence[float]], float],
         anchor: ClearanceAnchor | None,
     ) -> bool:
-        """Whether some pose on the path breaches the margin and is no better than now.
+        """Whether some sample on a path to ``ends`` breaches the margin and is no better
+        than now (``tether.safety.sweep``).
 
         Motion that increases clearance stays allowed, so an arm inside a margin can
-        leave it. A sample the reach bound proves clear of the last one evaluated cannot
-        breach and is skipped; the last pose evaluated becomes the anchor.
+        leave it. Samples are evenly spaced along a straight path, so the reach bound
+        between sample ``m`` and sample ``k`` is ``(k − m)·length/count``: every sample
+        that bound proves clear of the last one evaluated cannot breach and is jumped
+        over without being built. The last pose evaluated becomes the anchor.
         """
+        cfg = self.config
         reach = self._reach
+        now: float | None = None
         last: list[float] | None = None
         last_clearance = 0.0
-        now: float | None = None
         breached = False
-        for x in samples:
-            if reach is not None and last is not None:
-                moved = 0.0
-                for r, a, c in zip(reach, x, last, strict=True):
-                    moved += r * abs(a - c)
-                if moved + SLACK_M < last_clearance:
-                    continue
-            ahead = measure(x)
-            last, last_clearance = x, ahead
-            if ahead < 0:
-                if now is None:
-                    now = measure(q)
-                if ahead <= now:
-                    breached = True
-                    break
+        for end in ends:
+            count, length = path_count(q, end, reach, cfg.sweep_spacing_m, cfg.sweep_max_samples)
+            step = length / count
+            k = 1
+            while k <= count:
+                x = path_pose(q, end, k, count)
+                ahead = measure(x)
+                last, last_clearance = x, ahead
+                if ahead < 0:
+                    if now is None:
+                        now = measure(q)
+                    if ahead <= now:
+                        breached = True
+                        break
+                k += 1
+                if reach is not None and step > 0.0 and ahead > SLACK_M:
+                    # Samples k' with (k' - k_evaluated)·step + SLACK < clearance are clear.
+                    k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
+            if breached:
+                break
         if anchor is not None and last is not None:
             anchor.update(last, last_clearance)
         return breached

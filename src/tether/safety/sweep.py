@@ -29,17 +29,17 @@ from collections.abc import Sequence
 UNKNOWN_REACH_M_PER_RAD = 1.0
 
 
-def path_samples(
+def path_count(
     start: Sequence[float],
     end: Sequence[float],
     reach: Sequence[float] | None,
     spacing_m: float,
     max_samples: int,
-) -> list[list[float]]:
-    """Poses at fractions ``k/N`` (k = 1..N) of the path from ``start`` to ``end``.
+) -> tuple[int, float]:
+    """How many samples the path gets, and its length by the reach bound (m).
 
-    ``N`` is the smallest count that keeps consecutive samples ``spacing_m`` apart by the
-    reach bound, at least 1 (the end pose) and at most ``max_samples``.
+    The count is the smallest that keeps consecutive samples ``spacing_m`` apart, at
+    least 1 (the end pose) and at most ``max_samples``.
     """
     length = 0.0
     if reach is None:
@@ -49,10 +49,25 @@ def path_samples(
         for r, a, b in zip(reach, start, end, strict=True):
             length += r * abs(b - a)
     count = math.ceil(length / spacing_m) if length > spacing_m else 1
-    count = count if count < max_samples else max_samples
-    samples = []
-    for k in range(1, count):
-        f = k / count
-        samples.append([a + f * (b - a) for a, b in zip(start, end, strict=True)])
-    samples.append(list(end))
-    return samples
+    return (count if count < max_samples else max_samples), length
+
+
+def path_pose(start: Sequence[float], end: Sequence[float], k: int, count: int) -> list[float]:
+    """Sample ``k`` (1..count) of the path: the pose at fraction ``k/count``; the last one
+    is ``end`` itself."""
+    if k == count:
+        return list(end)
+    f = k / count
+    return [a + f * (b - a) for a, b in zip(start, end, strict=True)]
+
+
+def path_samples(
+    start: Sequence[float],
+    end: Sequence[float],
+    reach: Sequence[float] | None,
+    spacing_m: float,
+    max_samples: int,
+) -> list[list[float]]:
+    """Every sample of the path from ``start`` to ``end`` (``start`` excluded), in order."""
+    count, _ = path_count(start, end, reach, spacing_m, max_samples)
+    return [path_pose(start, end, k, count) for k in range(1, count + 1)]
