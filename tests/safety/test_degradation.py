@@ -247,8 +247,10 @@ def _fleet_stream(
     return seen
 
 
-# The shipped pretrained policy under the arm preset, at its worst measured rates.
-LEARNING = {SafetyCheck.VELOCITY: 0.77, SafetyCheck.OBSTACLE: 0.011, SafetyCheck.WORKSPACE: 0.05}
+# The shipped pretrained policy under the arm preset, at its worst measured rates (20
+# episodes on the nominal arm; the obstacle stops come from the episodes whose target
+# lies past the obstacle, where the policy pushes toward it on most steps).
+LEARNING = {SafetyCheck.VELOCITY: 0.77, SafetyCheck.OBSTACLE: 0.13, SafetyCheck.WORKSPACE: 0.08}
 
 
 def test_default_thresholds_let_a_learning_policy_on_two_robots_stay_normal() -> None:
@@ -265,8 +267,9 @@ def test_default_thresholds_let_a_learning_policy_on_two_robots_stay_normal() ->
     ("rates", "level"),
     [
         ({SafetyCheck.VELOCITY: 1.0}, L.RESTRICTED),  # every action of both robots corrected
-        ({SafetyCheck.OBSTACLE: 0.1}, L.RESTRICTED),  # stopped short of the obstacle often
-        ({SafetyCheck.OBSTACLE: 0.3}, L.PAUSED),
+        # Both robots stopped short of the obstacle on most steps, or on nearly all.
+        ({SafetyCheck.OBSTACLE: 0.7}, L.RESTRICTED),
+        ({SafetyCheck.OBSTACLE: 0.95}, L.PAUSED),
     ],
 )
 def test_default_thresholds_degrade_on_clearly_abnormal_rates(

@@ -87,7 +87,7 @@ class DegradationConfig(BaseModel):
             watchdog_miss=10,
             robot_fault=1,
             gate_rejection=1,
-            per_check={"OBSTACLE": 50, "WORKSPACE": 200},
+            per_check={"OBSTACLE": 600, "WORKSPACE": 600},
         ),
         description="Counts that enter RESTRICTED (count)",
     )
@@ -98,7 +98,7 @@ class DegradationConfig(BaseModel):
             watchdog_miss=50,
             robot_fault=3,
             gate_rejection=3,
-            per_check={"OBSTACLE": 200},
+            per_check={"OBSTACLE": 900},
         ),
         description="Counts that enter PAUSED (count)",
     )
