@@ -56,6 +56,10 @@ def pretrain_command(
     ] = _D.stop_success_rate or 1.01,
     seed: Annotated[int, typer.Option(help=_help("seed"))] = _D.seed,
     init_from: Annotated[Path | None, typer.Option(help=_help("init_from"))] = None,
+    supervised: Annotated[bool, typer.Option(help=_help("supervised"))] = _D.supervised,
+    intervention_penalty: Annotated[
+        float, typer.Option(help=_help("intervention_penalty"))
+    ] = _D.intervention_penalty,
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
@@ -80,6 +84,8 @@ def pretrain_command(
             stop_success_rate=None if stop_success_rate > 1 else stop_success_rate,
             seed=seed,
             init_from=init_from,
+            supervised=supervised,
+            intervention_penalty=intervention_penalty,
         )
     except ValueError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

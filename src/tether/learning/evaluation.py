@@ -16,6 +16,7 @@ import torch
 from tether.policy.manifest import Normalizer
 from tether.policy.networks import Actor
 from tether.policy.transforms import normalize_observation
+from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv
 
 
@@ -49,18 +50,27 @@ def evaluate_actor(
     episodes: int,
     *,
     seed: int = 10_000,
+    supervisor: Supervisor | None = None,
 ) -> EvaluationResult:
-    """Deterministic episodes (``tanh(mu)``) of ``actor`` in ``env``; seeds ``seed``, ``seed+1``, ..."""
+    """Deterministic episodes (``tanh(mu)``) of ``actor`` in ``env``; seeds ``seed``, ``seed+1``, ...
+
+    With ``supervisor``, every action passes it first, as it would on the robot.
+    """
     successes, returns, distances = [], [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         total, done = 0.0, False
         info: dict[str, Any] = {}
+        previous: np.ndarray | None = None
         while not done:
             with torch.no_grad():
                 x = torch.from_numpy(normalize(obs[None, :]))
                 action, _ = actor.sample(x, deterministic=True)
-            obs, reward, terminated, truncated, info = env.step(action.numpy()[0])
+            executed = action.numpy()[0]
+            if supervisor is not None:
+                executed, _ = supervisor.filter(obs, executed, previous)
+                previous = executed
+            obs, reward, terminated, truncated, info = env.step(executed)
             total += float(reward)
             done = terminated or truncated
         successes.append(bool(info["success"]))

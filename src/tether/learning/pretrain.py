@@ -36,6 +36,8 @@ from tether.policy.bundle import PolicyBundle, TrainingState, load_bundle, save_
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
 from tether.policy.networks import ActorArchitecture, TwinCritic
+from tether.safety.presets import arm_supervisor
+from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
 from tether.sim.spec import arm_spec
@@ -91,6 +93,18 @@ class PretrainConfig(BaseModel):
     )
     seed: int = Field(
         default=0, ge=0, description="Seed of environments, networks and sampling (1)"
+    )
+    supervised: bool = Field(
+        default=True,
+        description="Every action passes the arm's safety supervisor, as on the robot, and the "
+        "executed (safe) action is what is learned from; the policy learns to live within the "
+        "limits instead of relying on corrections (flag)",
+    )
+    intervention_penalty: float = Field(
+        default=0.5,
+        ge=0.0,
+        description="Reward subtracted per unit of the supervisor's correction norm while "
+        "pretraining, so proposals that need correcting cost something (1/action)",
     )
     init_from: Path | None = Field(
         default=None,
@@ -188,6 +202,10 @@ def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
     return sac
 
 
+def _eval_supervisor(config: PretrainConfig) -> Supervisor | None:
+    return arm_supervisor() if config.supervised else None
+
+
 def pretrain(
     config: PretrainConfig,
     out: str | os.PathLike[str],
@@ -222,8 +240,12 @@ def pretrain(
         for i in range(config.n_envs)
     ]
     eval_env = ArmEnv(seed=config.seed + 7)
+    # One supervisor per arm: a supervisor keeps per-robot state (last pose, learnt load).
+    supervisors = [arm_supervisor() for _ in envs] if config.supervised else []
+    previous: list[np.ndarray | None] = [None] * len(envs)
     rng = np.random.default_rng(config.seed)
-    obs = normalize(np.stack([env.reset()[0] for env in envs]))
+    raw = np.stack([env.reset()[0] for env in envs])
+    obs = normalize(raw)
     rows = TransitionArrays.empty(config.n_envs, spec.obs_dim, spec.act_dim)
     history: list[EvalPoint] = []
     best: _Snapshot | None = None
@@ -238,20 +260,26 @@ def pretrain(
         else:
             actions = sac.act(obs)
         rows.observations[:] = obs
-        rows.actions[:] = actions
         rows.proposed_actions[:] = actions
         next_raw = np.empty((config.n_envs, spec.obs_dim), dtype=np.float32)
         reset_raw = next_raw.copy()
         for i, env in enumerate(envs):
-            o, reward, terminated, truncated, _ = env.step(actions[i])
+            executed, penalty = actions[i], 0.0
+            if supervisors:
+                executed, verdict = supervisors[i].filter(raw[i], actions[i], previous[i])
+                penalty = config.intervention_penalty * verdict.correction_norm
+            rows.actions[i] = executed
+            o, reward, terminated, truncated, _ = env.step(executed)
+            previous[i] = None if terminated or truncated else executed
             next_raw[i] = o
-            rows.rewards[i] = reward
+            rows.rewards[i] = float(reward) - penalty
             rows.terminated[i] = terminated
             rows.truncated[i] = truncated
             reset_raw[i] = env.reset()[0] if terminated or truncated else o
             episodes += int(terminated or truncated)
         rows.next_observations[:] = normalize(next_raw)
         replay.extend(rows)
+        raw = reset_raw
         obs = normalize(reset_raw)
         steps += config.n_envs
 
@@ -265,7 +293,13 @@ def pretrain(
         point = None
         if steps >= next_eval:
             next_eval += config.eval_interval_steps
-            result = evaluate_actor(sac.actor, normalize, eval_env, config.eval_episodes)
+            result = evaluate_actor(
+                sac.actor,
+                normalize,
+                eval_env,
+                config.eval_episodes,
+                supervisor=_eval_supervisor(config),
+            )
             point = EvalPoint(steps, episodes, sac.updates, time.monotonic() - start, result)
             history.append(point)
             if best is None or result.success_rate >= best.success_rate:
@@ -281,7 +315,14 @@ def pretrain(
 
     chosen = best if best is not None else _snapshot(sac, math.nan)
     sac.actor.load_state_dict(chosen.actor)
-    final = evaluate_actor(sac.actor, normalize, eval_env, config.final_eval_episodes, seed=20_000)
+    final = evaluate_actor(
+        sac.actor,
+        normalize,
+        eval_env,
+        config.final_eval_episodes,
+        seed=20_000,
+        supervisor=_eval_supervisor(config),
+    )
     elapsed = time.monotonic() - start
     bundle = save_bundle(
         Path(out),

@@ -19,7 +19,6 @@ from tether.data.channel import ChannelConfig
 from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
-from tether.learning.gate import GateConfig
 from tether.learning.learner_config import LearnerConfig
 from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
@@ -112,9 +111,6 @@ class RunConfig(BaseModel):
     )
     versions: VersionsConfig = Field(
         default_factory=VersionsConfig, description="Registry, server-side gate and rollback"
-    )
-    gate: GateConfig = Field(
-        default_factory=GateConfig, description="Learner-side gate stages (offline, simulation)"
     )
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="Learner process")
     degradation: DegradationConfig = Field(

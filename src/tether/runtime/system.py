@@ -38,6 +38,7 @@ from tether.data.recorder import Recorder
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
+from tether.learning.verdicts import GateRecord, list_gate_records, read_gate_verdicts
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
@@ -68,7 +69,7 @@ from tether.serving.admin_auth import AdminAuth
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.promotion import GateOutcome
-from tether.serving.registry import LiveChange, VersionSource
+from tether.serving.registry import LiveChange, VersionSource, VersionState
 from tether.serving.rollback import RollbackEvent
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
@@ -121,6 +122,8 @@ class RunSystem:
         self._last_rejection = ""
         self._rollbacks = 0
         self._live_since = 0.0
+        # registry id -> the learner's version id of the same candidate
+        self._learner_ids: dict[int, int] = {}
         # Weights of every version this run saw, to write the live one as the final bundle.
         self._states: dict[int, Any] = {self.bundle.version.id: self.bundle.actor_state}
         self._last_updates = (time.monotonic(), 0)
@@ -148,6 +151,10 @@ class RunSystem:
         )
 
     def _on_live_change(self, change: LiveChange) -> None:
+        # The learner anchors its next candidate on whatever is live now.
+        self._weights.set_live_version(self._learner_ids.get(change.current.id, change.current.id))
+        if change.kind == "promotion" and change.current.id in self._learner_ids:
+            self._weights.set_resolved_version(self._learner_ids[change.current.id])
         self._live_since = self.t_s()
         if change.kind == "promotion":
             self._passed += 1
@@ -162,6 +169,11 @@ class RunSystem:
             self.event("rollback", change.reason, version=change.current.id)
 
     def _on_gate(self, outcome: GateOutcome) -> None:
+        learner_id = self._learner_ids.get(outcome.version)
+        if learner_id is not None:
+            if outcome.promoted:  # live first, so the learner never anchors on the old one
+                self._weights.set_live_version(learner_id)
+            self._weights.set_resolved_version(learner_id)
         if outcome.promoted:
             return
         self._rejected += 1
@@ -195,6 +207,7 @@ class RunSystem:
     def _build(self) -> None:
         cfg = self.config
         spec = self.spec
+        self._verdict_dir = self.run_dir / "gate"
         self._degradation = DegradationMachine(cfg.degradation, limits=self.limits)
         self._log = ExperienceLog(
             self.run_dir / EXPERIENCE_DIR, spec.obs_dim, spec.act_dim, cfg.experience_log
@@ -209,6 +222,7 @@ class RunSystem:
             weights=self._weights,
             channel=self._channel,
             checkpoint_dir=self.run_dir / "learner",
+            verdict_dir=self._verdict_dir,
             on_event=self._on_learner,
         )
         # The learner's cores were chosen above, from this process's full affinity; the
@@ -229,6 +243,7 @@ class RunSystem:
         self._versions.rollback.add_listener(self._on_rollback)
         initial = self._versions.load(self.bundle_path, make_live=True)
         self._initial = initial.id
+        self._weights.set_live_version(initial.id)
         self._server: PolicyServer = build_server(
             self.bundle_path,
             self._server_config(),
@@ -269,13 +284,19 @@ class RunSystem:
     # ------------------------------------------------------------------ candidates
 
     def _intake_candidates(self) -> None:
-        """Thread: every publication of the learner becomes a registry candidate."""
+        """Thread: learner publications become registry candidates (with the learner-side
+        gate's verdicts as their prior stages), and learner-side rejections become events."""
         seen: int | None = None
+        records_seen = -1
         while not self._stop.wait(_CANDIDATE_POLL_S):
             try:
+                for record in list_gate_records(self._verdict_dir, after=records_seen):
+                    records_seen = record.version
+                    if not record.passed:
+                        self._learner_rejection(record)
                 snap = self._weights.read_if_newer(seen)
-            except Exception:  # a torn header is retried; anything else is logged and retried
-                log.exception("reading the learner's published weights failed")
+            except Exception:  # a file or header read mid-write is retried on the next poll
+                log.exception("reading the learner's publications failed; retrying")
                 continue
             if snap is None:
                 continue
@@ -284,26 +305,41 @@ class RunSystem:
             try:
                 self._submit(snap)
             except Exception as exc:
+                self._weights.set_resolved_version(snap.version)
+                self._rejected += 1
                 self.event(
                     "rejection",
                     f"candidate {snap.version} refused at intake: {exc}",
                     version=snap.version,
                     details={"stage": "intake"},
                 )
-                self._rejected += 1
+
+    def _learner_rejection(self, record: GateRecord) -> None:
+        last = record.verdicts[-1] if record.verdicts else None
+        self._rejected += 1
+        self._last_rejection = last.describe() if last else f"version {record.version} rejected"
+        details: dict[str, Any] = {"stage": last.stage.value if last else "learner"}
+        if last is not None:
+            details.update({m.name: m.value for m in last.measurements})
+        self.event("rejection", self._last_rejection, version=record.version, details=details)
 
     def _submit(self, snap: WeightsSnapshot) -> None:
         engine = PolicyEngine(self.bundle, self._engine_config())
         engine.swap_weights(snap.version_info(f"learner-{snap.version}"), snap.state)
+        prior = read_gate_verdicts(self._verdict_dir, snap.version) or ()
         record = self._versions.submit_candidate(
-            engine, source=VersionSource.LEARNER, promote_directly=snap.promote_directly
+            engine, prior, source=VersionSource.LEARNER, promote_directly=snap.promote_directly
         )
+        self._learner_ids[record.id] = snap.version
         self.event(
             "candidate",
-            f"learner published version {record.id} (parent {snap.parent})",
+            f"learner published version {record.id} (parent {snap.parent}); "
+            f"learner-side stages passed: {[v.stage.value for v in prior]}",
             version=record.id,
-            details={"parent": snap.parent},
+            details={"parent": snap.parent, "prior_stages": [v.stage.value for v in prior]},
         )
+        if record.state is VersionState.LIVE and snap.promote_directly:
+            self._weights.set_resolved_version(snap.version)
 
     # ------------------------------------------------------------------ robots
 
@@ -384,7 +420,11 @@ class RunSystem:
         return build_report(self.run_dir)
 
     async def _main(self) -> None:
-        self._build()
+        try:
+            self._build()
+        except BaseException:
+            self._close_partial()
+            raise
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
@@ -432,6 +472,18 @@ class RunSystem:
             await self._watch(robots, queue)
         finally:
             await self._shutdown(robots, robot_stop, queue, intake)
+
+    def _close_partial(self) -> None:
+        """Release what a failed ``_build`` had already made (shared memory, files)."""
+        for name in ("_recorder", "_log", "_channel", "_weights"):
+            part = self.__dict__.get(name)
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # already failing: report the first error, not this one
+                    log.exception("closing %s after a failed start", name)
+        for w in (self._events, self._episodes, self._snapshots):
+            w.close()
 
     async def _start_admin(self) -> None:
         vcfg = self.config.versions
