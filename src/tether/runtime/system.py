@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,7 @@ from tether.assets import pretrained_bundle_path
 from tether.data.channel import TransitionChannel
 from tether.data.log import ExperienceLog
 from tether.data.recorder import Recorder
+from tether.data.step import StepRecord
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
@@ -208,7 +210,10 @@ class RunSystem:
         cfg = self.config
         spec = self.spec
         self._verdict_dir = self.run_dir / "gate"
-        self._degradation = DegradationMachine(cfg.degradation, limits=self.limits)
+        self._steps_served = 0
+        self._degradation = DegradationMachine(
+            cfg.degradation, limits=self.limits, clock=self._control_clock()
+        )
         self._log = ExperienceLog(
             self.run_dir / EXPERIENCE_DIR, spec.obs_dim, spec.act_dim, cfg.experience_log
         )
@@ -250,13 +255,27 @@ class RunSystem:
             engine_config=self._engine_config(),
             degradation=self._degradation,
             limits=self.limits,
-            record_step=self._recorder.record,
+            record_step=self._record_step,
             end_session=self._recorder.end_session,
             models=self._versions,
             router=self._versions,
             on_batch=self._shadow_feed,
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
+
+    def _control_clock(self) -> Callable[[], float]:
+        """The degradation machine's clock: wall time, or with ``fast`` the robots' control
+        time (steps served / robots / control rate), so its windows and quiet periods mean
+        the same number of control steps however fast unthrottled robots go."""
+        if not self.config.fast:
+            return time.monotonic
+        fleet = self.config.fleet
+        per_second = fleet.robots * fleet.control_rate_hz
+        return lambda: self._steps_served / per_second
+
+    def _record_step(self, step: StepRecord) -> bool:
+        self._steps_served += 1
+        return self._recorder.record(step)
 
     def _shadow_feed(
         self, engine: Any, obs: np.ndarray, actions: np.ndarray, previous: np.ndarray | None
