@@ -10,6 +10,7 @@ import torch
 
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
+from tether.data.step import ACTION_SOURCES
 from tether.learning.config import SACConfig
 from tether.learning.gate import GateConfig, OfflineStageConfig, SimulationStageConfig
 from tether.learning.learner import Learner
@@ -181,3 +182,23 @@ def test_a_restarted_learner_continues_the_published_lineage(
     finally:
         channel.close()
         weights.close()
+
+
+def test_learner_learns_from_proposed_actions_except_human_overrides(
+    small_bundle: PolicyBundle, traffic: Traffic
+) -> None:
+    """The supervisor is part of the environment; a person's override is a demonstration."""
+    learner, channel, weights = make(small_bundle, config())
+    rows = traffic(small_bundle, 3)
+    rows.proposed_actions[:] = 0.5
+    rows.actions[:] = -0.25
+    rows.action_sources[:] = [
+        ACTION_SOURCES.index("clipped"),
+        ACTION_SOURCES.index("backup"),
+        ACTION_SOURCES.index("human"),
+    ]
+    learner.ingest(rows)
+    learned = learner.replay.state_dict()["storage.rows.actions"]
+    np.testing.assert_array_equal(learned[:3, 0], np.float32([0.5, 0.5, -0.25]))
+    channel.close()
+    weights.close()

@@ -39,6 +39,7 @@ import torch
 from tether.data.channel import TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.replay.buffer import ReplayBuffer
+from tether.data.step import HUMAN_SOURCE_CODE
 from tether.learning.candidates import CandidateJudge, KnownWeights
 from tether.learning.checkpoint import (
     LearnerProgress,
@@ -222,6 +223,12 @@ class Learner:
         # Not ``_replace``: TransitionArrays overrides __len__ (rows), which NamedTuple's
         # _replace uses as its field count.
         columns = rows._asdict()
+        # The safety supervisor is part of the environment the policy acts in, as in
+        # pretraining: SAC learns the value of what the policy *proposed* (its correction
+        # shows up in the next state and reward). A person's override is different: it is
+        # a demonstration, so the action the robot executed is the one learned from.
+        human = rows.action_sources == HUMAN_SOURCE_CODE
+        columns["actions"] = np.where(human[:, None], rows.actions, rows.proposed_actions)
         columns["observations"] = self.normalize(rows.observations)
         columns["next_observations"] = self.normalize(rows.next_observations)
         normalized = TransitionArrays(**columns)

@@ -96,9 +96,9 @@ class PretrainConfig(BaseModel):
     )
     supervised: bool = Field(
         default=True,
-        description="Every action passes the arm's safety supervisor, as on the robot, and the "
-        "executed (safe) action is what is learned from; the policy learns to live within the "
-        "limits instead of relying on corrections (flag)",
+        description="Every action passes the arm's safety supervisor, as on the robot, which "
+        "is treated as part of the environment; with intervention_penalty the policy learns "
+        "to live within the limits instead of relying on corrections (flag)",
     )
     intervention_penalty: float = Field(
         default=0.5,
@@ -268,7 +268,11 @@ def pretrain(
             if supervisors:
                 executed, verdict = supervisors[i].filter(raw[i], actions[i], previous[i])
                 penalty = config.intervention_penalty * verdict.correction_norm
-            rows.actions[i] = executed
+            # The supervisor is part of the environment the policy acts in: the critic
+            # learns the value of what the policy proposed, whose consequences (after
+            # correction) are the next state and reward; learning from the corrected
+            # action instead teaches the actor about actions it never proposes.
+            rows.actions[i] = actions[i]
             o, reward, terminated, truncated, _ = env.step(executed)
             previous[i] = None if terminated or truncated else executed
             next_raw[i] = o
