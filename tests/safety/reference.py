@@ -98,6 +98,13 @@ class ReferenceEnvelope:
         # offsets, so that distance = offset - sign * q for both sides in one call.
         self._sign = np.array([[1.0], [-1.0]])
         self._limit_offset = np.stack([self.hi_pos, -self.lo_pos])
+        hard = np.asarray(limits.hard_margin_rad, f)
+        self._hard_offset = np.stack(
+            [
+                np.asarray(limits.position_high_rad, f) - hard,
+                -(np.asarray(limits.position_low_rad, f) + hard),
+            ]
+        )
         self._dt2 = self.dt * self.dt
         self._two_over_a = 2.0 / self.a_brake
         self._no_rate_lo = np.full(limits.n_joints, -np.inf)
@@ -120,11 +127,14 @@ class ReferenceEnvelope:
         distance = self._limit_offset - self._sign * q
         stop = self.stopping_velocity(distance)
         velocity_bound = stop > self.v_max  # the velocity limit, not the position, binds
-        room = np.minimum(stop, self.v_max)
-        room -= self._sign * v  # speed still allowed toward each limit; < 0: must brake
-        braking = room < 0
-        # Fast gain where the action speeds the joint up, weak gain where it must brake.
-        room *= self.per_velocity + braking * self._brake_extra
+        # Speed still allowed toward each limit, kept to at the fast gain (never reversing).
+        room = (np.minimum(stop, self.v_max) - self._sign * v) * self.per_velocity
+        # The hard (untightened) range: braking (room < 0) at the weak gain.
+        hard = self.stopping_velocity(self._hard_offset - self._sign * q) - self._sign * v
+        braking = hard < 0
+        hard *= self.per_velocity + braking * self._brake_extra
+        velocity_bound &= ~(hard < room)
+        room = np.minimum(hard, room)  # numpy takes the second on ties, as the scalar code
         motion_hi = u_gravity + room[0]
         motion_lo = u_gravity - room[1]
         if any((motion_lo > motion_hi).tolist()):

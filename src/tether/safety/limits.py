@@ -116,6 +116,11 @@ class SafetyLimits:
     obstacle_margin_m: float = 0.03
     command_staleness_s: float = 0.1
     observation_dim: int = 0  # exact observation length; 0 accepts any that holds the layout
+    # The margin of the hard range, kept under any gain in the declared range, when
+    # ``position_margin_rad`` is a tightened one (``tightened``): the supervisor steers a
+    # joint back into the tightened range without braking harder than the fastest gain
+    # allows, and only the hard range gets the weak-gain brake. () = position_margin_rad.
+    hard_position_margin_rad: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -143,6 +148,19 @@ class SafetyLimits:
             values = getattr(self, f)
             if any(v <= 0 for v in values):
                 raise LimitsError(f"SafetyLimits.{f} must be positive on every joint, got {values}")
+        hard = self.hard_position_margin_rad
+        if hard and (
+            len(hard) != n
+            or not all(
+                math.isfinite(h) and 0 <= h <= m
+                for h, m in zip(hard, self.position_margin_rad, strict=True)
+            )
+        ):
+            raise LimitsError(
+                f"SafetyLimits.hard_position_margin_rad must be empty or hold {n} finite "
+                f"entries between 0 and position_margin_rad {self.position_margin_rad}, got "
+                f"{hard}; the hard range must contain the tightened one"
+            )
         if any(m < 0 for m in self.position_margin_rad):
             raise LimitsError(
                 f"SafetyLimits.position_margin_rad must be >= 0 on every joint, got "
@@ -186,6 +204,11 @@ class SafetyLimits:
     @property
     def n_joints(self) -> int:
         return len(self.joint_names)
+
+    @property
+    def hard_margin_rad(self) -> tuple[float, ...]:
+        """The margin of the range kept under any gain (the untightened margin)."""
+        return self.hard_position_margin_rad or self.position_margin_rad
 
     @property
     def min_obs_dim(self) -> int:
@@ -247,6 +270,12 @@ class SafetyLimits:
         position range and workspace shrink about their centres by ``factor``; obstacle
         clearance grows by ``1/factor``; commands must be fresher by ``factor``. Torque and
         braking stay: braking authority is what keeps the robot inside the tighter limits.
+        The untightened position margin stays as ``hard_position_margin_rad``: a joint
+        the tightening leaves outside the new range is steered back without reversing
+        it, and only the original range gets the brake that assumes the weakest gain
+        (that brake reverses the joint at the arm's true gain, and with the halved
+        velocity limit braking the reversal the other way the joint chattered at full
+        torque and walked across its true limit).
         """
         if not (math.isfinite(factor) and 0 < factor <= 1):
             raise LimitsError(f"tightening factor must be in (0, 1] (1 = unchanged), got {factor}")
@@ -266,6 +295,7 @@ class SafetyLimits:
         return replace(
             self,
             position_margin_rad=_tuple(half - factor * usable),
+            hard_position_margin_rad=self.hard_margin_rad,
             velocity_limit_rad_s=_scaled(self.velocity_limit_rad_s, factor),
             acceleration_limit_rad_s2=_scaled(self.acceleration_limit_rad_s2, factor),
             max_action_change_per_step=_scaled(self.max_action_change_per_step, factor),
