@@ -86,3 +86,17 @@ def test_tightened_is_stricter_everywhere_and_one_is_identity() -> None:
     for bad in (0.0, 1.5, float("nan")):
         with pytest.raises(LimitsError, match="tightening factor"):
             limits.tightened(bad)
+
+
+def test_tightened_keeps_the_untightened_range_as_the_hard_one() -> None:
+    limits = seven_joint_limits()
+    assert limits.hard_position_margin_rad == ()
+    assert limits.hard_margin_rad == limits.position_margin_rad
+    tight = limits.tightened(0.5)
+    assert tight.hard_position_margin_rad == limits.position_margin_rad
+    # Tightening twice still keeps the original range, and it survives YAML.
+    assert tight.tightened(0.5).hard_position_margin_rad == limits.position_margin_rad
+    assert SafetyLimits.from_dict(tight.to_dict()) == tight
+    for bad in ((0.1,) * 3, (-0.1,) * 7, (1.0,) * 7, (float("nan"),) * 7):
+        with pytest.raises(LimitsError, match="hard_position_margin_rad"):
+            dataclasses.replace(limits, hard_position_margin_rad=bad)
