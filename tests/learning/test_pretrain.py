@@ -45,6 +45,17 @@ def test_pretrain_writes_a_servable_bundle_with_its_critics(tmp_path: Path) -> N
     assert out.actions.shape == (3, 4)
 
 
+def test_supervised_pretraining_learns_what_the_policy_proposed(tmp_path: Path) -> None:
+    """With the supervisor in the loop every executed action is a supervised one, and
+    the replay keeps the proposal (the supervisor is part of the environment)."""
+    config = TINY.model_copy(update={"supervised": True, "intervention_penalty": 0.5})
+    result = pretrain(config, tmp_path / "s")
+    assert result.env_steps == 400
+    bundle = load_bundle(tmp_path / "s")
+    assert bundle.training is not None
+    assert dict(bundle.manifest.metadata.metrics)["success_rate"] == result.final.success_rate
+
+
 def test_cli_pretrain_reports_the_final_success_rate(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,

@@ -95,7 +95,7 @@ class PretrainConfig(BaseModel):
         default=0, ge=0, description="Seed of environments, networks and sampling (1)"
     )
     supervised: bool = Field(
-        default=True,
+        default=False,
         description="Every action passes the arm's safety supervisor, as on the robot, which "
         "is treated as part of the environment; with intervention_penalty the policy learns "
         "to live within the limits instead of relying on corrections (flag)",
