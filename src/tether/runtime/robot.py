@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 _SNAPSHOT_INTERVAL_S = 1.0
 _RECENT_EPISODES = 10
+_WARMUP_CALLS = 20
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,12 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
             pin_version=plan.pin_version,
         )
         try:
+            # Warm the path (connection, server threads, first inference) with stateless
+            # calls, which are not recorded: the first Control steps must not miss the
+            # control deadline just because they are the first.
+            warm, _ = env.reset(seed=plan.seed)
+            for _ in range(_WARMUP_CALLS):
+                client.get_action(warm, deterministic=True, client_id=plan.robot_id, timeout_s=5.0)
             start.ready()
             t0 = start.wait(stop)
             if t0 is None:
