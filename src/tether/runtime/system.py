@@ -155,8 +155,10 @@ class RunSystem:
     def _on_live_change(self, change: LiveChange) -> None:
         # The learner anchors its next candidate on whatever is live now.
         self._weights.set_live_version(self._learner_ids.get(change.current.id, change.current.id))
-        if change.kind == "promotion" and change.current.id in self._learner_ids:
-            self._weights.set_resolved_version(self._learner_ids[change.current.id])
+        if self._learner_ids:
+            # Any change of the live version ends the evaluation in progress (promoted, or
+            # abandoned by an operator's promotion or a rollback): the learner may go on.
+            self._weights.set_resolved_version(max(self._learner_ids.values()))
         self._live_since = self.t_s()
         if change.kind == "promotion":
             self._passed += 1
