@@ -10,12 +10,14 @@ import pytest
 
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
+from tether.safety.limits import SafetyLimits
 from tether.safety.supervisor import Supervisor
 from tether.serving.canary import CanaryConfig, CanaryEvaluator
 from tether.serving.gate_records import EpisodeOutcome, GateStage
 from tether.serving.registry import LiveChange, ModelRegistry, VersionSource, VersionState
 from tether.serving.rollback import RollbackConfig, RollbackEvent, RollbackMonitor
 from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
+from tether.sim import ArmKinematics
 from tether.spec import RobotSpec
 
 from .conftest import arm_observations, derived, make_engine, negated, nudged
@@ -94,6 +96,33 @@ def test_shadow_counts_what_the_supervisor_would_have_changed(
     rate = {m.name: m for m in verdict.measurements}["would_intervene_rate"]
     assert rate.value > 0.5
     assert not rate.passed
+
+
+def test_shadow_judges_interventions_against_the_live_policy_on_the_same_observations(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec
+) -> None:
+    """When the supervisor corrects the live policy too (tight limits: ~30 % here), a near copy
+    of it passes: its threshold is the live rate plus the margin, not the absolute bound.
+    A saturating candidate still fails against the same, higher bar."""
+
+    def saturate(name: str, t: object) -> object:
+        return t * 0 + 20.0 if name == "head.mu.bias" else t  # type: ignore[operator]
+
+    strict = Supervisor(SafetyLimits.from_spec(spec).tightened(0.5), kinematics=ArmKinematics())
+    live = make_engine(base_bundle)
+    near = make_engine(derived(base_bundle, tmp_path / "near", 2, "near", nudged))
+    loud = make_engine(derived(base_bundle, tmp_path / "loud", 3, "loud", saturate))  # type: ignore[arg-type]
+    cfg = ShadowConfig(steps=50, max_intervention_rate=0.05, max_mean_divergence=10.0)
+    verdicts = {}
+    for name, engine in (("near", near), ("loud", loud)):
+        ev = ShadowEvaluator(engine, strict, baseline=1, config=cfg)
+        for obs, acts in _shadow_batches(live, spec, 2):
+            verdict = ev.observe(obs, acts, previous_actions=np.zeros_like(acts))
+        assert verdict is not None
+        verdicts[name] = {m.name: m for m in verdict.measurements}["would_intervene_rate"]
+    assert verdicts["near"].threshold > cfg.max_intervention_rate  # live is corrected too
+    assert verdicts["near"].passed
+    assert not verdicts["loud"].passed
 
 
 def test_shadow_runner_works_off_thread_and_drops_instead_of_blocking(

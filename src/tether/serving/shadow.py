@@ -38,7 +38,14 @@ class ShadowConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Largest share of steps where the supervisor would have changed the "
-        "candidate's action (ratio)",
+        "candidate's action, when the live policy's own share is lower (ratio)",
+    )
+    intervention_margin: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="How much more often than the live policy's actions, on the same "
+        "observations, the candidate's may need correcting (ratio)",
     )
     max_mean_divergence: float = Field(
         default=0.25,
@@ -85,6 +92,7 @@ class ShadowEvaluator:
         self.config = config
         self._steps = 0
         self._interventions = 0
+        self._live_interventions = 0
         self._non_finite = 0
         self._errors = 0
         self._divergence_sum = 0.0
@@ -117,6 +125,10 @@ class ShadowEvaluator:
             self._non_finite += int(not finite)
             _, verdict = self._supervisor.filter(observations[i], proposed[i], previous)
             self._interventions += int(verdict.intervened)
+            # The live policy judged on the same observation: a candidate is compared with
+            # what is serving now, not with a perfect policy.
+            _, live_verdict = self._supervisor.filter(observations[i], live_actions[i], previous)
+            self._live_interventions += int(live_verdict.intervened)
             if finite:
                 diff = proposed[i].astype(np.float64) - live_actions[i]
                 self._divergence_sum += float(np.sqrt(np.mean(diff * diff)))
@@ -141,7 +153,10 @@ class ShadowEvaluator:
                 Measurement(
                     "would_intervene_rate",
                     self._interventions / n,
-                    self.config.max_intervention_rate,
+                    max(
+                        self.config.max_intervention_rate,
+                        self._live_interventions / n + self.config.intervention_margin,
+                    ),
                     "<=",
                 ),
                 Measurement(
