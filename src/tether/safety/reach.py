@@ -90,64 +90,34 @@ def _arm_reach(kinematics: ArmKinematics) -> tuple[float, ...] | None:
     return tuple(sum(lengths[j:-1]) + tip for j in range(len(lengths)))
 
 
-# Exactly evaluated poses kept per check. Consecutive control steps sweep overlapping
-# paths, so an earlier step's poses prove most of the next path clear; each kept pose
-# costs about half a microsecond per sample tested, an exact evaluation tens.
-ANCHORS_KEPT = 1
-
-
 class ClearanceAnchor:
-    """The last few poses whose clearance for one check was computed exactly.
+    """The last pose whose clearance for one check was computed exactly.
 
-    ``bound(q)`` is a lower bound on the clearance at ``q`` from the best of them, and
-    ``proves_clear(q)`` is true only when it guarantees a clearance above zero there; a
-    non-finite clearance (a broken model) drops every kept pose and is never kept.
+    ``proves_clear(q)`` is true only when the bound above guarantees a clearance above
+    zero at ``q``; a non-finite clearance (a broken model) is never kept as an anchor.
     """
 
-    __slots__ = ("_kept", "_reach")
+    __slots__ = ("_clearance", "_q", "_reach")
 
     def __init__(self, reach: Sequence[float]) -> None:
         self._reach = tuple(reach)
-        # Newest first: the latest pose is the likeliest to be near the next sample.
-        self._kept: list[tuple[Sequence[float], float]] = []
-
-    def bound(self, q: Sequence[float]) -> float:
-        """``max(clearance_a − Σ_j reach_j·|q_j − a_j|)`` over the kept poses ``a``
-        (-inf with none); the true clearance at ``q`` is above it less ``SLACK_M``."""
-        best = -math.inf
-        reach = self._reach
-        for anchor, clearance in self._kept:
-            if clearance <= best:
-                continue
-            moved = 0.0
-            for r, x, a in zip(reach, q, anchor, strict=True):
-                moved += r * abs(x - a)
-            if clearance - moved > best:
-                best = clearance - moved
-        return best
+        self._q: Sequence[float] | None = None
+        self._clearance = 0.0
 
     def proves_clear(self, q: Sequence[float]) -> bool:
-        return self.bound(q) > SLACK_M
+        anchor = self._q
+        if anchor is None:
+            return False
+        moved = 0.0
+        for r, x, a in zip(self._reach, q, anchor, strict=True):
+            moved += r * abs(x - a)
+        return moved + SLACK_M < self._clearance
 
     def proves_all(self, poses: Sequence[Sequence[float]]) -> bool:
-        """Whether one kept pose alone proves every pose of ``poses`` clear."""
-        reach = self._reach
-        for anchor, clearance in self._kept:
-            for q in poses:
-                moved = 0.0
-                for r, x, a in zip(reach, q, anchor, strict=True):
-                    moved += r * abs(x - a)
-                if not moved + SLACK_M < clearance:
-                    break
-            else:
-                return True
-        return False
+        """``proves_clear`` for every pose."""
+        return all(self.proves_clear(q) for q in poses)
 
     def update(self, q: Sequence[float], clearance: float) -> None:
-        if not math.isfinite(clearance):
-            self._kept.clear()
-            return
-        if clearance > SLACK_M:
-            # A pose not clear proves nothing; keeping it would only cost time.
-            self._kept.insert(0, (q, clearance))
-            del self._kept[ANCHORS_KEPT:]
+        finite = math.isfinite(clearance)
+        self._q = q if finite else None
+        self._clearance = clearance if finite else 0.0

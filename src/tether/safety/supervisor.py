@@ -355,10 +355,12 @@ class Supervisor:
         # The reach bound is convex along a straight path, so proving both ends of every
         # path clear proves every pose on them clear.
         workspace = clearance.has_workspace and not (
-            ws_anchor is not None and ws_anchor.proves_all([q, *ends])
+            ws_anchor is not None and ws_anchor.proves_clear(q) and ws_anchor.proves_all(ends)
         )
         obstacles = clearance.has_obstacles and not (
-            obstacle_anchor is not None and obstacle_anchor.proves_all([q, *ends])
+            obstacle_anchor is not None
+            and obstacle_anchor.proves_clear(q)
+            and obstacle_anchor.proves_all(ends)
         )
         if not (workspace or obstacles):
             return u32, 0
@@ -394,43 +396,40 @@ class Supervisor:
         than now (``tether.safety.sweep``).
 
         Motion that increases clearance stays allowed, so an arm inside a margin can
-        leave it. Only a sample with a clearance below zero can breach, so every sample
-        the reach bound proves clear is skipped without its kinematics: a whole path
-        whose ends one kept pose proves clear (the bound is convex along it) and, since
-        samples are evenly spaced ``step = length/count`` apart, the samples within
-        ``(k − m)·step`` of a clearance known at sample ``m`` (exactly, or at the start
-        ``m = 0`` from the kept poses). Every pose
-        evaluated is kept as an anchor; the decision is the same as evaluating all.
+        leave it. Samples are evenly spaced along a straight path, so the reach bound
+        between sample ``m`` and sample ``k`` is ``(k − m)·length/count``: every sample
+        that bound proves clear of the last one evaluated cannot breach and is jumped
+        over without being built. The last pose evaluated becomes the anchor.
         """
         cfg = self.config
         reach = self._reach
         now: float | None = None
+        last: list[float] | None = None
+        last_clearance = 0.0
+        breached = False
         for end in ends:
-            if anchor is not None and anchor.proves_all([q, end]):
-                continue
             count, length = path_count(q, end, reach, cfg.sweep_spacing_m, cfg.sweep_max_samples)
             step = length / count
             k = 1
-            if anchor is not None and step > 0.0:
-                # Sample k is k·step from the start, whose clearance the kept poses bound.
-                start = anchor.bound(q)
-                if start > SLACK_M:
-                    k = max(1, math.ceil((start - SLACK_M) / step))
             while k <= count:
                 x = path_pose(q, end, k, count)
-                known = measure(x)
-                if anchor is not None:
-                    anchor.update(x, known)
-                if known < 0:
+                ahead = measure(x)
+                last, last_clearance = x, ahead
+                if ahead < 0:
                     if now is None:
                         now = measure(q)
-                    if known <= now:
-                        return True
+                    if ahead <= now:
+                        breached = True
+                        break
                 k += 1
-                if reach is not None and step > 0.0 and known > SLACK_M:
-                    # Samples k' with (k' - k)·step + SLACK < clearance(k) are clear.
-                    k += max(0, math.ceil((known - SLACK_M) / step) - 1)
-        return False
+                if reach is not None and step > 0.0 and ahead > SLACK_M:
+                    # Samples k' with (k' - k_evaluated)·step + SLACK < clearance are clear.
+                    k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
+            if breached:
+                break
+        if anchor is not None and last is not None:
+            anchor.update(last, last_clearance)
+        return breached
 
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:
