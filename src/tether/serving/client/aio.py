@@ -20,6 +20,7 @@ from tether.serving.client.options import ClientOptions
 from tether.serving.client.protocol import (
     EpisodeCounter,
     RobotIdentity,
+    action_request,
     answers,
     result_of,
     step_message,
@@ -69,8 +70,8 @@ class AsyncPolicyClient:
         model_version: int | None = None,
         timeout_s: float | None = None,
     ) -> ActionResult:
-        request = pb.ActionRequest(
-            observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
+        request = action_request(
+            observation,
             deterministic=deterministic,
             client_id=client_id,
             model_version=model_version,

@@ -60,6 +60,18 @@ class EpisodeCounter:
             self.step_index += 1
 
 
+def action_request(
+    observation: np.ndarray, *, deterministic: bool, client_id: str, model_version: int | None
+) -> pb.ActionRequest:
+    """The ``GetAction`` request both clients send."""
+    return pb.ActionRequest(
+        observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
+        deterministic=deterministic,
+        client_id=client_id,
+        model_version=model_version,
+    )
+
+
 def step_message(
     counter: EpisodeCounter,
     observation: np.ndarray,

@@ -24,6 +24,7 @@ from tether.serving.client.options import ClientOptions
 from tether.serving.client.protocol import (
     EpisodeCounter,
     RobotIdentity,
+    action_request,
     answers,
     result_of,
     step_message,
@@ -81,8 +82,8 @@ class PolicyClient:
         timeout_s: float | None = None,
     ) -> ActionResult:
         """One stateless action; raises ``RemoteError`` on a non-OK status."""
-        request = pb.ActionRequest(
-            observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
+        request = action_request(
+            observation,
             deterministic=deterministic,
             client_id=client_id,
             model_version=model_version,
