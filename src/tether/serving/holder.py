@@ -113,6 +113,14 @@ class VersionRouter(Protocol):
 
     def engine_for_route(self, decision: RouteDecision) -> Any: ...
 
+    def on_batch(
+        self,
+        version: int,
+        observations: np.ndarray,
+        proposed_actions: np.ndarray,
+        previous_actions: np.ndarray | None,
+    ) -> None: ...
+
     def on_step(self, version: int, verdict: SafetyVerdict) -> None: ...
 
     def on_episode(self, outcome: EpisodeOutcome) -> None: ...

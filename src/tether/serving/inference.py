@@ -109,14 +109,13 @@ class InferencePipeline:
         deterministic = np.fromiter((q.deterministic for q in queries), bool, len(queries))
         out = engine.act(obs, deterministic)
         version = out.version
-        if self._on_batch is not None:
+        if self._on_batch is not None or self._router is not None:
             previous = [q.previous_action for q in queries]
-            self._on_batch(
-                engine,
-                obs,
-                out.actions,
-                None if any(p is None for p in previous) else np.stack(previous),  # type: ignore[arg-type]
-            )
+            stacked = None if any(p is None for p in previous) else np.stack(previous)  # type: ignore[arg-type]
+            if self._on_batch is not None:
+                self._on_batch(engine, obs, out.actions, stacked)
+            if self._router is not None:  # the registry's shadow stage watches live batches
+                self._router.on_batch(version.id, obs, out.actions, stacked)
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             start = time.perf_counter_ns()

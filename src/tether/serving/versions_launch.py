@@ -68,9 +68,6 @@ async def serve_versions(
         limits=limits,
         models=versions,
         router=versions,
-        on_batch=lambda e, obs, proposed, prev: versions.on_batch(
-            e.version.id, obs, proposed, prev
-        ),
     )
     versions.drive(server.models)  # keeps the holder (health, announce) on the live version
     await server.start()
