@@ -72,7 +72,6 @@ from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.promotion import GateOutcome
 from tether.serving.registry import LiveChange, VersionSource, VersionState
-from tether.serving.rollback import RollbackEvent
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
 from tether.serving.supervision import kinematics_for
@@ -170,16 +169,25 @@ class RunSystem:
                 details={"stages_passed": [v.stage.value for v in stages if v.passed]},
             )
         elif change.kind == "rollback":
-            self.event("rollback", change.reason, version=change.current.id)
+            # One place for every rollback, automatic (the monitor's reason carries its
+            # numbers) or an operator's.
+            self._rollbacks += 1
+            self.event(
+                "rollback",
+                change.reason,
+                version=change.current.id,
+                details={
+                    "stage": "rollback",
+                    "from_version": None if change.previous is None else change.previous.id,
+                },
+            )
 
     def _on_gate(self, outcome: GateOutcome) -> None:
+        if outcome.promoted:  # the live change (live, then resolved) already told the learner
+            return
         learner_id = self._learner_ids.get(outcome.version)
         if learner_id is not None:
-            if outcome.promoted:  # live first, so the learner never anchors on the old one
-                self._weights.set_live_version(learner_id)
             self._weights.set_resolved_version(learner_id)
-        if outcome.promoted:
-            return
         self._rejected += 1
         last = outcome.verdicts[-1] if outcome.verdicts else None
         self._last_rejection = outcome.describe()
@@ -187,15 +195,6 @@ class RunSystem:
         if last is not None:
             details.update({m.name: m.value for m in last.measurements})
         self.event("rejection", outcome.describe(), version=outcome.version, details=details)
-
-    def _on_rollback(self, ev: RollbackEvent) -> None:
-        self._rollbacks += 1
-        self.event(
-            "rollback",
-            ev.describe(),
-            version=ev.to_version,
-            details={"stage": "monitor", "from_version": ev.from_version},
-        )
 
     def _on_learner(self, ev: LearnerEvent) -> None:
         kind = {
@@ -247,7 +246,6 @@ class RunSystem:
         )
         self._versions.add_live_listener(self._on_live_change)
         self._versions.promotion.add_listener(self._on_gate)
-        self._versions.rollback.add_listener(self._on_rollback)
         initial = self._versions.load(self.bundle_path, make_live=True)
         self._initial = initial.id
         self._weights.set_live_version(initial.id)
@@ -261,7 +259,6 @@ class RunSystem:
             end_session=self._recorder.end_session,
             models=self._versions,
             router=self._versions,
-            on_batch=self._shadow_feed,
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
 
@@ -278,11 +275,6 @@ class RunSystem:
     def _record_step(self, step: StepRecord) -> bool:
         self._steps_served += 1
         return self._recorder.record(step)
-
-    def _shadow_feed(
-        self, engine: Any, obs: np.ndarray, actions: np.ndarray, previous: np.ndarray | None
-    ) -> None:
-        self._versions.on_batch(engine.version.id, obs, actions, previous)
 
     def _server_config(self) -> ServerConfig:
         """The configured server; with ``fast`` the per-robot rate limit is off, because
