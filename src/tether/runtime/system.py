@@ -68,11 +68,12 @@ from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
 from tether.serving.admin import start_admin_server
 from tether.serving.admin_auth import AdminAuth
+from tether.serving.client.options import ClientOptions
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.serving.promotion import GateOutcome
 from tether.serving.registry import LiveChange, VersionSource, VersionState
-from tether.serving.security import server_credentials
+from tether.serving.security import bearer_token, server_credentials
 from tether.serving.server import PolicyServer
 from tether.serving.supervision import kinematics_for
 from tether.serving.versions import PolicyVersions
@@ -360,6 +361,10 @@ class RunSystem:
         fleet = self.config.fleet
         total_steps = int(self.config.duration_s * fleet.control_rate_hz)
         drift = self.config.drift.schedule(total_steps)
+        security = self.config.server.security
+        client = ClientOptions(
+            bearer_token=bearer_token(security), tls_root_cert_file=security.tls_cert_file
+        )
         plans = []
         for i in range(fleet.robots):
             baseline = fleet.baseline and i == 0 and fleet.robots > 1
@@ -376,6 +381,7 @@ class RunSystem:
                     duration_s=self.config.duration_s,
                     drift=drift,
                     pin_version=self._initial if baseline else None,
+                    client=client,
                 )
             )
         return plans
