@@ -139,9 +139,8 @@ class RunConfig(BaseModel):
     def build(cls, raw: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
         data = dict(raw or {})
         fleet = dict(data.pop("fleet", {}) or {})
-        for key in ("robots",):
-            if key in overrides:
-                fleet[key] = overrides.pop(key)
+        if "robots" in overrides:  # the one CLI option that lives in a section
+            fleet["robots"] = overrides.pop("robots")
         data.update(overrides)
         data["fleet"] = fleet
         try:
