@@ -89,11 +89,17 @@ class ReferenceEnvelope:
         self.u_max = np.asarray(limits.torque_limit_nm, f) / np.asarray(limits.action_scale_nm, f)
         self.u_accel = np.asarray(limits.acceleration_limit_rad_s2, f) / self.a_gain
         self.rate = np.asarray(limits.max_action_change_per_step, f)
-        # Actions that change v by 1 rad/s in one step, at the fastest and the weakest gain.
-        self.per_velocity = 1.0 / (self.a_gain * self.dt)
-        self.per_velocity_brake = 1.0 / (self.a_brake * self.dt)
+        # The exact solution of q̈ = G·(p − c·v) over one step at the fastest and the
+        # weakest gain: v' = v·decay + p·step, and p = (v' − v·decay)·per_velocity.
+        damping = np.asarray(limits.damping_per_rad_s, f)
+        self.decay, self.per_velocity, self.step = _response(self.a_gain, damping, self.dt)
+        self.decay_weak, self.per_velocity_weak, self.step_weak = _response(
+            self.a_brake, damping, self.dt
+        )
+        # Damped, a joint moving away from a limit is sized as if at rest (more damping
+        # than assumed turns it round sooner); undamped, the model is exact.
+        self._damped = damping > 0
         self.torque_lo = -self.u_max
-        self._brake_extra = self.per_velocity_brake - self.per_velocity
         # Direction toward the upper (row 0) and the lower (row 1) limit, and the limits'
         # offsets, so that distance = offset - sign * q for both sides in one call.
         self._sign = np.array([[1.0], [-1.0]])
@@ -127,12 +133,19 @@ class ReferenceEnvelope:
         distance = self._limit_offset - self._sign * q
         stop = self.stopping_velocity(distance)
         velocity_bound = stop > self.v_max  # the velocity limit, not the position, binds
+        toward = self._sign * v
+        toward_or_rest = np.where(self._damped & ~(toward > 0), 0.0, toward)
         # Speed still allowed toward each limit, kept to at the fast gain (never reversing).
-        room = (np.minimum(stop, self.v_max) - self._sign * v) * self.per_velocity
-        # The hard (untightened) range: braking (room < 0) at the weak gain.
-        hard = self.stopping_velocity(self._hard_offset - self._sign * q) - self._sign * v
-        braking = hard < 0
-        hard *= self.per_velocity + braking * self._brake_extra
+        room = (np.minimum(stop, self.v_max) - toward_or_rest * self.decay) * self.per_velocity
+        # The hard (untightened) range: braking (faster than its stopping speed) at the
+        # weak gain.
+        hard_stop = self.stopping_velocity(self._hard_offset - self._sign * q)
+        braking = hard_stop - toward < 0
+        hard = np.where(
+            braking,
+            (hard_stop - toward * self.decay_weak) * self.per_velocity_weak,
+            (hard_stop - toward_or_rest * self.decay) * self.per_velocity,
+        )
         velocity_bound &= ~(hard < room)
         room = np.minimum(hard, room)  # numpy takes the second on ties, as the scalar code
         motion_hi = u_gravity + room[0]
@@ -150,7 +163,7 @@ class ReferenceEnvelope:
         # the weak gain overshoots, and the resulting chatter walks the arm into what it
         # should avoid). The acceleration and rate limits bound how the policy drives the
         # arm, never how hard the supervisor may stop it, so both include this brake.
-        brake = np.minimum(np.maximum(u_gravity - v * self.per_velocity, lo), hi)
+        brake = np.minimum(np.maximum(u_gravity - v * (self.decay * self.per_velocity), lo), hi)
         accel_lo = np.minimum(u_gravity - self.u_accel, brake)
         accel_hi = np.maximum(u_gravity + self.u_accel, brake)
         lo, hi = _meet(lo, hi, accel_lo, accel_hi)
@@ -196,18 +209,35 @@ class ReferenceEnvelope:
         joint's velocity, the fast gain everywhere (the action may reverse it)."""
         push = u - u_gravity
         along = push * v >= 0
-        gain = np.where(along, self.a_gain, self.a_brake)
-        ends = [self._ahead(q, v, push, gain)]
+        decay = np.where(along, self.decay, self.decay_weak)
+        step = np.where(along, self.step, self.step_weak)
+        ends = [self._ahead(q, v * decay + push * step)]
         if not along.all():
-            ends.append(self._ahead(q, v, push, self.a_gain))
+            # Reversed at the fast gain; damped, from rest (see __init__).
+            decay = np.where(along | ~self._damped, self.decay, 0.0)
+            ends.append(self._ahead(q, v * decay + push * self.step))
         return ends
 
-    def _ahead(
-        self, q: np.ndarray, v: np.ndarray, push: np.ndarray, gain: np.ndarray
-    ) -> np.ndarray:
-        v_next = v + push * gain * self.dt
+    def _ahead(self, q: np.ndarray, v_next: np.ndarray) -> np.ndarray:
         ahead: np.ndarray = q + v_next * self.dt + v_next * np.abs(v_next) / (2.0 * self.a_brake)
         return ahead
+
+
+def _response(
+    gain: np.ndarray, damping: np.ndarray, dt: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(decay, push per rad/s of change, rad/s per push) over one step of
+    ``q̈ = G·(p − c·v)``: the exponential solution, or Euler's where c = 0 (exact there)."""
+    decay = np.ones_like(gain)
+    per_velocity = 1.0 / (gain * dt)
+    step = gain * dt
+    for i, (g, c) in enumerate(zip(gain.tolist(), damping.tolist(), strict=True)):
+        if c > 0:
+            lost = -math.expm1(-(g * c * dt))
+            decay[i] = math.exp(-(g * c * dt))
+            per_velocity[i] = c / lost
+            step[i] = lost / c
+    return decay, per_velocity, step
 
 
 def _float32_inward(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -100,3 +100,23 @@ def test_tightened_keeps_the_untightened_range_as_the_hard_one() -> None:
     for bad in ((0.1,) * 3, (-0.1,) * 7, (1.0,) * 7, (float("nan"),) * 7):
         with pytest.raises(LimitsError, match="hard_position_margin_rad"):
             dataclasses.replace(limits, hard_position_margin_rad=bad)
+
+
+def test_viscous_damping_defaults_to_none_survives_yaml_and_tightening(tmp_path: Path) -> None:
+    limits = seven_joint_limits()
+    assert limits.viscous_damping_per_rad_s == ()
+    assert limits.damping_per_rad_s == (0.0,) * 7
+    damped = SafetyLimits.from_spec(
+        seven_joint_spec(),
+        acceleration_per_action_rad_s2=(GAIN_HI,) * 7,
+        viscous_damping_per_rad_s=(0.2,) * 7,
+    )
+    assert damped.damping_per_rad_s == (0.2,) * 7
+    # Damping is physics, not a policy limit: tightening keeps it.
+    assert damped.tightened(0.5).viscous_damping_per_rad_s == (0.2,) * 7
+    path = tmp_path / "damped.yaml"
+    damped.to_yaml(path)
+    assert SafetyLimits.from_yaml(path) == damped
+    for bad in ((0.1,) * 3, (-0.1,) * 7, (float("inf"),) * 7):
+        with pytest.raises(LimitsError, match="viscous_damping_per_rad_s"):
+            dataclasses.replace(limits, viscous_damping_per_rad_s=bad)

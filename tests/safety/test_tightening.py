@@ -9,7 +9,8 @@ switched at step 100, chattered at full torque (each brake reversed the joint at
 arm's true gain, 45-90 times the weak one, and the halved velocity limit braked the
 reversal back) and walked across its true joint limits: 80 violation steps in 10
 episodes. Measured here on the MuJoCo arm (``ArmEnv``'s own counts) and, for any state
-and action, on the supervisor's one-step model with the true gain anywhere in its range.
+and action, on the supervisor's one-step model with the true gain anywhere in its range
+and the damping at or above what the limits declare.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ VMAX = np.asarray(BASE.velocity_limit_rad_s)
 A_BRAKE = np.asarray(BASE.braking_deceleration_rad_s2)
 GAIN_HI = np.asarray(BASE.acceleration_per_action_rad_s2)
 DT = BASE.control_period_s
+DAMPING = np.asarray(BASE.damping_per_rad_s)
 BASE_ENVELOPE = JointEnvelope(BASE)
 # The model without kinematics: gravity compensation is zero, the torque limit stays.
 TIGHT_SUPERVISOR = Supervisor(TIGHT)
@@ -97,10 +99,16 @@ def test_switching_to_tightened_limits_mid_episode_never_violates_or_touches(
 
 
 def _next_velocities(v: float, u: float, joint: int) -> list[float]:
-    """The joint's velocity after one step of the model q̈ = G·u (no gravity) at the
-    weakest, a middle and the fastest gain the limits declare."""
+    """The joint's velocity after one step of the model q̈ = G·(u − c·q̇) (no gravity),
+    solved exactly, at the weakest, a middle and the fastest gain the limits declare, and
+    at the smallest damping they declare and three times that."""
     gains = (A_BRAKE[joint], 0.5 * (A_BRAKE[joint] + GAIN_HI[joint]), GAIN_HI[joint])
-    return [v + g * u * DT for g in gains]
+    out = []
+    for g in gains:
+        for c in (DAMPING[joint], 3.0 * DAMPING[joint]):
+            steady = u / c
+            out.append(steady + (v - steady) * float(np.exp(-g * c * DT)))
+    return out
 
 
 actions = st.lists(

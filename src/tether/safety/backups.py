@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.limits import SafetyLimits
+from tether.safety.response import step_response
 
 BackupKind = Literal["hold", "brake", "go_home"]
 
@@ -63,11 +64,15 @@ class _VelocityServo:
     """Shared arithmetic: the action that changes each joint's velocity by ``dv`` in one step."""
 
     def __init__(self, limits: SafetyLimits) -> None:
-        gain = np.asarray(limits.acceleration_per_action_rad_s2, dtype=np.float64)
-        self._per_velocity = 1.0 / (gain * limits.control_period_s)
+        # At the fastest gain, so the servo never overshoots its target speed.
+        response = step_response(
+            limits.acceleration_per_action_rad_s2, limits.damping_per_rad_s, limits.control_period_s
+        )
+        self._decay = np.asarray(response.decay, dtype=np.float64)
+        self._per_velocity = np.asarray(response.per_velocity, dtype=np.float64)
 
     def toward(self, v: np.ndarray, v_target: np.ndarray, u_gravity: np.ndarray) -> np.ndarray:
-        u: np.ndarray = u_gravity + (v_target - v) * self._per_velocity
+        u: np.ndarray = u_gravity + (v_target - v * self._decay) * self._per_velocity
         return u
 
 

@@ -1,11 +1,15 @@
 """Per-joint intervals of safe normalized torque for the next control step.
 
 Each check becomes an interval ``[lo, hi]`` of the joint's normalized torque under the
-supervisor's one-step model ``q̈ = G · (u − u_gravity)``, where the gain ``G`` is not
-known exactly and the worst case is taken on each side: pushing a joint faster uses the
-upper bound ``acceleration_per_action`` (the action may accelerate it that much), braking
-into the hard position range uses the lower bound ``braking_deceleration`` (braking may
-achieve only that much), and any other brake the upper one (it never reverses the joint):
+supervisor's one-step model ``q̈ = G · (u − u_gravity − c·q̇)``, solved exactly over the
+step (:mod:`tether.safety.response`; ``c`` is the smallest viscous damping the joint is
+sure to have, 0 when none is declared). The gain ``G`` is not known exactly and the
+worst case is taken on each side: pushing a joint faster uses the upper bound
+``acceleration_per_action`` (the action may accelerate it that much), braking into the
+hard position range uses the lower bound ``braking_deceleration`` (braking may achieve
+only that much), and any other brake the upper one (it never reverses the joint). Any
+damping above ``c`` only slows a joint moving toward a limit; one moving away it may
+turn round sooner, so with damping that push is sized from rest:
 
 - torque: ``|u| ≤ torque_limit / action_scale``;
 - motion (position and velocity): the velocity after one step, ``v'``, must let the
@@ -46,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tether.safety.limits import SafetyLimits
+from tether.safety.response import step_response
 
 # Output values are kept this far inside the final interval, so the float32 rounding
 # of the executed action (< 6e-8 in [-1, 1]) can never push it back outside.
@@ -94,13 +99,24 @@ class JointEnvelope:
         self.u_max = [limits.torque_limit_nm[i] / limits.action_scale_nm[i] for i in range(n)]
         self.u_accel = [limits.acceleration_limit_rad_s2[i] / self.a_gain[i] for i in range(n)]
         self.rate = [float(x) for x in limits.max_action_change_per_step]
-        # Actions that change v by 1 rad/s in one step, at the fastest and the weakest gain.
-        self.per_velocity = [1.0 / (a * self.dt) for a in self.a_gain]
-        self.per_velocity_brake = [1.0 / (a * self.dt) for a in self.a_brake]
+        # The exact damped one-step response (tether.safety.response) at the fastest and
+        # the weakest gain: velocity decay per step and push per rad/s of change.
+        damping = limits.damping_per_rad_s
+        fast = step_response(self.a_gain, damping, self.dt)
+        weak = step_response(self.a_brake, damping, self.dt)
+        self.per_velocity = list(fast.per_velocity)
+        self._decay = list(fast.decay)
+        self._step = list(fast.velocity_per_push)
+        self._decay_weak = list(weak.decay)
+        self._step_weak = list(weak.velocity_per_push)
+        # Damped, a joint moving away from a limit may turn round sooner than the model's
+        # (smallest) damping says, since more damping stops it faster; the supremum over
+        # every larger damping is the motion from rest. Undamped, the model is exact.
+        self._damped = [c > 0.0 for c in damping]
+        self._reverse_decay = [0.0 if c > 0.0 else 1.0 for c in damping]
+        # The one-step stop at the fastest gain: push per rad/s of the current velocity.
+        self._stop_gain = [e * k for e, k in zip(fast.decay, fast.per_velocity, strict=True)]
         self.torque_lo = [-u for u in self.u_max]
-        self._brake_extra = [
-            pb - p for pb, p in zip(self.per_velocity_brake, self.per_velocity, strict=True)
-        ]
         self._dt2 = self.dt * self.dt
         self._two_over_a = [2.0 / a for a in self.a_brake]
         self._no_rate_lo = [-math.inf] * n
@@ -115,7 +131,11 @@ class JointEnvelope:
                 self.a_brake,
                 self._two_over_a,
                 self.per_velocity,
-                self._brake_extra,
+                self._decay,
+                weak.per_velocity,
+                self._decay_weak,
+                self._stop_gain,
+                self._damped,
                 self.torque_lo,
                 self.u_max,
                 self.u_accel,
@@ -163,8 +183,12 @@ class JointEnvelope:
             v_max,
             a_brake,
             two_over_a,
-            p,
-            extra,
+            k,
+            e,
+            k_weak,
+            e_weak,
+            stop_gain,
+            damped,
             t_lo,
             t_hi,
             u_acc,
@@ -197,18 +221,26 @@ class JointEnvelope:
                 hard_down = stop_down
             up_velocity_bound = stop_up > v_max  # the velocity limit, not the position, binds
             down_velocity_bound = stop_down > v_max
-            # Speed still allowed toward each limit, and the action that keeps to it at the
-            # fast gain: it never reverses the joint, whatever the true gain.
-            room_up = ((stop_up if stop_up < v_max else v_max) - vi) * p
-            room_down = ((stop_down if stop_down < v_max else v_max) + vi) * p
-            # The hard range: speeding up bounded at the fast gain, braking (room < 0) at
-            # the weak one, so the joint stops inside it at any gain in the declared range.
-            hard_room_up = hard_up - vi
-            hard_room_down = hard_down + vi
-            braking_up = hard_room_up < 0
-            braking_down = hard_room_down < 0
-            hard_room_up *= p + (extra if braking_up else 0.0)
-            hard_room_down *= p + (extra if braking_down else 0.0)
+            # Speed toward each limit (from rest when a damped joint moves away from it).
+            v_up = vi if (vi > 0.0 or not damped) else 0.0
+            v_down = -vi if (vi < 0.0 or not damped) else 0.0
+            # Speed still allowed toward each limit, and the push that reaches it in one
+            # step at the fast gain: it never reverses the joint, whatever the true gain.
+            room_up = ((stop_up if stop_up < v_max else v_max) - v_up * e) * k
+            room_down = ((stop_down if stop_down < v_max else v_max) - v_down * e) * k
+            # The hard range: speeding up bounded at the fast gain, braking (faster than
+            # the stopping speed allows) at the weak one, so the joint stops inside it at
+            # any gain in the declared range and any damping from the declared one up.
+            braking_up = hard_up - vi < 0
+            braking_down = hard_down + vi < 0
+            if braking_up:
+                hard_room_up = (hard_up - vi * e_weak) * k_weak
+            else:
+                hard_room_up = (hard_up - v_up * e) * k
+            if braking_down:
+                hard_room_down = (hard_down - v_down * e_weak) * k_weak
+            else:
+                hard_room_down = (hard_down - v_down * e) * k
             if hard_room_up < room_up:
                 room_up = hard_room_up
                 up_velocity_bound = False
@@ -240,7 +272,7 @@ class JointEnvelope:
             # into what it should avoid). The acceleration and rate limits bound how the
             # policy drives the arm, never how hard the supervisor may stop it, so both
             # include this brake.
-            x = g - vi * p
+            x = g - vi * stop_gain
             x = x if x > low else low
             b = x if x < high else high
             x = g - u_acc
@@ -327,7 +359,10 @@ class JointEnvelope:
             push = u[i] - u_gravity[i]
             along = push * vi >= 0
             a_brake = self.a_brake[i]
-            v_next = vi + push * (self.a_gain[i] if along else a_brake) * dt
+            if along:
+                v_next = vi * self._decay[i] + push * self._step[i]
+            else:
+                v_next = vi * self._decay_weak[i] + push * self._step_weak[i]
             ahead[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * a_brake)
             if not along and fast is None:
                 fast = ahead[:i] + [0.0] * (self.n - i)
@@ -335,7 +370,8 @@ class JointEnvelope:
                 if along:
                     fast[i] = ahead[i]
                 else:
-                    v_next = vi + push * self.a_gain[i] * dt
+                    # Reversed at the fast gain, from rest when damped (see __init__).
+                    v_next = vi * self._reverse_decay[i] + push * self._step[i]
                     fast[i] = q[i] + v_next * dt + v_next * abs(v_next) / (2.0 * a_brake)
         return ahead, fast
 

@@ -3,8 +3,9 @@
 :class:`SafetyLimits` is the one description of what "safe" means for a robot: joint
 position limits with a margin, velocity, acceleration and torque limits, the largest
 change of the command per control step, the end-effector workspace, obstacles and the
-command staleness limit, plus the two numbers of the supervisor's one-step model
-(acceleration produced by a full action, deceleration braking can rely on).
+command staleness limit, plus the numbers of the supervisor's one-step model
+(acceleration produced by a full action, deceleration braking can rely on, and the
+viscous damping every joint is sure to have).
 
 Invariant: a constructed ``SafetyLimits`` is consistent (every per-joint tuple has one
 finite entry per joint, limits are positive, the position range minus its margins is
@@ -121,6 +122,12 @@ class SafetyLimits:
     # joint back into the tightened range without braking harder than the fastest gain
     # allows, and only the hard range gets the weak-gain brake. () = position_margin_rad.
     hard_position_margin_rad: tuple[float, ...] = ()
+    # The smallest viscous damping each joint is guaranteed, in normalized torque per
+    # rad/s of its velocity (at the strongest actuator gain, since actions are scaled by
+    # it and damping is not): the one-step model becomes ``q̈ = G·(u − u_gravity − c·q̇)``,
+    # solved exactly over the step. () = no damping assumed (``q̈ = G·(u − u_gravity)``).
+    # Never more than the robot is sure to have: it lets the policy push harder.
+    viscous_damping_per_rad_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -160,6 +167,13 @@ class SafetyLimits:
                 f"SafetyLimits.hard_position_margin_rad must be empty or hold {n} finite "
                 f"entries between 0 and position_margin_rad {self.position_margin_rad}, got "
                 f"{hard}; the hard range must contain the tightened one"
+            )
+        damping = self.viscous_damping_per_rad_s
+        if damping and (len(damping) != n or not all(math.isfinite(c) and c >= 0 for c in damping)):
+            raise LimitsError(
+                f"SafetyLimits.viscous_damping_per_rad_s must be empty or hold {n} finite "
+                f"entries >= 0 (one per joint {self.joint_names}), got {damping}; use () "
+                "when the robot's damping is not known"
             )
         if any(m < 0 for m in self.position_margin_rad):
             raise LimitsError(
@@ -211,6 +225,11 @@ class SafetyLimits:
         return self.hard_position_margin_rad or self.position_margin_rad
 
     @property
+    def damping_per_rad_s(self) -> tuple[float, ...]:
+        """``viscous_damping_per_rad_s`` with one entry per joint (0 where none is assumed)."""
+        return self.viscous_damping_per_rad_s or (0.0,) * self.n_joints
+
+    @property
     def min_obs_dim(self) -> int:
         """The shortest observation the layout can be read from."""
         return max(self.layout.joint_position[1], self.layout.joint_velocity[1])
@@ -222,6 +241,7 @@ class SafetyLimits:
         config: LimitsConfig | None = None,
         *,
         acceleration_per_action_rad_s2: Sequence[float] | None = None,
+        viscous_damping_per_rad_s: Sequence[float] = (),
     ) -> SafetyLimits:
         """Limits derived from the robot's declared ones, shaped by ``config``.
 
@@ -230,7 +250,9 @@ class SafetyLimits:
         acceleration a full action can cause on each joint (e.g. max of ``|M(q)⁻¹|·τ_max``
         over the workspace); without it, ``config.acceleration_per_action_scale`` times the
         acceleration limit is assumed, which is only right for robots whose actuators
-        cannot accelerate faster than they are allowed to.
+        cannot accelerate faster than they are allowed to. ``viscous_damping_per_rad_s``
+        is the smallest damping each joint is sure to have (normalized torque per rad/s);
+        the default assumes none.
         """
         cfg = config or LimitsConfig()
         accel = np.asarray(spec.joint_acceleration_limit_rad_s2, dtype=np.float64)
@@ -261,6 +283,7 @@ class SafetyLimits:
             obstacle_margin_m=cfg.obstacle_margin_m,
             command_staleness_s=cfg.command_staleness_s,
             observation_dim=spec.obs_dim,
+            viscous_damping_per_rad_s=tuple(float(c) for c in viscous_damping_per_rad_s),
         )
 
     def tightened(self, factor: float) -> SafetyLimits:
