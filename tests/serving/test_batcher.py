@@ -238,3 +238,84 @@ def test_auto_mode_runs_lone_requests_inline_and_slow_batches_in_the_thread() ->
     assert all(s.inline for s in lone)
     assert any(not s.inline for s in stats if s.size > 1)
     assert stats[-1].inline  # the fast batches brought the compute average down
+
+
+def test_a_lone_request_runs_in_its_callers_coroutine_with_every_check() -> None:
+    """Auto mode, one robot: no queue, no worker hand-off, and nothing a caller can see
+    differs from a queued batch (hook, own result, own error, statistics)."""
+    stats: list[BatchStats] = []
+    hooks: list[str] = []
+    threads: list[str] = []
+
+    def run_batch(items: list[int]) -> list[int | ServingError]:
+        threads.append(threading.current_thread().name)
+        if items[0] == 13:
+            raise RuntimeError("engine fell over")
+        return square_or_refuse(items)
+
+    async def scenario() -> tuple[list[object], int]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            run_batch,
+            BatcherConfig(execution="auto"),
+            before_batch=lambda: hooks.append("hook"),
+            on_batch=stats.append,
+        )
+        batcher.start()
+        try:
+            out: list[object] = []
+            for v in (3, -2, 13, 4, 5):  # fewer than one probe period
+                try:
+                    out.append(await batcher.submit(v))
+                except ServingError as exc:
+                    out.append(exc)
+            try:  # a deadline already past on arrival: refused, never computed
+                await batcher.submit(6, time.monotonic() - 1.0)
+            except DeadlineExpired as exc:
+                out.append(exc)
+            return out, batcher.queued
+        finally:
+            await batcher.close()
+
+    out, queued = asyncio.run(scenario())
+    ok3, refused, failed, ok4, ok5, expired = out
+    assert ok3 == (9, 0, ok3.batch_ns, 1)  # type: ignore[union-attr]
+    assert isinstance(refused, RequestInvalid)
+    assert "-2" in str(refused)
+    assert isinstance(failed, BatchFailed)
+    assert "engine fell over" in str(failed)
+    assert isinstance(failed.__cause__, RuntimeError)
+    assert (ok4.value, ok5.value) == (16, 25)  # type: ignore[union-attr]
+    assert isinstance(expired, DeadlineExpired)
+    assert "not computed" in str(expired)
+    assert queued == 0
+    assert threads == ["MainThread"] * 5  # the expired one never reached the batch
+    assert hooks == ["hook"] * 5
+    assert [(s.size, s.inline, s.expired) for s in stats] == [(1, True, 0)] * 5 + [(0, True, 1)]
+
+
+def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
+    """The probe every _PROBE_EVERY lone requests runs threaded; robots that queue behind
+    it switch the batcher to batching, so many robots are not served one by one."""
+    stats: list[BatchStats] = []
+
+    def slow(items: list[int]) -> list[int | ServingError]:
+        time.sleep(0.002)
+        return list(items)
+
+    async def scenario() -> None:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            slow, BatcherConfig(execution="auto"), on_batch=stats.append
+        )
+        batcher.start()
+        try:
+            for i in range(40):  # 40 robots, all at once, every round
+                await asyncio.gather(*(batcher.submit(i * 100 + k) for k in range(40)))
+        finally:
+            await batcher.close()
+
+    asyncio.run(scenario())
+    assert any(not s.inline for s in stats), "no probe ran threaded"
+    assert max(s.size for s in stats) > 1, "requests never batched"
+    assert sum(s.size for s in stats) == 40 * 40
+    # Once batching took over, the later rounds are served in few batches each.
+    assert len(stats) < 40 * 40 / 4

@@ -56,3 +56,37 @@ def test_identifier_and_scalar_bounds() -> None:
     assert scalar(1.5, "step.reward", 10) == 1.5
     with pytest.raises(RequestInvalid, match=r"step\.reward is nan"):
         scalar(math.nan, "step.reward", 10)
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=6, max_size=6))
+def test_a_vector_passes_exactly_when_every_entry_is_finite_and_within_bound(
+    values: list[float],
+) -> None:
+    bound = 1e3
+    first_bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if first_bad is not None:  # the first non-finite entry is named before any large one
+        with pytest.raises(RequestInvalid, match=rf"observation\[{first_bad}\] is .*finite"):
+            vector(values, "observation", 6, bound)
+    elif any(abs(v) > bound for v in values):
+        with pytest.raises(RequestInvalid, match="at most 1000"):
+            vector(values, "observation", 6, bound)
+    else:
+        out = vector(values, "observation", 6, bound)
+        np.testing.assert_array_equal(out, np.asarray(values, dtype=np.float32))
+
+
+@given(st.lists(finite, min_size=7, max_size=7))
+def test_a_protobuf_repeated_field_converts_like_a_list(values: list[float]) -> None:
+    from tether.v1 import policy_pb2 as pb
+
+    step = pb.StepData(observation=values)
+    out = vector(step.observation, "step.observation", 7, 1e6)
+    assert out.dtype == np.float32
+    assert out.shape == (7,)
+    np.testing.assert_array_equal(out, np.asarray(values, dtype=np.float32))
+
+
+def test_non_finite_reward_of_every_kind_is_refused() -> None:
+    for bad in (math.nan, math.inf, -math.inf, 11.0):
+        with pytest.raises(RequestInvalid, match=r"step\.reward is .*expected a finite number"):
+            scalar(bad, "step.reward", 10)

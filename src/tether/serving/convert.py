@@ -3,6 +3,10 @@
 One function per message so the unary and streaming paths build replies identically.
 Invariant: the action placed in a reply is the supervisor's safe action, never the
 proposed one (which travels separately, labelled as such).
+
+Replies are filled in place (``fill_action_response`` writes into the ``ControlReply``'s
+own ``action`` field) rather than built as separate messages and copied in: every step
+of every session builds one, and the copies were most of its cost.
 """
 
 from __future__ import annotations
@@ -49,14 +53,22 @@ def check_names(checks: int) -> tuple[str, ...]:
 
 
 def verdict_to_proto(verdict: SafetyVerdict) -> pb.SafetyVerdict:
+    message = pb.SafetyVerdict()
+    fill_verdict(message, verdict)
+    return message
+
+
+def fill_verdict(message: pb.SafetyVerdict, verdict: SafetyVerdict) -> None:
+    """Write ``verdict`` into an empty ``message``; fields left at their default stay unset."""
+    message.source = _SOURCES.get(verdict.source, pb.ACTION_SOURCE_UNSPECIFIED)
     checks = int(verdict.checks)
-    return pb.SafetyVerdict(
-        source=_SOURCES.get(verdict.source, pb.ACTION_SOURCE_UNSPECIFIED),
-        checks=checks,
-        check_names=check_names(checks),
-        correction_norm=verdict.correction_norm,
-        joints=verdict.joints,
-    )
+    if checks:
+        message.checks = checks
+        message.check_names.extend(check_names(checks))
+    if verdict.correction_norm:
+        message.correction_norm = verdict.correction_norm
+    if verdict.joints:
+        message.joints.extend(verdict.joints)
 
 
 def version_to_proto(version: VersionLike) -> pb.PolicyVersion:
@@ -66,20 +78,30 @@ def version_to_proto(version: VersionLike) -> pb.PolicyVersion:
 
 
 def action_response(batched: Batched[ActionOutcome], total_ns: int) -> pb.ActionResponse:
+    reply = pb.ActionResponse()
+    fill_action_response(reply, batched, total_ns)
+    return reply
+
+
+def fill_action_response(
+    reply: pb.ActionResponse, batched: Batched[ActionOutcome], total_ns: int
+) -> None:
+    """Write the supervised answer into an empty ``reply`` (e.g. ``ControlReply.action``)."""
     outcome = batched.value
-    return pb.ActionResponse(
-        action=outcome.action.tolist(),
-        log_prob=outcome.log_prob,
-        status="ok",
-        version=version_to_proto(outcome.version),
-        safety=verdict_to_proto(outcome.verdict),
-        timings=pb.ServerTimings(
-            queue_ns=max(0, batched.queue_ns),
-            inference_ns=batched.batch_ns,
-            safety_ns=outcome.safety_ns,
-            total_ns=total_ns,
-            batch_size=batched.batch_size,
-        ),
-        degradation=degradation_to_proto(outcome.degradation),
-        proposed_action=outcome.proposed_action.tolist(),
-    )
+    reply.action.extend(outcome.action.tolist())
+    reply.log_prob = outcome.log_prob
+    reply.status = "ok"
+    version = outcome.version
+    message = reply.version
+    message.policy_version = version.id
+    message.weights_sha256 = version.weights_sha256
+    message.name = version.name
+    fill_verdict(reply.safety, outcome.verdict)
+    timings = reply.timings
+    timings.queue_ns = max(0, batched.queue_ns)
+    timings.inference_ns = batched.batch_ns
+    timings.safety_ns = outcome.safety_ns
+    timings.total_ns = total_ns
+    timings.batch_size = batched.batch_size
+    reply.degradation = degradation_to_proto(outcome.degradation)
+    reply.proposed_action.extend(outcome.proposed_action.tolist())

@@ -105,8 +105,7 @@ class InferencePipeline:
         results: list[ActionOutcome | ServingError | None],
         level: DegradationLevel,
     ) -> None:
-        obs = np.stack([q.observation for q in queries])
-        deterministic = np.fromiter((q.deterministic for q in queries), bool, len(queries))
+        obs, deterministic = _engine_input(queries)
         out = engine.act(obs, deterministic)
         version = out.version
         if self._on_batch is not None or self._router is not None:
@@ -141,3 +140,18 @@ class InferencePipeline:
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
+
+
+def _engine_input(queries: list[ActionQuery]) -> tuple[np.ndarray, bool | np.ndarray]:
+    """The batch's observations ``(B, obs_dim)`` and its deterministic flag(s).
+
+    A flag shared by the whole batch goes to the engine as one bool, which spares it the
+    per-row noise masking; a lone query's observation is passed as a view, not a copy.
+    """
+    if len(queries) == 1:
+        return queries[0].observation[None], queries[0].deterministic
+    obs = np.stack([q.observation for q in queries])
+    flags = np.fromiter((q.deterministic for q in queries), bool, len(queries))
+    if flags.all() or not flags.any():
+        return obs, bool(flags[0])
+    return obs, flags

@@ -27,7 +27,12 @@ from tether.data.step import StepRecord
 from tether.serving.admission import Admission
 from tether.serving.batcher import Batched, DynamicBatcher
 from tether.serving.config import ServerConfig
-from tether.serving.convert import action_response, degradation_to_proto, version_to_proto
+from tether.serving.convert import (
+    action_response,
+    degradation_to_proto,
+    fill_action_response,
+    version_to_proto,
+)
 from tether.serving.errors import RequestInvalid, ServingError
 from tether.serving.holder import ModelSource, VersionRouter
 from tether.serving.inference import ActionOutcome, ActionQuery
@@ -241,11 +246,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                     client_timestamp_ns=step.client_timestamp_ns,
                 )
             )
-        reply = pb.ControlReply(
-            step_index=step.step_index,
-            episode_id=step.episode_id,
-            action=action_response(batched, time.perf_counter_ns() - arrival),
-        )
+        reply = pb.ControlReply(step_index=step.step_index, episode_id=step.episode_id)
+        fill_action_response(reply.action, batched, time.perf_counter_ns() - arrival)
         self._finish("Control", "OK", version, arrival)
         return reply
 

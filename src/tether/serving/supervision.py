@@ -10,10 +10,19 @@ machine, with the version that proposed the action.
 Invariant: ``decide`` is the only way serving turns a proposed action into one it may
 send, and it always returns the output of ``Supervisor.filter`` or
 ``Supervisor.backup_action`` (finite, within limits).
+
+Serving reads the level once per batch. Asking the machine costs ~10-25 µs (it
+re-evaluates its window), so ``SupervisorFactory.level`` keeps the answer and asks again
+only after the machine announced a transition (its listener) or ``level_poll_s`` later.
+Every move towards more restriction is announced by the call that caused it, before that
+call returns, so the next batch already runs at the new level; only a recovery, which
+the machine makes on the clock when polled, can be seen up to ``level_poll_s`` late.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +30,7 @@ import numpy as np
 from tether.safety.degradation import DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
 from tether.safety.kinematics import Kinematics
-from tether.safety.levels import DegradationLevel, EventKind
+from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind
 from tether.safety.limits import SafetyLimits
 from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
@@ -87,6 +96,10 @@ class SessionSupervisor:
         return self._restricted
 
 
+# One control period at 50 Hz: how late serving may notice a recovery (never a degradation).
+LEVEL_POLL_S = 0.02
+
+
 class SupervisorFactory:
     """Makes ``SessionSupervisor``s for one robot spec; owns the shared limits."""
 
@@ -97,10 +110,12 @@ class SupervisorFactory:
         limits: SafetyLimits | None = None,
         kinematics: Kinematics | None = None,
         degradation: DegradationMachine | None = None,
+        level_poll_s: float = LEVEL_POLL_S,
     ) -> None:
         self.limits = limits or default_limits(spec)
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         self.degradation = degradation
+        self._level = _LevelCache(degradation, level_poll_s)
 
     def __call__(self) -> SessionSupervisor:
         return SessionSupervisor(
@@ -108,7 +123,40 @@ class SupervisorFactory:
         )
 
     def level(self) -> DegradationLevel:
-        return DegradationLevel.NORMAL if self.degradation is None else self.degradation.level
+        """The degradation level serving supervises at now (see the module docstring)."""
+        return self._level.read()
+
+
+class _LevelCache:
+    """The machine's level, re-read after each announced transition or ``poll_s`` later."""
+
+    def __init__(self, machine: DegradationMachine | None, poll_s: float) -> None:
+        self._machine = machine
+        self._poll_s = poll_s
+        self._lock = threading.Lock()
+        self._announced = 0  # transitions the machine announced
+        self._seen = -1  # ``_announced`` when ``_cached`` was read; -1: never read
+        self._cached = DegradationLevel.NORMAL
+        self._next_poll = 0.0
+        if machine is not None:
+            machine.add_listener(self._on_transition)
+
+    def _on_transition(self, transition: DegradationTransition) -> None:
+        # Runs after the machine changed state; any reader that looked before will differ.
+        self._announced += 1
+
+    def read(self) -> DegradationLevel:
+        if self._machine is None:
+            return DegradationLevel.NORMAL
+        if self._seen == self._announced and time.monotonic() < self._next_poll:
+            return self._cached
+        with self._lock:  # one reader refreshes at a time, so none writes back an old level
+            announced = self._announced  # before reading: a later transition forces a re-read
+            level = self._machine.level
+            self._cached = level
+            self._seen = announced
+            self._next_poll = time.monotonic() + self._poll_s
+        return level
 
 
 SupervisorSource = Callable[[], SessionSupervisor]

@@ -1,0 +1,75 @@
+"""The degradation level serving supervises at: cached, yet never behind a degradation."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tests.serving.serving_harness import MakeServer, relaxed_limits, server_config
+from tether.safety.degradation import DegradationMachine
+from tether.safety.levels import DegradationLevel, EventKind
+from tether.serving.client import PolicyClient
+from tether.serving.supervision import SupervisorFactory
+from tether.spec import RobotSpec
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_degradation_reaches_the_next_read_however_long_the_poll_period(
+    arm: RobotSpec,
+) -> None:
+    machine = DegradationMachine(limits=relaxed_limits(arm), clock=ManualClock())
+    factory = SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine,
+                                level_poll_s=3600.0)  # fmt: skip
+    assert factory.level() is DegradationLevel.NORMAL
+    machine.report(EventKind.NAN_OUTPUT)  # one NaN from the policy: RESTRICTED
+    assert factory.level() is DegradationLevel.RESTRICTED
+    machine.escalate(DegradationLevel.TAKEOVER, reason="operator e-stop")
+    assert factory.level() is DegradationLevel.TAKEOVER
+    machine.resume(operator="ada")
+    assert factory.level() is machine.level
+
+
+def test_a_recovery_on_the_clock_is_seen_within_the_poll_period(arm: RobotSpec) -> None:
+    clock = ManualClock()
+    machine = DegradationMachine(limits=relaxed_limits(arm), clock=clock)
+    factory = SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine,
+                                level_poll_s=0.05)  # fmt: skip
+    machine.report(EventKind.NAN_OUTPUT)
+    assert factory.level() is DegradationLevel.RESTRICTED
+    # The machine recovers only when asked after its quiet period: serving asks again at
+    # most level_poll_s later, and until then keeps the more restrictive level.
+    clock.now = machine.config.window_s + machine.config.quiet_period_s + 1.0
+    assert factory.level() is DegradationLevel.RESTRICTED
+    time.sleep(0.06)
+    assert factory.level() is DegradationLevel.NORMAL
+
+
+def test_without_a_machine_the_level_is_normal(arm: RobotSpec) -> None:
+    assert SupervisorFactory(arm, limits=relaxed_limits(arm)).level() is DegradationLevel.NORMAL
+
+
+def test_an_escalation_turns_the_very_next_reply_into_the_backup(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """Safety: once the machine is at TAKEOVER, no request gets the policy's action, even
+    with the cached level (the default poll period) and a lone robot's inline path."""
+    machine = DegradationMachine(limits=relaxed_limits(arm))
+    supervisors = SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine)
+    running = make_server(server_config(), supervisors=supervisors)
+    obs = np.zeros(arm.obs_dim, np.float32)
+    with PolicyClient(running.address) as client:
+        before = [client.get_action(obs, deterministic=True) for _ in range(3)]
+        machine.escalate(DegradationLevel.TAKEOVER, reason="test")
+        after = client.get_action(obs, deterministic=True)
+    assert all(r.verdict is not None and r.verdict.source != "backup" for r in before)
+    assert after.verdict is not None
+    assert after.verdict.source == "backup"
+    assert after.degradation == int(DegradationLevel.TAKEOVER)
