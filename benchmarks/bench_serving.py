@@ -34,12 +34,14 @@ import argparse
 import asyncio
 import cProfile
 import io
+import json
 import multiprocessing as mp
 import os
 import platform
 import pstats
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -98,6 +100,19 @@ class EchoService(pb_grpc.PolicyServiceServicer):
                 )
 
 
+def policy_config(max_batch: int, execution: str = "auto") -> dict[str, Any]:
+    """The policy servers' ``ServerConfig``, as data (the baseline tree parses it too)."""
+    return {
+        "port": 0,
+        "metrics_port": None,
+        # Benchmark clients send as fast as they are answered: no rate limit, and no
+        # staleness cut-off on queued steps (64 robots queue well past 5 periods).
+        "admission": {"rate_limit_hz": 0, "max_queued_requests": 4096},
+        "control_step_deadline_s": 0,
+        "batcher": {"max_batch_size": max_batch, "execution": execution},
+    }
+
+
 def _server_main(
     kind: str, bundle: str, max_batch: int, ports: Any, profile: str, execution: str
 ) -> None:
@@ -117,7 +132,7 @@ def _server_main(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         if kind == "echo":
             server = grpc.aio.server()
-            pb_grpc.add_PolicyServiceServicer_to_server(EchoService(), server)
+            pb_grpc.add_PolicyServiceServicer_to_server(EchoService(), server)  # type: ignore[no-untyped-call]
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             ports.put(port)
@@ -127,17 +142,7 @@ def _server_main(
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
-        config = ServerConfig.model_validate(
-            {
-                "port": 0,
-                "metrics_port": None,
-                # Benchmark clients send as fast as they are answered: no rate limit, and
-                # no staleness cut-off on queued steps (64 robots queue well past 5 periods).
-                "admission": {"rate_limit_hz": 0, "max_queued_requests": 4096},
-                "control_step_deadline_s": 0,
-                "batcher": {"max_batch_size": max_batch, "execution": execution},
-            }
-        )
+        config = ServerConfig.model_validate(policy_config(max_batch, execution))
         policy = build_server(
             Path(bundle), config, before_batch=profile_batch_thread if profile else None
         )
@@ -189,6 +194,57 @@ class ServerProcess:
             self.proc.kill()
 
 
+# The same policy server from another source tree (``--baseline-src``, e.g. a checkout of
+# an earlier commit), so before and after are measured side by side in one run.
+_BASELINE_SERVER = """
+import asyncio, json, signal, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+from tether.serving.config import ServerConfig
+from tether.serving.launch import build_server
+
+async def main():
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    config = ServerConfig.model_validate(json.loads(sys.argv[2]))
+    server = build_server(Path(sys.argv[1]), config)
+    await server.start()
+    print(server.port, flush=True)
+    await stop.wait()
+    await server.stop(1.0)
+
+asyncio.run(main())
+"""
+
+
+class BaselineProcess:
+    """The policy server of the tree at ``src_root`` (its ``src`` first on the path)."""
+
+    def __init__(self, src_root: Path, bundle: str, max_batch: int) -> None:
+        src = src_root / "src"
+        if not (src / "tether" / "serving").is_dir():
+            raise SystemExit(f"--baseline-src {src_root}: expected {src}/tether/serving")
+        env = dict(os.environ, PYTHONPATH=str(src))
+        config = json.dumps(policy_config(max_batch))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BASELINE_SERVER, bundle, config],
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the baseline's
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.address = f"127.0.0.1:{int(self.proc.stdout.readline())}"
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 # --------------------------------------------------------------------------- load
 
 
@@ -212,13 +268,13 @@ class Measured:
 
 def _observation(i: int) -> list[float]:
     rng = np.random.default_rng(i)
-    return rng.uniform(-0.3, 0.3, SPEC.obs_dim).astype(np.float32).tolist()
+    return [float(v) for v in rng.uniform(-0.3, 0.3, SPEC.obs_dim).astype(np.float32)]
 
 
 async def _load(address: str, mode: str, clients: int, seconds: float) -> Measured:
     warmup = min(0.5, seconds / 4)
     channel = grpc.aio.insecure_channel(address)
-    stub = pb_grpc.PolicyServiceStub(channel)
+    stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
     start = time.perf_counter()
     t_measure = start + warmup
     t_end = t_measure + seconds
@@ -266,7 +322,7 @@ async def _load(address: str, mode: str, clients: int, seconds: float) -> Measur
     worker = unary if mode == "unary" else streaming
     await asyncio.gather(*(worker(i) for i in range(clients)))
     elapsed = time.perf_counter() - t_measure
-    await channel.close()
+    await channel.close(grace=None)
     return Measured(
         rtts,
         elapsed,
@@ -384,6 +440,13 @@ def main() -> None:
     parser.add_argument(
         "--policies", default=",".join(POLICIES), help="policies to serve (small, heavy)"
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also serve the small policy from this source tree (e.g. an earlier commit's "
+        "checkout) in the same run, for before/after ratios",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     policies = [name for name in args.policies.split(",") if name]
@@ -420,8 +483,14 @@ def main() -> None:
         for policy in policies
         for server, batch in (("batched", 64), ("batching off", 1))
     ]
+    if args.baseline_src is not None:
+        variants.insert(1, ("small", "baseline batched", bundles["small"], 64))
     for policy, server, bundle, batch in variants:
-        proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
+        proc: ServerProcess | BaselineProcess
+        if server == "baseline batched":
+            proc = BaselineProcess(args.baseline_src, bundle, batch)
+        else:
+            proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
         try:
             for mode in ("unary", "streaming"):
                 for clients in counts:
@@ -460,6 +529,22 @@ def main() -> None:
                 f"- heavy {mode} actions/s at {hi} clients / batching off: "
                 f"{heavy.actions_per_s / off.actions_per_s:.2f} (target ≥ 2.5)"
             )
+    if args.baseline_src is not None:
+        print(f"\nBefore ({args.baseline_src}) and after (this tree), same run:")
+        for mode in ("streaming", "unary"):
+            for n in (lo, hi):
+                before, after = (
+                    get("small", "baseline batched", mode, n),
+                    get("small", "batched", mode, n),
+                )
+                echo = get("echo", "echo", mode, n)
+                if before and after and echo:
+                    print(
+                        f"- small {mode} x{n}: p50 / echo {before.pct(50) / echo.pct(50):.2f} → "
+                        f"{after.pct(50) / echo.pct(50):.2f}, actions/s / echo "
+                        f"{before.actions_per_s / echo.actions_per_s:.2f} → "
+                        f"{after.actions_per_s / echo.actions_per_s:.2f}"
+                    )
 
     print("\nWhere the time goes (means, µs; transport = round trip - server total):")
     print(
@@ -471,7 +556,13 @@ def main() -> None:
     cells = [
         (policy, server, "streaming", n)
         for policy in policies
-        for server, n in (("batched", lo), ("batched", hi), ("batching off", hi))
+        for server, n in (
+            ("baseline batched", lo),
+            ("batched", lo),
+            ("baseline batched", hi),
+            ("batched", hi),
+            ("batching off", hi),
+        )
     ]
     for key in cells:
         if key in results:
@@ -515,4 +606,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
