@@ -107,8 +107,7 @@ def test_each_event_kind_counts_toward_its_own_threshold(feed: object, level: L)
 def test_moving_back_up_needs_a_quiet_period_per_level() -> None:
     clock = Clock()
     machine, seen = _machine(clock)
-    for _ in range(6):
-        machine.observe(CLIPPED)
+    machine.report(EventKind.ROBOT_FAULT)
     assert machine.level is L.PAUSED
     clock.now += 10.0  # events leave the window, but no quiet period has passed yet
     assert machine.level is L.PAUSED
@@ -130,8 +129,7 @@ def test_a_new_trigger_restarts_the_quiet_period() -> None:
     for _ in range(3):
         machine.observe(CLIPPED)
     clock.now += 25.0
-    for _ in range(3):
-        machine.observe(CLIPPED)  # back at the RESTRICTED threshold
+    machine.observe(NAN)  # a RESTRICTED trigger again
     clock.now += 25.0
     assert machine.level is L.RESTRICTED  # the window emptied at +35 s: 15 s of calm
     clock.now += 20.0
@@ -278,3 +276,39 @@ def test_default_thresholds_degrade_on_clearly_abnormal_rates(
     clock = Clock()
     machine = DegradationMachine(clock=clock)
     assert level in _fleet_stream(machine, clock, 10.0, rates)
+
+
+def test_corrections_under_tightened_limits_do_not_hold_the_level() -> None:
+    # A policy corrected often enough to enter RESTRICTED is corrected even more often
+    # under the halved limits. Those corrections must not keep it there for ever: one
+    # quiet period after the NORMAL-level ones have left the window brings it back. (Had
+    # they counted, the window would stay at the threshold and the level would stick.)
+    clock = Clock()
+    machine, seen = _machine(clock)
+    for _ in range(3):
+        machine.observe(CLIPPED)
+    assert machine.level is L.RESTRICTED
+    # Once the NORMAL-level ones have left the window, one correction every 3 s: 3-4
+    # in every window, at RESTRICTED's threshold and below PAUSED's.
+    for tick in range(1, 501):
+        clock.now += 0.1
+        if tick >= 105 and (tick - 105) % 30 == 0 and machine.level is L.RESTRICTED:
+            machine.observe(CLIPPED)
+    assert machine.level is L.NORMAL
+    assert seen[-1].reason == "quiet for 30.0 s"
+    # ... and at NORMAL the same stream counts again.
+    for _ in range(3):
+        machine.observe(CLIPPED)
+    assert machine.level is L.RESTRICTED
+
+
+def test_corrections_under_tightened_limits_still_escalate() -> None:
+    clock = Clock()
+    machine, _ = _machine(clock)
+    for _ in range(3):
+        machine.observe(CLIPPED)
+    for _ in range(3):
+        machine.observe(CLIPPED)  # under RESTRICTED's limits: counted toward PAUSED
+    assert machine.level is L.PAUSED
+    counts = dict(machine.counts().by_kind)
+    assert counts[EventKind.INTERVENTION] == 6

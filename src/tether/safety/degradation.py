@@ -6,6 +6,12 @@ reach; moving there is immediate. Moving back is one level per quiet period (no
 trigger for ``quiet_period_s``), never out of TAKEOVER: only :meth:`resume` with an
 operator name leaves it, and it forgets the window so old events cannot re-trigger.
 
+Corrections the supervisor makes below NORMAL are made under tightened limits, so they
+are partly the tightening's own work: they count toward moving further down, but not
+toward holding the current level. Otherwise a policy that entered RESTRICTED for its
+correction rate is corrected even more often under the halved limits and can never be
+quiet again (seen in ``tether run``: RESTRICTED from the first seconds to the end).
+
 Invariants: every level change is a :class:`DegradationTransition` in the bounded
 history, counted per policy version, and passed to every listener; the machine's
 clock is injected, so tests drive time instead of sleeping. Thread-safe.
@@ -46,9 +52,11 @@ class DegradationMachine:
         self._clock = clock
         self._lock = threading.RLock()
         self._level = DegradationLevel.NORMAL
-        self._events: deque[tuple[float, EventKind, SafetyCheck]] = deque()
-        self._by_kind: Counter[EventKind] = Counter()
-        self._by_check: Counter[SafetyCheck] = Counter()
+        # (time, kind, checks, holds): ``holds`` is False for corrections made under
+        # tightened limits (see the module docstring).
+        self._events: deque[tuple[float, EventKind, SafetyCheck, bool]] = deque()
+        self._all = _Tally()
+        self._holding = _Tally()
         self._calm_since: float | None = None
         # Latest moments that were not calm: the last eviction from the window (the
         # counts may have been at a threshold until then) and the last level change.
@@ -111,8 +119,8 @@ class DegradationMachine:
             # Events before the resume led to the takeover; counting them again would
             # send the robot straight back into it.
             self._events.clear()
-            self._by_kind.clear()
-            self._by_check.clear()
+            self._all = _Tally()
+            self._holding = _Tally()
             self._move(self.config.resume_level, reason, now, None, operator, fired)
             self._calm_since = now
         self._notify(fired)
@@ -159,9 +167,11 @@ class DegradationMachine:
             self._evict(self._clock())
             return WindowCounts(
                 window_s=self.config.window_s,
-                by_kind=tuple((k, self._by_kind[k]) for k in EventKind),
+                by_kind=tuple((k, self._all.by_kind[k]) for k in EventKind),
                 interventions_by_check=tuple(
-                    (str(c.name), self._by_check[c]) for c in _SINGLE_CHECKS if self._by_check[c]
+                    (str(c.name), self._all.by_check[c])
+                    for c in _SINGLE_CHECKS
+                    if self._all.by_check[c]
                 ),
             )
 
@@ -184,39 +194,39 @@ class DegradationMachine:
             now = self._clock()
             if policy_version is not None:
                 self._version = policy_version
+            holds = self._level is DegradationLevel.NORMAL or kinds != [EventKind.INTERVENTION]
             for kind in kinds:
-                self._events.append((now, kind, checks))
-                self._by_kind[kind] += 1
-            for c in _SINGLE_CHECKS:
-                if checks & c:
-                    self._by_check[c] += 1
+                self._events.append((now, kind, checks, holds))
+                self._all.add(kind, checks, 1)
+                if holds:
+                    self._holding.add(kind, checks, 1)
             self._advance(now, fired)
         self._notify(fired)
 
     def _evict(self, now: float) -> None:
         horizon = now - self.config.window_s
         while self._events and self._events[0][0] <= horizon:
-            at, kind, checks = self._events.popleft()
-            self._evicted_until = at + self.config.window_s
-            self._by_kind[kind] -= 1
-            for c in _SINGLE_CHECKS:
-                if checks & c:
-                    self._by_check[c] -= 1
+            at, kind, checks, holds = self._events.popleft()
+            self._all.add(kind, checks, -1)
+            if holds:
+                # Only a holding event's departure can end a spell at a threshold.
+                self._evicted_until = at + self.config.window_s
+                self._holding.add(kind, checks, -1)
 
-    def _target(self) -> tuple[DegradationLevel, str, EventKind | None]:
-        """The most degraded level the window's counts reach, and why."""
+    def _target(self, tally: _Tally) -> tuple[DegradationLevel, str, EventKind | None]:
+        """The most degraded level ``tally``'s counts reach, and why."""
         for level, t in reversed(self.config.by_level()):
             for kind in EventKind:
                 need = t.threshold(kind)
-                if need and self._by_kind[kind] >= need:
+                if need and tally.by_kind[kind] >= need:
                     return (
                         level,
-                        f"{self._by_kind[kind]} {kind.value} events in {self.config.window_s} s "
+                        f"{tally.by_kind[kind]} {kind.value} events in {self.config.window_s} s "
                         f"(threshold {need})",
                         kind,
                     )
             for name, need in t.per_check.items():
-                have = self._by_check[SafetyCheck[name]]
+                have = tally.by_check[SafetyCheck[name]]
                 if need and have >= need:
                     return (
                         level,
@@ -228,9 +238,10 @@ class DegradationMachine:
 
     def _advance(self, now: float, fired: list[DegradationTransition]) -> None:
         self._evict(now)
-        target, why, trigger = self._target()
+        target, why, trigger = self._target(self._all)
         if target > self._level:
             self._move(target, why, now, trigger, None, fired)
+        target = self._target(self._holding)[0]
         if target >= self._level:
             self._calm_since = None
             return
@@ -281,3 +292,19 @@ class DegradationMachine:
         for record in fired:
             for listener in listeners:
                 listener(record)
+
+
+class _Tally:
+    """Events in the window by kind, and interventions by single check."""
+
+    __slots__ = ("by_check", "by_kind")
+
+    def __init__(self) -> None:
+        self.by_kind: Counter[EventKind] = Counter()
+        self.by_check: Counter[SafetyCheck] = Counter()
+
+    def add(self, kind: EventKind, checks: SafetyCheck, sign: int) -> None:
+        self.by_kind[kind] += sign
+        for c in _SINGLE_CHECKS:
+            if checks & c:
+                self.by_check[c] += sign
