@@ -232,8 +232,8 @@ def _response(
     per_velocity = 1.0 / (gain * dt)
     step = gain * dt
     for i, (g, c) in enumerate(zip(gain.tolist(), damping.tolist(), strict=True)):
-        if c > 0:
-            lost = -math.expm1(-(g * c * dt))
+        lost = -math.expm1(-(g * c * dt)) if c > 0 else 0.0
+        if lost > 0:
             decay[i] = math.exp(-(g * c * dt))
             per_velocity[i] = c / lost
             step[i] = lost / c
@@ -327,7 +327,7 @@ class ReferenceSupervisor(Supervisor):
             candidate = _place(np.nan_to_num(candidate, nan=0.0), bounds)
             damping = getattr(self.backup, "velocity_damping", 0.0)
             if damping:
-                self._last_stop = (candidate.tobytes(), damping)
+                self._last_stop = (candidate.tobytes(), damping, self._slow(v))
         else:
             assert u is not None
             candidate, joint_checks = self._joint_stage(u, bounds, prev, u_g)
@@ -344,7 +344,7 @@ class ReferenceSupervisor(Supervisor):
         velocity ``v`` only if ``k·v·per_velocity`` of torque is missing, whatever the true
         gain; integrating that makes holds and predictions right under a payload the
         kinematics does not know. (Stable for any gain up to the bound when
-        ``load_estimation_gain`` < 2.)
+        ``load_estimation_gain`` < 2.) Only joints nearly still when stopped learn.
         """
         last, self._last_stop = self._last_stop, None
         gain = self.config.load_estimation_gain
@@ -353,9 +353,16 @@ class ReferenceSupervisor(Supervisor):
         executed = _array(previous)
         if executed is None or executed.astype(np.float32).tobytes() != last[0]:
             return
-        self._load -= gain * last[1] * v * self._envelope.per_velocity
         limit = self.config.load_estimate_limit
-        np.clip(self._load, -limit, limit, out=self._load)
+        learnt = np.clip(
+            self._load - gain * last[1] * v * self._envelope.per_velocity, -limit, limit
+        )
+        self._load = np.where(last[2], learnt, self._load)
+
+    def _slow(self, v: np.ndarray) -> list[bool]:
+        fraction = self.config.load_learning_speed_fraction
+        slow: list[bool] = (np.abs(v) <= fraction * self._envelope.v_max).tolist()
+        return slow
 
     def _read_state(self, observation: Any) -> tuple[np.ndarray, np.ndarray] | None:
         obs = _array(observation)
@@ -409,6 +416,25 @@ class ReferenceSupervisor(Supervisor):
     ) -> tuple[np.ndarray, int]:
         if not self._cartesian:
             return u32, 0
+        checks = self._path_checks(u32, q, v, u_g)
+        if not checks:
+            return u32, checks
+        # Bisection between the brake and the action for the largest clear fraction.
+        clear, breach = 0.0, 1.0
+        for _ in range(self.config.sweep_backoff_steps):
+            a = 0.5 * (clear + breach)
+            trial = _place(b.brake + a * (u32.astype(np.float64) - b.brake), b)
+            if self._path_checks(trial, q, v, u_g):
+                breach = a
+            else:
+                clear = a
+        if clear > 0.0:
+            return _place(b.brake + clear * (u32.astype(np.float64) - b.brake), b), checks
+        stop = _place(b.brake, b)
+        self._last_stop = (stop.tobytes(), 1.0, self._slow(v))
+        return stop, checks
+
+    def _path_checks(self, u32: np.ndarray, q: np.ndarray, v: np.ndarray, u_g: np.ndarray) -> int:
         kin = self.kinematics
         assert kin is not None
         ends = self._envelope.predict(q, v, u32.astype(np.float64), u_g)
@@ -432,11 +458,7 @@ class ReferenceSupervisor(Supervisor):
             path = [self._clearance.obstacles(*_spheres(kin, x)) for x in samples]
             if any(c < 0 and c <= now for c in path):
                 checks |= _OBSTACLE
-        if not checks:
-            return u32, checks
-        stop = _place(b.brake, b)
-        self._last_stop = (stop.tobytes(), 1.0)
-        return stop, checks
+        return checks
 
     def _verdict(self, out: np.ndarray, proposed: np.ndarray | None, checks: int) -> SafetyVerdict:
         if checks & _REPLACING or proposed is None:

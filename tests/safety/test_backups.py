@@ -105,3 +105,31 @@ def test_hold_learns_an_unmodelled_load_and_stays_put(gain: float) -> None:
     # Without the load estimate the same hold creeps away under the load.
     creeping = _hold_under_load(0.0, gain)
     assert np.max(np.abs(creeping[:2] - np.array([0.4, -0.3]))) > 0.3
+
+
+def _held_after_one_fast_stop(learning_speed_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """The hold at rest after the supervisor held a fast, load-free joint once at the
+    weakest gain (which leaves most of its speed: not a load), and a fresh supervisor's
+    hold at the same pose."""
+    supervisor = Supervisor(
+        LIMITS,
+        kinematics=PlanarArm(),
+        config=SupervisorConfig(load_learning_speed_fraction=learning_speed_fraction),
+    )
+    q, v = np.array([0.4, -0.3]), 0.8 * np.asarray(LIMITS.velocity_limit_rad_s)
+    u, _ = supervisor.backup_action(observation(LIMITS, q, v, size=10))
+    gravity = PlanarArm().gravity_torque(q) / SCALE
+    q, v = step_model(LIMITS, q, v, u, np.full(2, GAINS[0]), gravity)
+    supervisor.backup_action(observation(LIMITS, q, v, size=10), u)
+    at_rest = observation(LIMITS, q, np.zeros(2), size=10)
+    held, _ = supervisor.backup_action(at_rest)
+    fresh, _ = Supervisor(LIMITS, kinematics=PlanarArm()).backup_action(at_rest)
+    return held, fresh
+
+
+def test_a_stop_of_a_fast_joint_teaches_no_load() -> None:
+    held, fresh = _held_after_one_fast_stop(0.25)
+    assert np.array_equal(held, fresh)
+    # Learning from every stop takes the speed the weak gain left for a load.
+    held, fresh = _held_after_one_fast_stop(1.0)
+    assert np.max(np.abs(held - fresh)) > 0.05

@@ -20,7 +20,7 @@ import torch
 
 from tether.assets import load_pretrained_bundle
 from tether.policy import EngineConfig, PolicyEngine
-from tether.safety import ActionSource, Supervisor
+from tether.safety import ActionSource, Supervisor, SupervisorConfig
 from tether.safety.presets import arm_supervisor
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
 
@@ -99,10 +99,37 @@ def test_the_supervisor_leaves_the_policy_able_to_do_its_task(engine: PolicyEngi
     guarded = _run(engine, arm_supervisor(), NOMINAL, deterministic=True)
     free = _run(engine, None, NOMINAL, deterministic=True)
     # Capping commands at the braking deceleration corrected every action and the arm
-    # never reached a target. What is still corrected is the policy's own excess: it
-    # leaves joint limits and velocity limits on a third and a seventh of its steps
-    # unsupervised, and the velocity check assumes the fastest gain the arm may have
-    # (measured: 56 % of these steps corrected, 74-77 % over other 20-40 episodes; 100 %
-    # with the old preset).
-    assert guarded.interventions < 0.7 * guarded.steps, guarded
+    # never reached a target. What is still corrected is mostly the policy's own excess:
+    # it leaves joint limits and velocity limits on a third and a seventh of its steps
+    # unsupervised, and braking may rely only on the declared deceleration. Measured:
+    # 44 % of these steps corrected (59 % over episode seeds 0-19); 56 % (77 %) with the
+    # undamped one-step model, which held the joints to a fifth to a half of their
+    # velocity limits (test_damping.py); 100 % with the old preset.
+    assert guarded.interventions < 0.5 * guarded.steps, guarded
     assert guarded.successes >= free.successes - 1, (guarded, free)
+
+
+@pytest.mark.parametrize("episode_seed", [6, 9, 18, 19])
+def test_an_arm_at_rest_that_pushes_toward_the_obstacle_is_slowed_not_frozen(
+    engine: PolicyEngine, episode_seed: int
+) -> None:
+    # In these episodes the arm starts about 0.2 m from the obstacle and the policy keeps
+    # pushing toward it. At full speed the predicted stop (at the declared braking
+    # deceleration) lies past the obstacle; braking the whole action instead held the arm
+    # at rest for the whole episode. Backing off to the largest clear fraction lets it
+    # move, as slowly as it must, without touching (measured: 0.55-0.91 m in 100 steps).
+    moved = {}
+    for steps in (0, 3):
+        supervisor = arm_supervisor(config=SupervisorConfig(sweep_backoff_steps=steps))
+        env = ArmEnv(seed=1)
+        obs, _ = env.reset(seed=episode_seed)
+        start = env.true_state().end_effector_m
+        previous: np.ndarray | None = None
+        for _ in range(100):
+            action = engine.act(obs[None].astype(np.float32), True).actions[0]
+            previous, _ = supervisor.filter(obs, action, previous)
+            obs, _, _, _, info = env.step(previous)
+            assert not info["obstacle_contact"]
+        moved[steps] = float(np.linalg.norm(env.true_state().end_effector_m - start))
+    assert moved[0] < 1e-3, moved
+    assert moved[3] > 0.3, moved

@@ -41,9 +41,10 @@ def step_response(
     per_velocity: list[float] = []
     velocity_per_push: list[float] = []
     for g, c in zip(gain_rad_s2, damping_per_rad_s, strict=True):
-        if c > 0.0:
-            # expm1 keeps 1 − e accurate when G·c·dt is small (weak gain, light damping).
-            lost = -math.expm1(-(g * c * dt))
+        # expm1 keeps 1 − e accurate when G·c·dt is small (weak gain, light damping); a
+        # damping so small that it underflows is no damping.
+        lost = -math.expm1(-(g * c * dt)) if c > 0.0 else 0.0
+        if lost > 0.0:
             decay.append(math.exp(-(g * c * dt)))
             per_velocity.append(c / lost)
             velocity_per_push.append(lost / c)

@@ -10,11 +10,13 @@ to execute and a :class:`SafetyVerdict`. In order:
    (the previous action, or gravity compensation) is scaled uniformly so the direction
    of the command is kept, falling back to per-joint projection when uniform scaling
    would shrink it below ``uniform_scale_floor``;
-3. with kinematics, predict the arm one step plus its braking distance ahead; if that
-   pose breaches the workspace or an obstacle margin and is no better than the current
-   pose, brake all joints instead. Motion that increases clearance stays allowed. The
-   kinematics is skipped while a reach bound (:mod:`tether.safety.reach`) proves the
-   predicted pose clear of the last pose evaluated exactly.
+3. with kinematics, predict the arm one step plus its braking distance ahead; if the
+   path to that pose breaches the workspace or an obstacle margin and is no better than
+   the current pose, back the action off toward the brake to the largest fraction found
+   clear (bisection), or brake all joints when none is: braking alone froze an arm at
+   rest whose policy kept pushing toward an obstacle 0.2 m away, for whole episodes.
+   Motion that increases clearance stays allowed. The kinematics is skipped while a reach bound (:mod:`tether.safety.reach`)
+   proves the predicted pose clear of the last pose evaluated exactly.
 
 The hot path is plain float arithmetic (numpy costs about a microsecond per call on
 these small vectors); ``tests/safety/reference.py`` keeps the elementwise numpy version
@@ -103,6 +105,22 @@ class SupervisorConfig(BaseModel):
         le=1.0,
         description="Smallest uniform scale of a correction before joints are clipped one by one (1)",
     )
+    load_learning_speed_fraction: float = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Fastest a joint may move, as a fraction of its velocity limit, when "
+        "the supervisor stops it for that stop to teach the unmodelled-load estimate (1)",
+    )
+    sweep_backoff_steps: int = Field(
+        default=3,
+        ge=0,
+        le=16,
+        description="Bisection steps between the brake and an action whose predicted path "
+        "breaches the workspace or an obstacle margin: the largest fraction of the action "
+        "found clear is kept, so an arm near an obstacle slows down instead of freezing; "
+        "0 brakes at once (steps)",
+    )
     sweep_spacing_m: float = Field(
         default=0.01,
         gt=0.0,
@@ -160,7 +178,10 @@ class Supervisor:
         # Unmodelled load (payload, weak actuators) per joint, in normalized torque, and
         # the stop this supervisor last returned with the velocity damping it applied.
         self._load = [0.0] * self._n
-        self._last_stop: tuple[bytes, float] | None = None
+        self._last_stop: tuple[bytes, float, list[bool]] | None = None
+        self._learn_speed = [
+            self.config.load_learning_speed_fraction * x for x in self._envelope.v_max
+        ]
 
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
         """The same supervisor (kinematics, backup, config) enforcing other limits."""
@@ -241,7 +262,7 @@ class Supervisor:
             candidate = _place([x if x == x else 0.0 for x in values], bounds)
             damping = getattr(self.backup, "velocity_damping", 0.0)
             if damping:
-                self._last_stop = (candidate.tobytes(), damping)
+                self._last_stop = (candidate.tobytes(), damping, self._slow(v))
         else:
             assert u is not None
             candidate, joint_checks = self._joint_stage(u, bounds, prev, u_g)
@@ -258,7 +279,11 @@ class Supervisor:
         velocity ``v`` only if ``k·v·per_velocity`` of torque is missing, whatever the true
         gain; integrating that makes holds and predictions right under a payload the
         kinematics does not know. (Stable for any gain up to the bound when
-        ``load_estimation_gain`` < 2.)
+        ``load_estimation_gain`` < 2.) Only joints that were nearly still when stopped
+        learn: a stop of a fast joint leaves velocity in proportion to its speed when the
+        true gain is below the fast one, which is not a load (the shipped policy's
+        obstacle stops taught the shoulder a bogus half-action load in one episode,
+        which then made the supervisor correct every action of the next ones).
         """
         last, self._last_stop = self._last_stop, None
         gain = self.config.load_estimation_gain
@@ -274,9 +299,15 @@ class Supervisor:
         limit = self.config.load_estimate_limit
         step = gain * last[1]
         self._load = [
-            minimum(maximum(load - step * vi * pv, -limit), limit)
-            for load, vi, pv in zip(self._load, v, self._envelope.per_velocity, strict=True)
+            minimum(maximum(load - step * vi * pv, -limit), limit) if slow else load
+            for load, vi, pv, slow in zip(
+                self._load, v, self._envelope.per_velocity, last[2], strict=True
+            )
         ]
+
+    def _slow(self, v: list[float]) -> list[bool]:
+        """Joints slow enough for a stop from ``v`` to teach the load estimate."""
+        return [-s <= x <= s for x, s in zip(v, self._learn_speed, strict=True)]
 
     def _read_state(self, observation: Any) -> tuple[np.ndarray, list[float], list[float]] | None:
         """(q as an array for the kinematics, q, v) or None when unreadable."""
@@ -348,6 +379,34 @@ class Supervisor:
     ) -> tuple[np.ndarray, int]:
         if not self._cartesian:
             return u32, 0
+        checks = self._path_checks(u32, q, v, u_g)
+        if not checks:
+            return u32, checks
+        # A kept action's paths are as clear as a passed one's. Only the full brake is a
+        # stop the unmodelled-load estimate may learn from.
+        brake = b.brake
+        u = u32.tolist()
+        clear = 0.0
+        breach = 1.0
+        kept: np.ndarray | None = None
+        for _ in range(self.config.sweep_backoff_steps):
+            a = 0.5 * (clear + breach)
+            trial = _place([x + a * (y - x) for x, y in zip(brake, u, strict=True)], b)
+            if self._path_checks(trial, q, v, u_g):
+                breach = a
+            else:
+                clear = a
+                kept = trial
+        if kept is not None:
+            return kept, checks
+        stop = _place(brake, b)
+        self._last_stop = (stop.tobytes(), 1.0, self._slow(v))
+        return stop, checks
+
+    def _path_checks(
+        self, u32: np.ndarray, q: list[float], v: list[float], u_g: list[float]
+    ) -> int:
+        """The Cartesian checks the predicted paths under action ``u32`` breach."""
         predicted, reversed_ = self._envelope.predict(q, v, u32.tolist(), u_g)
         ends = [predicted] if reversed_ is None else [predicted, reversed_]
         clearance = self._clearance
@@ -363,17 +422,13 @@ class Supervisor:
             and obstacle_anchor.proves_all(ends)
         )
         if not (workspace or obstacles):
-            return u32, 0
+            return 0
         checks = 0
         if workspace and self._paths_breach(ends, q, self._workspace_clearance, ws_anchor):
             checks |= _WORKSPACE
         if obstacles and self._paths_breach(ends, q, self._obstacle_clearance, obstacle_anchor):
             checks |= _OBSTACLE
-        if not checks:
-            return u32, checks
-        stop = _place(b.brake, b)
-        self._last_stop = (stop.tobytes(), 1.0)
-        return stop, checks
+        return checks
 
     def _workspace_clearance(self, q: Sequence[float]) -> float:
         kin = self.kinematics
