@@ -265,6 +265,18 @@ class Measured:
     def actions_per_s(self) -> float:
         return len(self.round_trips_s) / self.elapsed_s
 
+    def __add__(self, other: Measured) -> Measured:
+        """Two measurements of the same cell as one (samples pooled, time summed)."""
+        return Measured(
+            self.round_trips_s + other.round_trips_s,
+            self.elapsed_s + other.elapsed_s,
+            self.queue_ns + other.queue_ns,
+            self.inference_ns + other.inference_ns,
+            self.safety_ns + other.safety_ns,
+            self.total_ns + other.total_ns,
+            self.batch_sizes + other.batch_sizes,
+        )
+
 
 def _observation(i: int) -> list[float]:
     rng = np.random.default_rng(i)
@@ -484,13 +496,25 @@ def main() -> None:
         for server, batch in (("batched", 64), ("batching off", 1))
     ]
     if args.baseline_src is not None:
-        variants.insert(1, ("small", "baseline batched", bundles["small"], 64))
+        # Before and after alternate cell by cell, in the order before, after, after, before,
+        # so a load that drifts during the run (a shared machine) weighs on both alike.
+        variants.remove(("small", "batched", bundles["small"], 64))
+        old = BaselineProcess(args.baseline_src, bundles["small"], 64)
+        new = ServerProcess("policy", bundles["small"], 64)
+        try:
+            for mode in ("unary", "streaming"):
+                for clients in counts:
+                    b1, a1, a2, b2 = (
+                        measure(proc.address, mode, clients, args.seconds / 2)
+                        for proc in (old, new, new, old)
+                    )
+                    results[("small", "baseline batched", mode, clients)] = b1 + b2
+                    results[("small", "batched", mode, clients)] = a1 + a2
+        finally:
+            old.stop()
+            new.stop()
     for policy, server, bundle, batch in variants:
-        proc: ServerProcess | BaselineProcess
-        if server == "baseline batched":
-            proc = BaselineProcess(args.baseline_src, bundle, batch)
-        else:
-            proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
+        proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
         try:
             for mode in ("unary", "streaming"):
                 for clients in counts:
@@ -532,7 +556,7 @@ def main() -> None:
     if args.baseline_src is not None:
         print(f"\nBefore ({args.baseline_src}) and after (this tree), same run:")
         for mode in ("streaming", "unary"):
-            for n in (lo, hi):
+            for n in sorted({lo, hi}):
                 before, after = (
                     get("small", "baseline batched", mode, n),
                     get("small", "batched", mode, n),
