@@ -81,6 +81,8 @@ from tether.serving.versions import PolicyVersions
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.1
+# Longest wait for the learner process to build its networks before the robots start (s).
+_LEARNER_START_S = 60.0
 _CANDIDATE_POLL_S = 0.2
 
 
@@ -475,11 +477,22 @@ class RunSystem:
             for p in robots:
                 p.start()
             # The run's clock starts when every robot has connected and opened its
-            # session, so a slow start (spawn, imports) does not eat into the drift.
-            while not start.all_ready() and not self._stop.is_set():
+            # session and the learner has built its networks, so a slow start (spawn,
+            # imports) does not eat into the drift, and the learner's start-up burst of
+            # CPU does not make the first control steps miss their deadline (it did:
+            # 50 watchdog misses in the first second, straight to PAUSED).
+            learner_deadline = time.monotonic() + _LEARNER_START_S
+            while not self._stop.is_set() and not (
+                start.all_ready() and (self._learner_ready() or time.monotonic() > learner_deadline)
+            ):
                 if not all(p.is_alive() for p in robots):
                     raise RuntimeError("a robot process exited before its session opened")
                 await asyncio.sleep(_TICK_S)
+            if not self._learner_ready():
+                log.warning(
+                    "the learner was not ready %.0f s after its start; robots start anyway",
+                    _LEARNER_START_S,
+                )
             self._t0 = time.monotonic()
             self._live_since = 0.0
             start.go(self._t0)
@@ -491,6 +504,10 @@ class RunSystem:
             await self._watch(robots, queue)
         finally:
             await self._shutdown(robots, robot_stop, queue, intake)
+
+    def _learner_ready(self) -> bool:
+        """The learner process has built its networks (it sets the deployed version last)."""
+        return self._learner.counters().deployed_version > 0
 
     def _close_partial(self) -> None:
         """Release what a failed ``_build`` had already made (shared memory, files)."""
