@@ -21,11 +21,25 @@ from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
 from tether.safety.degradation_config import DegradationConfig
+from tether.serving.canary import CanaryConfig
 from tether.serving.config import ServerConfig
+from tether.serving.promotion import PromotionConfig
+from tether.serving.rollback import RollbackConfig
 from tether.serving.versions import VersionsConfig
 from tether.sim.drift import DriftSchedule
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+# The serving defaults judge a canary on 30 of its episodes at a 20 % share: 150 episodes
+# of a learning robot, 10 minutes at 50 Hz, longer than the whole default run, so no
+# candidate could ever be judged. With one learning robot a candidate gets half of its
+# episodes and is judged on 10 of them (80 s); the rollback monitor watches windows of
+# the same size. The statistical tests stay the same, so a short canary is a weaker one:
+# the rollback monitor, not the canary, is what catches a slow regression.
+_RUN_VERSIONS = VersionsConfig(
+    promotion=PromotionConfig(canary=CanaryConfig(fraction=0.5, episodes=10, min_live_episodes=10)),
+    rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
+)
 
 
 class FleetConfig(BaseModel):
@@ -110,7 +124,9 @@ class RunConfig(BaseModel):
         description="gRPC server (tether serve's config)",
     )
     versions: VersionsConfig = Field(
-        default_factory=VersionsConfig, description="Registry, server-side gate and rollback"
+        default_factory=lambda: _RUN_VERSIONS,
+        description="Registry, server-side gate and rollback (canary and rollback windows "
+        "sized for the default fleet)",
     )
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="Learner process")
     degradation: DegradationConfig = Field(
