@@ -50,10 +50,9 @@ from tether.learning.checkpoint import (
 from tether.learning.evaluation import ObservationNormalizer
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
-from tether.learning.sac import SAC
+from tether.learning.sac import sac_from_bundle
 from tether.learning.verdicts import GateRecord, gate_record_versions
 from tether.policy.bundle import PolicyBundle
-from tether.policy.networks import TwinCritic
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
 
@@ -106,27 +105,12 @@ class Learner:
         self.channel = channel
         self.weights = weights
         self.checkpoint_dir = checkpoint_dir
-        arch = bundle.architecture
-        training = bundle.training
-        critic = None
-        if training is not None:
-            # Fine-tuning must start from the critics that judged this actor, not random ones.
-            critic = TwinCritic(arch)
-            critic.load_state_dict(dict(training.critic))
-        elif config.fine_tune:
+        if bundle.training is None and config.fine_tune:
             logger.warning(
                 "bundle %s has no training section: fine-tuning starts from random critics",
                 bundle.path,
             )
-        self.sac = SAC(
-            arch,
-            config.effective_sac(),
-            actor=bundle.build_actor().train(),
-            critic=critic,
-            log_alpha=None if training is None else training.log_alpha,
-        )
-        if training is not None:
-            self.sac.critic_target.load_state_dict(dict(training.critic_target))
+        self.sac = sac_from_bundle(bundle, config.effective_sac())
         self.deployed: dict[str, torch.Tensor] = {
             k: v.detach().clone() for k, v in bundle.actor_state.items()
         }
@@ -156,6 +140,7 @@ class Learner:
         self._set("deployed_version", self.progress.deployed_version)
 
         self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
+        arch = bundle.architecture
         self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
         self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
         # The gate's offline stage normalizes raw observations itself.

@@ -31,11 +31,11 @@ from tether.data.replay.storage import StorageConfig
 from tether.learning.config import SACConfig
 from tether.learning.errors import LearningError
 from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
-from tether.learning.sac import SAC
+from tether.learning.sac import SAC, sac_from_bundle
 from tether.policy.bundle import PolicyBundle, TrainingState, load_bundle, save_bundle
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
-from tether.policy.networks import ActorArchitecture, TwinCritic
+from tether.policy.networks import ActorArchitecture
 from tether.safety.presets import arm_supervisor
 from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv
@@ -189,17 +189,7 @@ def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
             f"{config.init_from}: bundle has no training section (critics); continue only from "
             "a bundle written by tether pretrain"
         )
-    critic = TwinCritic(arch)
-    critic.load_state_dict(dict(base.training.critic))
-    sac = SAC(
-        arch,
-        config.sac,
-        actor=base.build_actor().train(),
-        critic=critic,
-        log_alpha=base.training.log_alpha,
-    )
-    sac.critic_target.load_state_dict(dict(base.training.critic_target))
-    return sac
+    return sac_from_bundle(base, config.sac)
 
 
 def _eval_supervisor(config: PretrainConfig) -> Supervisor | None:

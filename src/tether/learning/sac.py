@@ -27,6 +27,7 @@ from torch import nn
 
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
+from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import Actor, ActorArchitecture, TwinCritic
 
 
@@ -177,3 +178,29 @@ class SAC:
                 obs, deterministic=deterministic, generator=self._generator
             )
         return action.numpy()
+
+
+def sac_from_bundle(bundle: PolicyBundle, config: SACConfig) -> SAC:
+    """SAC continuing ``bundle``: its actor and, when it has a training section, the
+    critics, target critics and entropy coefficient that judged that actor.
+
+    Fine-tuning must start from those critics, not random ones: a random critic drags a
+    good actor toward whatever it happens to rate highest before it has learnt anything.
+    Without a training section the critics start fresh (the caller decides whether that
+    is acceptable).
+    """
+    training = bundle.training
+    critic = None
+    if training is not None:
+        critic = TwinCritic(bundle.architecture)
+        critic.load_state_dict(dict(training.critic))
+    sac = SAC(
+        bundle.architecture,
+        config,
+        actor=bundle.build_actor().train(),
+        critic=critic,
+        log_alpha=None if training is None else training.log_alpha,
+    )
+    if training is not None:
+        sac.critic_target.load_state_dict(dict(training.critic_target))
+    return sac
