@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from tether.safety import SafetyLimits, Supervisor, SupervisorConfig
 from tether.safety.backups import Backup
+from tether.safety.chain import chain_clearance
 from tether.safety.envelope import _float32_inward as float32_inward
 from tether.safety.kinematics import Kinematics
 from tether.safety.supervisor import (  # the same check bits, constants and input parsing
@@ -232,9 +234,10 @@ def _response(
     per_velocity = 1.0 / (gain * dt)
     step = gain * dt
     for i, (g, c) in enumerate(zip(gain.tolist(), damping.tolist(), strict=True)):
-        lost = -math.expm1(-(g * c * dt)) if c > 0 else 0.0
-        if lost > 0:
-            decay[i] = math.exp(-(g * c * dt))
+        rate = g * c * dt
+        lost = -math.expm1(-rate)
+        if rate >= sys.float_info.min:
+            decay[i] = math.exp(-rate)
             per_velocity[i] = c / lost
             step[i] = lost / c
     return decay, per_velocity, step
@@ -448,6 +451,17 @@ class ReferenceSupervisor(Supervisor):
             )
         ]
         checks = 0
+        fast = chain_clearance(self.limits, kin)
+        if fast is not None:
+            # The closed form the optimized supervisor uses, at every pose.
+            for bit, has, measure in (
+                (_WORKSPACE, self._clearance.has_workspace, fast.workspace),
+                (_OBSTACLE, self._clearance.has_obstacles, fast.obstacles),
+            ):
+                now = measure(q.tolist())
+                if has and any(c < 0 and c <= now for c in (measure(x.tolist()) for x in samples)):
+                    checks |= bit
+            return checks
         if self._clearance.has_workspace:
             now = self._clearance.workspace(np.asarray(kin.end_effector(q)))
             path = [self._clearance.workspace(np.asarray(kin.end_effector(x))) for x in samples]

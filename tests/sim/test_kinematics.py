@@ -77,6 +77,35 @@ def test_spheres_no_larger_than_the_links_would_leave_gaps() -> None:
     assert _worst_gap(q, centers, radii / SPHERE_INFLATION, seed=0) > 1e-3
 
 
+@settings(max_examples=50, deadline=None)
+@given(q=joint_positions)
+def test_the_closed_form_places_every_sphere_and_the_end_effector_where_mujoco_does(
+    q: np.ndarray,
+) -> None:
+    chain = KIN.planar_chain()
+    assert chain is not None
+    # PlanarChain's documented formula, written out here.
+    yaw, start, theta = q[0], np.array([0.0, chain.base_height_m]), 0.0
+    starts, directions = [], []
+    for i, length in enumerate(chain.link_lengths_m):
+        theta = theta + (q[i] if i else 0.0)
+        direction = np.array([np.sin(theta), np.cos(theta)])
+        starts.append(start)
+        directions.append(direction)
+        start = start + length * direction
+
+    def world(link: int, offset: float) -> np.ndarray:
+        r, z = starts[link] + offset * directions[link]
+        return np.array([r * np.cos(yaw), r * np.sin(yaw), z])
+
+    centers, radii = KIN.collision_spheres(q)
+    mine = [world(k, o) for k, o in zip(chain.sphere_links, chain.sphere_offsets_m, strict=True)]
+    np.testing.assert_allclose(np.array(mine), centers, atol=1e-12)
+    np.testing.assert_array_equal(np.array(chain.sphere_radii_m), radii)
+    end = world(len(chain.link_lengths_m) - 1, chain.end_effector_offset_m)
+    np.testing.assert_allclose(end, KIN.end_effector(q), atol=1e-12)
+
+
 def test_gravity_torque_holds_the_arm_still() -> None:
     model = build_model()
     model.dof_damping[:] = 0.0

@@ -21,6 +21,7 @@ Invariant: with ``c = 0`` every number is the undamped model's to the bit (``e =
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -42,10 +43,11 @@ def step_response(
     velocity_per_push: list[float] = []
     for g, c in zip(gain_rad_s2, damping_per_rad_s, strict=True):
         # expm1 keeps 1 − e accurate when G·c·dt is small (weak gain, light damping); a
-        # damping so small that it underflows is no damping.
-        lost = -math.expm1(-(g * c * dt)) if c > 0.0 else 0.0
-        if lost > 0.0:
-            decay.append(math.exp(-(g * c * dt)))
+        # damping so small that G·c·dt is subnormal (imprecise) is no damping.
+        rate = g * c * dt
+        lost = -math.expm1(-rate)
+        if rate >= sys.float_info.min:
+            decay.append(math.exp(-rate))
             per_velocity.append(c / lost)
             velocity_per_push.append(lost / c)
         else:

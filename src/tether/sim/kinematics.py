@@ -5,13 +5,20 @@ the env and never steps the simulation: each call writes ``q`` into its own data
 runs only the kinematic (or, for gravity, the recursive Newton-Euler) pass. The safety
 supervisor uses it to keep the arm away from the obstacle and inside the workspace.
 
+``planar_chain()`` describes the same spheres in closed form (a yawing column carrying a
+chain that pitches in one vertical plane), for callers that evaluate many poses and
+cannot afford a MuJoCo pass and numpy glue per pose (the safety supervisor's swept
+checks).
+
 Invariant: every point of every arm geom lies inside at least one collision sphere, so
-keeping the spheres clear keeps the real arm clear.
+keeping the spheres clear keeps the real arm clear; the closed form agrees with the
+MuJoCo pass to rounding (``tests/sim/test_kinematics.py``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
@@ -28,6 +35,24 @@ FloatArray = NDArray[np.float64]
 # of them (spacing grows as sqrt(inflation**2 - 1)) but waste clearance; 1.25 gives
 # 1.5 capsule radii between centres and 25 % extra clearance.
 SPHERE_INFLATION = 1.25
+
+
+@dataclass(frozen=True)
+class PlanarChain:
+    """The arm's points in closed form. Link 0 yaws by ``q[0]`` about z; links 1.. pitch,
+    link ``l`` at ``θ_l = q[1] + … + q[l]`` from vertical (the column: ``θ_0 = 0``), all in
+    the vertical plane at the yaw. Link ``l`` starts at ``(R_l, Z_l)`` (radial, height):
+    ``(0, base_height_m)`` for the column, then each link's tip,
+    ``(R_l + L_l·sin θ_l, Z_l + L_l·cos θ_l)``; a point ``offset`` along link ``l`` sits at
+    ``(R_l + offset·sin θ_l, Z_l + offset·cos θ_l)``, i.e. at
+    ``(R·cos q[0], R·sin q[0], Z)`` in the base frame."""
+
+    base_height_m: float
+    link_lengths_m: tuple[float, ...]
+    sphere_links: tuple[int, ...]  # the link each collision sphere rides on
+    sphere_offsets_m: tuple[float, ...]  # its centre's distance along that link
+    sphere_radii_m: tuple[float, ...]
+    end_effector_offset_m: float  # along the last link
 
 
 class ArmKinematics:
@@ -64,6 +89,24 @@ class ArmKinematics:
         self._sphere_offset = offsets
         self._sphere_radius = radii
         self._bias = np.zeros(self._model.nv)
+        link_of_body = {
+            mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_BODY, link.name): i
+            for i, link in enumerate(arm.links)
+        }
+        axes = [link.axis for link in arm.links]
+        # Only the built-in layout (a yawing column, then pitching links) has the closed form.
+        self._chain = (
+            PlanarChain(
+                base_height_m=arm.base_height_m,
+                link_lengths_m=tuple(link.length_m for link in arm.links),
+                sphere_links=tuple(link_of_body[b] for b in bodies.tolist()),
+                sphere_offsets_m=tuple(offsets.tolist()),
+                sphere_radii_m=tuple(radii.tolist()),
+                end_effector_offset_m=arm.end_effector_offset_m,
+            )
+            if axes[0] == (0.0, 0.0, 1.0) and all(a == (0.0, 1.0, 0.0) for a in axes[1:])
+            else None
+        )
 
     @property
     def n_spheres(self) -> int:
@@ -84,6 +127,10 @@ class ArmKinematics:
         axes = self._data.xmat[self._sphere_body][:, 2::3]
         centers = self._data.xpos[self._sphere_body] + axes * self._sphere_offset[:, None]
         return centers, self._sphere_radius.copy()
+
+    def planar_chain(self) -> PlanarChain | None:
+        """The collision spheres and end effector in closed form (None: not this layout)."""
+        return self._chain
 
     def gravity_torque(self, q: NDArray[np.floating]) -> FloatArray:
         """Joint torques (N·m) that hold the arm still at ``q`` against gravity, shape ``(n,)``."""
