@@ -5,11 +5,15 @@ already inside every limit (the common case, returned untouched), random actions
 need correcting, NaN actions replaced by the backup, and the built-in arm with its
 MuJoCo kinematics (gravity, obstacle and workspace checks), both on unrelated random
 states and along a closed-loop trajectory (what serving sees: each state follows the
-last). Each case is timed for ``Supervisor`` and for ``ReferenceSupervisor``
+last), and the shipped pretrained policy's own closed loop (what ``tether run`` sees).
+Each case is timed for ``Supervisor`` and for ``ReferenceSupervisor``
 (``tests/safety/reference.py``, the unoptimized oracle that decides identically), in the
-same interleaved runs. Every figure comes from one run of this script:
+same interleaved runs. With ``--baseline-src TREE`` (a checkout of an earlier commit),
+the shipped policy's closed loop is also timed for that tree's supervisor and this
+one's, each in a fresh process on its own closed loop, rounds alternating. Every figure
+comes from one run of this script:
 
-    python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7]
+    python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -104,6 +110,84 @@ def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.n
     return out
 
 
+# The shipped policy's closed loop through a tree's own supervisor, then that supervisor
+# timed on the recorded calls; runs in a fresh process with the tree's ``src`` first.
+_SHIPPED_LOOP = """
+import sys, timeit
+import numpy as np, torch
+torch.set_num_threads(1)
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyEngine
+from tether.safety import ActionSource
+from tether.safety.presets import arm_supervisor
+from tether.sim import ArmEnv
+episodes, repeats = int(sys.argv[1]), int(sys.argv[2])
+engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
+env = ArmEnv(seed=1)
+supervisor = arm_supervisor()
+calls, corrected = [], 0
+for seed in range(episodes):
+    obs, _ = env.reset(seed=seed)
+    previous = None
+    for _ in range(200):
+        action = engine.act(obs[None].astype(np.float32), True).actions[0]
+        calls.append((obs, action, previous))
+        previous, verdict = supervisor.filter(obs, action, previous)
+        corrected += verdict.source is not ActionSource.POLICY
+        obs, _, terminated, truncated, _ = env.step(previous)
+        if terminated or truncated:
+            break
+def run():
+    fresh = arm_supervisor()
+    for obs, action, previous in calls:
+        fresh.filter(obs, action, previous)
+best = min(timeit.repeat(run, number=1, repeat=repeats)) / len(calls) * 1e6
+print(best, corrected / len(calls), flush=True)
+"""
+
+
+def shipped_loop_us(src: Path, episodes: int, repeats: int) -> tuple[float, float]:
+    """(µs per action, fraction corrected) of the supervisor of the tree at ``src`` on the
+    shipped policy's closed loop (deterministic, nominal arm, episode seeds 0..)."""
+    if not (src / "tether" / "safety").is_dir():
+        raise SystemExit(f"--baseline-src: expected {src}/tether/safety")
+    out = subprocess.run(
+        [sys.executable, "-c", _SHIPPED_LOOP, str(episodes), str(repeats)],
+        env=dict(os.environ, PYTHONPATH=str(src)),
+        cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the other's
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    us, corrected = out.stdout.split()
+    return float(us), float(corrected)
+
+
+def shipped_trajectory(
+    episodes: int,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(observation, proposal, previous executed) along the shipped pretrained policy's
+    closed loop (deterministic, nominal arm, episode seeds 0..) through the supervisor."""
+    from tether.assets import load_pretrained_bundle
+    from tether.policy import EngineConfig, PolicyEngine
+
+    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
+    env = ArmEnv(seed=1)
+    supervisor = arm_supervisor()
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for seed in range(episodes):
+        obs, _ = env.reset(seed=seed)
+        previous: np.ndarray | None = None
+        for _ in range(200):
+            action = engine.act(obs[None].astype(np.float32), True).actions[0]
+            out.append((obs, action, previous))
+            previous, _ = supervisor.filter(obs, action, previous)
+            obs, _, terminated, truncated, _ = env.step(previous)
+            if terminated or truncated:
+                break
+    return out
+
+
 def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list[np.ndarray]:
     low = np.asarray(spec.joint_position_low_rad)
     high = np.asarray(spec.joint_position_high_rad)
@@ -122,6 +206,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000, help="filter calls per timed run")
     parser.add_argument(
         "--repeats", type=int, default=25, help="timed runs per case, interleaved; the best is kept"
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="root of another checkout whose supervisor is timed beside this one on the "
+        "shipped policy's closed loop (before/after in one run)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=10, help="shipped-policy episodes per closed loop"
     )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -153,6 +247,11 @@ def main() -> None:
     states_arm = random_states(arm, rng, 256)
     random_arm = [(s, rng.uniform(-1, 1, 4).astype(np.float32), None) for s in states_arm]
     loop = trajectory(2000, seed=0)
+    shipped = shipped_trajectory(args.episodes)
+    shipped_sup, shipped_ref = (
+        arm_supervisor(),
+        ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm)),
+    )
     q_arm = states_arm[0][:4].astype(np.float64)
     a = np.ones(7)
 
@@ -186,6 +285,11 @@ def main() -> None:
             cycling(loop, loop_sup),
             cycling(loop, loop_ref),
         ),
+        (
+            f"built-in arm, shipped policy's closed loop ({len(shipped)} steps)",
+            cycling(shipped, shipped_sup),
+            cycling(shipped, shipped_ref),
+        ),
     ):
         cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
     cases += [
@@ -193,6 +297,14 @@ def main() -> None:
         ("reference: numpy add of two 7-vectors | -", lambda: a + a),
     ]
     rows = per_call_us(cases, args.calls, args.repeats)
+    if args.baseline_src is not None:
+        here = Path(__file__).resolve().parents[1] / "src"
+        trees = {"before": args.baseline_src.resolve() / "src", "after": here}
+        shipped_best: dict[str, tuple[float, float]] = {}
+        for _ in range(3):  # rounds alternate, so a burst of load hits both alike
+            for name, src in trees.items():
+                timed = shipped_loop_us(src, args.episodes, args.repeats)
+                shipped_best[name] = min(shipped_best.get(name, timed), timed)
     print(
         f"machine: {platform.machine()}, nproc {os.cpu_count()}, python {platform.python_version()}, "
         f"numpy {np.__version__}, torch {torch.__version__}"
@@ -209,6 +321,14 @@ def main() -> None:
             print(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.1f}x |")
         else:
             print(f"| {label} | {got['-']:.1f} | | |")
+    if args.baseline_src is not None:
+        print(f"\nShipped policy's closed loop ({args.episodes} episodes, deterministic, nominal):")
+        print("| supervisor | µs per action | actions corrected |")
+        print("|---|---|---|")
+        for name, (us, corrected) in shipped_best.items():
+            print(f"| {name} | {us:.1f} | {corrected:.0%} |")
+        ratio = shipped_best["after"][0] / shipped_best["before"][0]
+        print(f"after/before: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ and the supervisor evaluates through the kinematics calls.
 from __future__ import annotations
 
 import math
+import operator
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import cast
 
 import numpy as np
@@ -75,19 +77,12 @@ class ChainClearance:
     ) -> tuple[float, float, list[float], list[float], list[float], list[float]]:
         """cos and sin of the yaw; per link its start (radial, height) and the sin and
         cos of its pitch."""
-        r, z, sin, cos = [0.0], [self._base], [0.0], [1.0]
-        r_l, z_l, s_l, c_l = 0.0, self._base, 0.0, 1.0
-        theta = 0.0
-        for length, angle in zip(self._lengths, q[1:], strict=True):
-            r_l += length * s_l
-            z_l += length * c_l
-            theta += angle
-            s_l = math.sin(theta)
-            c_l = math.cos(theta)
-            r.append(r_l)
-            z.append(z_l)
-            sin.append(s_l)
-            cos.append(c_l)
+        # accumulate and map iterate in C; the sums run in the same order as a loop.
+        pitch = list(accumulate(q[1:]))
+        sin = [0.0, *map(math.sin, pitch)]
+        cos = [1.0, *map(math.cos, pitch)]
+        r = list(accumulate(map(operator.mul, self._lengths, sin), initial=0.0))
+        z = list(accumulate(map(operator.mul, self._lengths, cos), initial=self._base))
         return math.cos(q[0]), math.sin(q[0]), r, z, sin, cos
 
     def obstacles(self, q: Sequence[float]) -> float:
