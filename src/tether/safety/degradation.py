@@ -32,6 +32,14 @@ from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
 
 Listener = Callable[[DegradationTransition], None]
 _SINGLE_CHECKS = tuple(c for c in SafetyCheck if c is not SafetyCheck.NONE)
+_KINDS = tuple(EventKind)
+_KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
+# The event tuples observe() records, built once (``_INTERVENTION`` is compared by identity).
+_INTERVENTION = (_KIND_INDEX[EventKind.INTERVENTION],)
+_BACKUP = (_KIND_INDEX[EventKind.BACKUP_ACTION],)
+_BACKUP_NAN = (_KIND_INDEX[EventKind.BACKUP_ACTION], _KIND_INDEX[EventKind.NAN_OUTPUT])
+_TAKEOVER = int(SafetyCheck.TAKEOVER)
+_NON_FINITE = int(SafetyCheck.NON_FINITE)
 
 
 class DegradationMachine:
@@ -52,9 +60,10 @@ class DegradationMachine:
         self._clock = clock
         self._lock = threading.RLock()
         self._level = DegradationLevel.NORMAL
-        # (time, kind, checks, holds): ``holds`` is False for corrections made under
-        # tightened limits (see the module docstring).
-        self._events: deque[tuple[float, EventKind, SafetyCheck, bool]] = deque()
+        # (time, kind index, check bits, holds): ``holds`` is False for corrections made
+        # under tightened limits (see the module docstring).
+        self._events: deque[tuple[float, int, int, bool]] = deque()
+        self._rules = _rules(self.config)
         self._all = _Tally()
         self._holding = _Tally()
         self._calm_since: float | None = None
@@ -71,19 +80,20 @@ class DegradationMachine:
 
     def observe(self, verdict: SafetyVerdict, *, policy_version: int | None = None) -> None:
         """Count what the supervisor did to one action."""
-        if verdict.checks & SafetyCheck.TAKEOVER:
+        # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
+        # this runs for every corrected action.
+        checks = int(verdict.checks)
+        if checks & _TAKEOVER:
             return  # the backup in control is the consequence, not a new symptom
         if verdict.source is ActionSource.BACKUP:
-            kinds = [EventKind.BACKUP_ACTION]
-            if verdict.checks & SafetyCheck.NON_FINITE:
-                kinds.append(EventKind.NAN_OUTPUT)
-            self._record(kinds, SafetyCheck.NONE, policy_version)
+            kinds = _BACKUP_NAN if checks & _NON_FINITE else _BACKUP
+            self._record(kinds, 0, policy_version)
         elif verdict.source is ActionSource.CLIPPED:
-            self._record([EventKind.INTERVENTION], verdict.checks, policy_version)
+            self._record(_INTERVENTION, checks, policy_version)
 
     def report(self, kind: EventKind, *, policy_version: int | None = None) -> None:
         """Count an event from outside the supervisor (watchdog miss, robot fault, gate)."""
-        self._record([kind], SafetyCheck.NONE, policy_version)
+        self._record((_KIND_INDEX[kind],), 0, policy_version)
 
     def set_policy_version(self, version: int) -> None:
         """The version now serving; transitions name it."""
@@ -167,11 +177,11 @@ class DegradationMachine:
             self._evict(self._clock())
             return WindowCounts(
                 window_s=self.config.window_s,
-                by_kind=tuple((k, self._all.by_kind[k]) for k in EventKind),
+                by_kind=tuple(zip(_KINDS, self._all.by_kind, strict=True)),
                 interventions_by_check=tuple(
-                    (str(c.name), self._all.by_check[c])
+                    (str(c.name), self._all.by_check[int(c)])
                     for c in _SINGLE_CHECKS
-                    if self._all.by_check[c]
+                    if self._all.by_check.get(int(c))
                 ),
             )
 
@@ -186,15 +196,13 @@ class DegradationMachine:
 
     # ---- internals ----------------------------------------------------------------------
 
-    def _record(
-        self, kinds: list[EventKind], checks: SafetyCheck, policy_version: int | None
-    ) -> None:
+    def _record(self, kinds: tuple[int, ...], checks: int, policy_version: int | None) -> None:
         fired: list[DegradationTransition] = []
         with self._lock:
             now = self._clock()
             if policy_version is not None:
                 self._version = policy_version
-            holds = self._level is DegradationLevel.NORMAL or kinds != [EventKind.INTERVENTION]
+            holds = self._level is DegradationLevel.NORMAL or kinds is not _INTERVENTION
             for kind in kinds:
                 self._events.append((now, kind, checks, holds))
                 self._all.add(kind, checks, 1)
@@ -215,19 +223,20 @@ class DegradationMachine:
 
     def _target(self, tally: _Tally) -> tuple[DegradationLevel, str, EventKind | None]:
         """The most degraded level ``tally``'s counts reach, and why."""
-        for level, t in reversed(self.config.by_level()):
-            for kind in EventKind:
-                need = t.threshold(kind)
-                if need and tally.by_kind[kind] >= need:
+        by_kind, by_check = tally.by_kind, tally.by_check
+        for level, kinds, checks in self._rules:
+            for index, need in kinds:
+                if by_kind[index] >= need:
+                    kind = _KINDS[index]
                     return (
                         level,
-                        f"{tally.by_kind[kind]} {kind.value} events in {self.config.window_s} s "
+                        f"{by_kind[index]} {kind.value} events in {self.config.window_s} s "
                         f"(threshold {need})",
                         kind,
                     )
-            for name, need in t.per_check.items():
-                have = tally.by_check[SafetyCheck[name]]
-                if need and have >= need:
+            for bit, name, need in checks:
+                have = by_check.get(bit, 0)
+                if have >= need:
                     return (
                         level,
                         f"{have} {name} interventions in {self.config.window_s} s "
@@ -295,16 +304,36 @@ class DegradationMachine:
 
 
 class _Tally:
-    """Events in the window by kind, and interventions by single check."""
+    """Events in the window by kind (indexed as ``_KINDS``), and interventions by check bit."""
 
     __slots__ = ("by_check", "by_kind")
 
     def __init__(self) -> None:
-        self.by_kind: Counter[EventKind] = Counter()
-        self.by_check: Counter[SafetyCheck] = Counter()
+        self.by_kind = [0] * len(_KINDS)
+        self.by_check: dict[int, int] = {}
 
-    def add(self, kind: EventKind, checks: SafetyCheck, sign: int) -> None:
+    def add(self, kind: int, checks: int, sign: int) -> None:
         self.by_kind[kind] += sign
-        for c in _SINGLE_CHECKS:
-            if checks & c:
-                self.by_check[c] += sign
+        by_check = self.by_check
+        while checks:
+            bit = checks & -checks
+            by_check[bit] = by_check.get(bit, 0) + sign
+            checks ^= bit
+
+
+_Rule = tuple[DegradationLevel, tuple[tuple[int, int], ...], tuple[tuple[int, str, int], ...]]
+
+
+def _rules(config: DegradationConfig) -> tuple[_Rule, ...]:
+    """Each level's non-zero thresholds, most degraded first: (kind index, count) and
+    (check bit, check name, count)."""
+    return tuple(
+        (
+            level,
+            tuple((i, t.threshold(k)) for i, k in enumerate(_KINDS) if t.threshold(k)),
+            tuple(
+                (int(SafetyCheck[name]), name, need) for name, need in t.per_check.items() if need
+            ),
+        )
+        for level, t in reversed(config.by_level())
+    )
