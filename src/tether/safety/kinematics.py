@@ -31,7 +31,7 @@ class Kinematics(Protocol):
 
 class PlanarChainLike(Protocol):
     """A yawing column carrying links that pitch in one vertical plane (the built-in arm;
-    ``tether.sim.PlanarChain`` documents the closed form)."""
+    ``tether.sim.kinematics.PlanarChain`` documents the closed form)."""
 
     @property
     def base_height_m(self) -> float: ...
