@@ -312,3 +312,20 @@ def test_corrections_under_tightened_limits_still_escalate() -> None:
     assert machine.level is L.PAUSED
     counts = dict(machine.counts().by_kind)
     assert counts[EventKind.INTERVENTION] == 6
+
+
+def test_corrections_under_tightened_limits_do_not_send_it_back_at_once() -> None:
+    # Back at NORMAL, the window still holds corrections made under RESTRICTED's limits;
+    # they say nothing about the policy under NORMAL's limits and must not re-enter
+    # RESTRICTED (counted, they would: here 3, the threshold).
+    clock = Clock()
+    machine, seen = _machine(clock)
+    for _ in range(3):
+        machine.observe(CLIPPED)  # NORMAL: enters RESTRICTED, leaves the window at +10 s
+    clock.now += 35.0
+    for _ in range(3):
+        machine.observe(CLIPPED)  # under RESTRICTED's limits
+    clock.now += 5.0  # quiet since +10 s: back to NORMAL at +40 s
+    assert machine.level is L.NORMAL
+    assert dict(machine.counts().by_kind)[EventKind.INTERVENTION] == 3
+    assert [t.to_level for t in seen] == [L.RESTRICTED, L.NORMAL]

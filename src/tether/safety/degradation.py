@@ -7,10 +7,12 @@ trigger for ``quiet_period_s``), never out of TAKEOVER: only :meth:`resume` with
 operator name leaves it, and it forgets the window so old events cannot re-trigger.
 
 Corrections the supervisor makes below NORMAL are made under tightened limits, so they
-are partly the tightening's own work: they count toward moving further down, but not
-toward holding the current level. Otherwise a policy that entered RESTRICTED for its
-correction rate is corrected even more often under the halved limits and can never be
-quiet again (seen in ``tether run``: RESTRICTED from the first seconds to the end).
+are partly the tightening's own work: a correction made at a level counts only toward
+levels beyond it, never toward holding that level or re-entering it. Otherwise a policy
+that entered RESTRICTED for its correction rate is corrected even more often under the
+halved limits and can never be quiet again (seen in ``tether run``: RESTRICTED from the
+first seconds to the end), or is sent straight back by those same corrections the
+moment it returns to NORMAL.
 
 Invariants: every level change is a :class:`DegradationTransition` in the bounded
 history, counted per policy version, and passed to every listener; the machine's
@@ -60,12 +62,11 @@ class DegradationMachine:
         self._clock = clock
         self._lock = threading.RLock()
         self._level = DegradationLevel.NORMAL
-        # (time, kind index, check bits, holds): ``holds`` is False for corrections made
-        # under tightened limits (see the module docstring).
-        self._events: deque[tuple[float, int, int, bool]] = deque()
+        # (time, kind index, check bits, floor): a correction made at a level counts only
+        # toward levels beyond it (its floor); every other event has floor NORMAL.
+        self._events: deque[tuple[float, int, int, int]] = deque()
         self._rules = _rules(self.config)
-        self._all = _Tally()
-        self._holding = _Tally()
+        self._below = _tallies()
         self._calm_since: float | None = None
         # Latest moments that were not calm: the last eviction from the window (the
         # counts may have been at a threshold until then) and the last level change.
@@ -129,8 +130,7 @@ class DegradationMachine:
             # Events before the resume led to the takeover; counting them again would
             # send the robot straight back into it.
             self._events.clear()
-            self._all = _Tally()
-            self._holding = _Tally()
+            self._below = _tallies()
             self._move(self.config.resume_level, reason, now, None, operator, fired)
             self._calm_since = now
         self._notify(fired)
@@ -175,13 +175,14 @@ class DegradationMachine:
     def counts(self) -> WindowCounts:
         with self._lock:
             self._evict(self._clock())
+            everything = self._below[-1]
             return WindowCounts(
                 window_s=self.config.window_s,
-                by_kind=tuple(zip(_KINDS, self._all.by_kind, strict=True)),
+                by_kind=tuple(zip(_KINDS, everything.by_kind, strict=True)),
                 interventions_by_check=tuple(
-                    (str(c.name), self._all.by_check[int(c)])
+                    (str(c.name), everything.by_check[int(c)])
                     for c in _SINGLE_CHECKS
-                    if self._all.by_check.get(int(c))
+                    if everything.by_check.get(int(c))
                 ),
             )
 
@@ -202,29 +203,27 @@ class DegradationMachine:
             now = self._clock()
             if policy_version is not None:
                 self._version = policy_version
-            holds = self._level is DegradationLevel.NORMAL or kinds is not _INTERVENTION
+            floor = int(self._level) if kinds is _INTERVENTION else 0
             for kind in kinds:
-                self._events.append((now, kind, checks, holds))
-                self._all.add(kind, checks, 1)
-                if holds:
-                    self._holding.add(kind, checks, 1)
+                self._events.append((now, kind, checks, floor))
+                for tally in self._below[floor + 1 :]:
+                    tally.add(kind, checks, 1)
             self._advance(now, fired)
         self._notify(fired)
 
     def _evict(self, now: float) -> None:
         horizon = now - self.config.window_s
         while self._events and self._events[0][0] <= horizon:
-            at, kind, checks, holds = self._events.popleft()
-            self._all.add(kind, checks, -1)
-            if holds:
-                # Only a holding event's departure can end a spell at a threshold.
-                self._evicted_until = at + self.config.window_s
-                self._holding.add(kind, checks, -1)
+            at, kind, checks, floor = self._events.popleft()
+            for tally in self._below[floor + 1 :]:
+                tally.add(kind, checks, -1)
+            self._evicted_until = at + self.config.window_s
 
-    def _target(self, tally: _Tally) -> tuple[DegradationLevel, str, EventKind | None]:
-        """The most degraded level ``tally``'s counts reach, and why."""
-        by_kind, by_check = tally.by_kind, tally.by_check
+    def _target(self) -> tuple[DegradationLevel, str, EventKind | None]:
+        """The most degraded level the window's counts reach, and why."""
         for level, kinds, checks in self._rules:
+            tally = self._below[level]
+            by_kind, by_check = tally.by_kind, tally.by_check
             for index, need in kinds:
                 if by_kind[index] >= need:
                     kind = _KINDS[index]
@@ -247,10 +246,9 @@ class DegradationMachine:
 
     def _advance(self, now: float, fired: list[DegradationTransition]) -> None:
         self._evict(now)
-        target, why, trigger = self._target(self._all)
+        target, why, trigger = self._target()
         if target > self._level:
             self._move(target, why, now, trigger, None, fired)
-        target = self._target(self._holding)[0]
         if target >= self._level:
             self._calm_since = None
             return
@@ -319,6 +317,12 @@ class _Tally:
             bit = checks & -checks
             by_check[bit] = by_check.get(bit, 0) + sign
             checks ^= bit
+
+
+def _tallies() -> list[_Tally]:
+    """Index ``L``: the events that count toward level ``L`` (floor below ``L``); the last
+    one, beyond every level, holds everything in the window."""
+    return [_Tally() for _ in range(len(DegradationLevel) + 1)]
 
 
 _Rule = tuple[DegradationLevel, tuple[tuple[int, int], ...], tuple[tuple[int, str, int], ...]]
