@@ -81,6 +81,12 @@ def main() -> None:
     parser.add_argument("--supervised", action="store_true", help="supervisor in the loop")
     parser.add_argument("--seed", type=int, default=3, help="seed of the training arm")
     parser.add_argument(
+        "--sac", default="", help="SACConfig overrides, knob=value,... (e.g. bc_weight=0.4)"
+    )
+    parser.add_argument(
+        "--learner", default="", help="LearnerConfig overrides (e.g. fine_tune_lr_scale=1)"
+    )
+    parser.add_argument(
         "--utd", type=float, default=None, help="updates per transition (default: learner's)"
     )
     args = parser.parse_args()
@@ -88,6 +94,13 @@ def main() -> None:
     torch.set_num_threads(1)
     bundle = load_pretrained_bundle() if args.bundle is None else load_bundle(args.bundle)
     config = LearnerConfig()
+    config = config.model_validate(
+        {
+            **config.model_dump(),
+            **_overrides(args.learner),
+            "sac": {**config.sac.model_dump(), **_overrides(args.sac)},
+        }
+    )
     drifted = parse_drift(args.drift)
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
     frozen = bundle.build_actor().eval()
@@ -108,6 +121,7 @@ def main() -> None:
         f"torch {torch.__version__}"
     )
     print(f"# drift: {drifted}")
+    print(f"# learner overrides: {args.learner or '-'}; sac overrides: {args.sac or '-'}")
     print(f"# supervised: {args.supervised}; eval: {args.episodes} deterministic episodes")
     print(
         f"frozen, nominal arm: return {nominal_ref.mean_return:7.1f} "
@@ -157,6 +171,11 @@ def main() -> None:
                 f"{time.monotonic() - start:.0f} |",
                 flush=True,
             )
+
+
+def _overrides(text: str) -> dict[str, str]:
+    # Strings: pydantic parses them into each field's type and rejects unknown knobs.
+    return dict(item.partition("=")[::2] for item in text.split(",") if item)
 
 
 def _ratio(result: EvaluationResult, reference: EvaluationResult) -> str:

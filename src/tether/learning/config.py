@@ -69,6 +69,17 @@ class SACConfig(BaseModel):
         le=1.0,
         description="Multiplier on every learning rate, e.g. 0.2 when fine-tuning (1)",
     )
+    bc_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Behaviour-cloning pull of the actor's mean action toward the reference "
+        "(initial) actor's, as a multiple of mean |Q| so it is scale-free (TD3+BC); 0 disables (1)",
+    )
+    actor_warmup_updates: int = Field(
+        default=0,
+        ge=0,
+        description="Critic-only updates before the actor and alpha start learning (updates)",
+    )
     seed: int = Field(
         default=0, ge=0, description="Seed of network initialization and sampling noise (1)"
     )

@@ -1,0 +1,88 @@
+"""Fine-tuning anchors: the behaviour-cloning pull toward the reference actor and the
+critic-only warm-up. Each test has a twin without the mechanism that must move, so the
+anchored assertion can fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tether.data.records import TransitionBatch
+from tether.learning.config import SACConfig
+from tether.learning.sac import SAC
+from tether.policy.networks import ActorArchitecture
+
+ARCH = ActorArchitecture(obs_dim=3, act_dim=2, hidden_sizes=(32, 32))
+PROBE = np.random.default_rng(9).standard_normal((256, ARCH.obs_dim)).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def greedy_batch(rng: np.random.Generator, n: int = 128) -> TransitionBatch:
+    """Reward = the first action component: the critic soon says "push a[0] to +1",
+    which drags an unanchored actor far from where it started."""
+    act = rng.uniform(-1, 1, (n, ARCH.act_dim)).astype(np.float32)
+    return TransitionBatch(
+        observations=rng.standard_normal((n, ARCH.obs_dim)).astype(np.float32),
+        actions=act,
+        rewards=act[:, 0].copy(),
+        next_observations=rng.standard_normal((n, ARCH.obs_dim)).astype(np.float32),
+        terminated=np.zeros(n, dtype=bool),
+        truncated=np.zeros(n, dtype=bool),
+        policy_versions=np.zeros(n, dtype=np.int64),
+        ingress_ns=np.zeros(n, dtype=np.int64),
+        safety_checks=np.zeros(n, dtype=np.int64),
+        human=np.zeros(n, dtype=bool),
+    )
+
+
+def drift_after(config: SACConfig, updates: int) -> float:
+    """Mean |change| of the deterministic action on fixed probe states after training."""
+    sac = SAC(ARCH, config)
+    before = sac.act(PROBE, deterministic=True)
+    rng = np.random.default_rng(0)
+    for _ in range(updates):
+        sac.update(greedy_batch(rng))
+    return float(np.abs(sac.act(PROBE, deterministic=True) - before).mean())
+
+
+def test_behaviour_cloning_keeps_the_actor_near_its_reference() -> None:
+    base = SACConfig(gamma=0.5, actor_lr=3e-3, critic_lr=3e-3, seed=1)
+    free = drift_after(base, 300)
+    anchored = drift_after(base.model_copy(update={"bc_weight": 20.0}), 300)
+    assert free > 0.2, f"the greedy reward should drag a free actor far; moved {free:.3f}"
+    assert anchored < 0.25 * free, f"anchored moved {anchored:.3f} vs free {free:.3f}"
+
+
+def test_reference_is_the_initial_actor_and_stays_frozen() -> None:
+    sac = SAC(ARCH, SACConfig(bc_weight=1.0, actor_lr=3e-3))
+    initial = sac.actor_state()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        sac.update(greedy_batch(rng))
+    assert sac.reference is not None
+    for name, tensor in sac.reference.state_dict().items():
+        assert torch.equal(tensor, initial[name]), name
+    assert any(not torch.equal(v, initial[k]) for k, v in sac.actor_state().items())
+    assert SAC(ARCH, SACConfig()).reference is None
+
+
+def test_warmup_trains_only_the_critics_until_its_count() -> None:
+    sac = SAC(ARCH, SACConfig(actor_warmup_updates=10, seed=2))
+    initial = sac.actor_state()
+    alpha = sac.alpha
+    critic = [p.clone() for p in sac.critic.parameters()]
+    rng = np.random.default_rng(4)
+    stats = [sac.update(greedy_batch(rng)) for _ in range(10)]
+    assert all(np.isnan(s.actor_loss) for s in stats)
+    for name, tensor in sac.actor_state().items():
+        assert torch.equal(tensor, initial[name]), name
+    assert sac.alpha == alpha
+    assert any(not torch.equal(a, b) for a, b in zip(sac.critic.parameters(), critic, strict=True))
+    after = sac.update(greedy_batch(rng))
+    assert np.isfinite(after.actor_loss)
+    assert any(not torch.equal(v, initial[k]) for k, v in sac.actor_state().items())
