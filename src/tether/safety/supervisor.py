@@ -108,21 +108,31 @@ class SupervisorConfig(BaseModel):
         le=1.0,
         description="Smallest uniform scale of a correction before joints are clipped one by one (1)",
     )
+    # 1: every stop of a joint within its velocity limit teaches. Learning only from
+    # nearly-still stops (0.25) kept a bogus load out of the estimate but learnt a real
+    # payload too late: a fresh supervisor on the drifted arm let the sampled shipped
+    # policy rest against the obstacle (182 contact steps in one episode;
+    # tests/safety/test_pretrained_policy.py). A wrong load costs corrections; a
+    # missing one costs contacts.
     load_learning_speed_fraction: float = Field(
-        default=0.25,
+        default=1.0,
         ge=0.0,
         le=1.0,
         description="Fastest a joint may move, as a fraction of its velocity limit, when "
         "the supervisor stops it for that stop to teach the unmodelled-load estimate (1)",
     )
+    # Off by default: an action backed off to the edge of its predicted clear path leaves
+    # none of the slack the full brake has for what the one-step model does not know,
+    # and the shipped policy, sampled, touched the obstacle through it (drifted arm: 185
+    # contact steps in one episode; nominal: a few; tests/safety/test_pretrained_policy.py).
     sweep_backoff_steps: int = Field(
-        default=3,
+        default=0,
         ge=0,
         le=16,
         description="Bisection steps between the brake and an action whose predicted path "
-        "breaches the workspace or an obstacle margin: the largest fraction of the action "
-        "found clear is kept, so an arm near an obstacle slows down instead of freezing; "
-        "0 brakes at once (steps)",
+        "breaches the workspace or an obstacle margin, keeping the largest fraction found "
+        "clear so an arm near an obstacle slows instead of freezing; UNSAFE on the drifted "
+        "built-in arm (obstacle contacts), so 0, which brakes at once, is the default (steps)",
     )
     sweep_spacing_m: float = Field(
         default=0.01,
