@@ -1,6 +1,6 @@
-"""Fine-tuning anchors: the behaviour-cloning pull toward the reference actor and the
-critic-only warm-up. Each test has a twin without the mechanism that must move, so the
-anchored assertion can fail."""
+"""Fine-tuning options of SAC: the behaviour-cloning pull toward the reference actor, the
+critic-only warm-up and the AWAC actor objective. Each test has a twin without the
+mechanism that behaves differently, so the assertion on the mechanism can fail."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.learning.test_sac import make_batch
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
 from tether.learning.sac import SAC
@@ -25,18 +26,12 @@ def _one_thread() -> None:
 def greedy_batch(rng: np.random.Generator, n: int = 128) -> TransitionBatch:
     """Reward = the first action component: the critic soon says "push a[0] to +1",
     which drags an unanchored actor far from where it started."""
-    act = rng.uniform(-1, 1, (n, ARCH.act_dim)).astype(np.float32)
-    return TransitionBatch(
-        observations=rng.standard_normal((n, ARCH.obs_dim)).astype(np.float32),
-        actions=act,
-        rewards=act[:, 0].copy(),
-        next_observations=rng.standard_normal((n, ARCH.obs_dim)).astype(np.float32),
-        terminated=np.zeros(n, dtype=bool),
-        truncated=np.zeros(n, dtype=bool),
-        policy_versions=np.zeros(n, dtype=np.int64),
-        ingress_ns=np.zeros(n, dtype=np.int64),
-        safety_checks=np.zeros(n, dtype=np.int64),
-        human=np.zeros(n, dtype=bool),
+    act = rng.uniform(-1, 1, (n, ARCH.act_dim))
+    return make_batch(
+        rng.standard_normal((n, ARCH.obs_dim)),
+        act,
+        act[:, 0].copy(),
+        rng.standard_normal((n, ARCH.obs_dim)),
     )
 
 
@@ -86,3 +81,22 @@ def test_warmup_trains_only_the_critics_until_its_count() -> None:
     after = sac.update(greedy_batch(rng))
     assert np.isfinite(after.actor_loss)
     assert any(not torch.equal(v, initial[k]) for k, v in sac.actor_state().items())
+
+
+def awac_mean_first_action(beta: float) -> float:
+    sac = SAC(
+        ARCH, SACConfig(actor_objective="awac", awac_beta=beta, gamma=0.5, actor_lr=3e-3, seed=5)
+    )
+    rng = np.random.default_rng(6)
+    for _ in range(300):
+        sac.update(greedy_batch(rng))
+    return float(sac.act(PROBE, deterministic=True)[:, 0].mean())
+
+
+def test_awac_moves_toward_the_batch_actions_the_critic_rates_higher() -> None:
+    # Uniform batch actions: with weights that ignore the advantage (beta -> 0) AWAC is
+    # plain behaviour cloning of the batch and its mean first action stays near 0.
+    weighted = awac_mean_first_action(3.0)
+    unweighted = awac_mean_first_action(1e-3)
+    assert weighted > 0.3, f"advantage weighting should push a[0] up; got {weighted:.3f}"
+    assert abs(unweighted) < 0.15, f"uniform weights should clone the batch; got {unweighted:.3f}"

@@ -75,6 +75,17 @@ class SACConfig(BaseModel):
         description="Behaviour-cloning pull of the actor's mean action toward the reference "
         "(initial) actor's, as a multiple of mean |Q| so it is scale-free (TD3+BC); 0 disables (1)",
     )
+    actor_objective: Literal["sac", "awac"] = Field(
+        default="sac",
+        description="Actor update: 'sac' follows the critic's action gradient; 'awac' re-weights "
+        "the log-likelihood of the batch's own actions by exp(advantage) (AWAC), so the actor "
+        "never moves toward actions the data does not contain (name)",
+    )
+    awac_beta: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="AWAC inverse temperature on advantages standardized per batch (1/std)",
+    )
     actor_warmup_updates: int = Field(
         default=0,
         ge=0,

@@ -29,7 +29,10 @@ from torch import nn
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
 from tether.policy.bundle import PolicyBundle
-from tether.policy.networks import Actor, ActorArchitecture, TwinCritic
+from tether.policy.networks import Actor, ActorArchitecture, TwinCritic, gaussian_log_prob
+
+# atanh(±1) is infinite; stored actions at the bound are read as just inside it.
+_ACTION_EDGE = 1.0 - 1e-6
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class SAC:
         actor_loss_value = alpha_loss_value = entropy = math.nan
         warm = self.updates >= cfg.actor_warmup_updates
         if warm and self.updates % cfg.actor_update_interval == 0:
-            actor_loss_value, alpha_loss_value, entropy = self._update_actor(obs, alpha)
+            actor_loss_value, alpha_loss_value, entropy = self._update_actor(obs, act, alpha)
 
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, cfg.tau)
@@ -146,7 +149,9 @@ class SAC:
             entropy=entropy,
         )
 
-    def _update_actor(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[float, float, float]:
+    def _update_actor(
+        self, obs: torch.Tensor, act: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[float, float, float]:
         action, log_prob = self.actor.sample(obs, generator=self._generator)
         # The critics are a fixed function here: turning their weight gradients off saves
         # two backward matmuls per layer that SB3 computes and then discards.
@@ -156,7 +161,10 @@ class SAC:
         finally:
             self.critic.requires_grad_(True)
         q = torch.minimum(q1, q2)
-        actor_loss = (alpha * log_prob - q).mean()
+        if self.config.actor_objective == "awac":
+            actor_loss = self._awac_loss(obs, act, q.detach())
+        else:
+            actor_loss = (alpha * log_prob - q).mean()
         if self.reference is not None:
             actor_loss = actor_loss + self._bc_loss(self.reference, obs, q)
         self.actor_optimizer.zero_grad(set_to_none=True)
@@ -172,6 +180,23 @@ class SAC:
             self.alpha_optimizer.step()
             alpha_loss_value = float(alpha_loss.detach())
         return float(actor_loss.detach()), alpha_loss_value, float(-log_prob.mean())
+
+    def _awac_loss(self, obs: torch.Tensor, act: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Advantage-weighted log-likelihood of the batch's actions (Nair et al. 2020).
+
+        ``value`` is Q at a fresh policy sample, a one-sample estimate of V(s). Weights
+        are a softmax over the batch of standardized advantages, times the batch size,
+        so their mean is one whatever the reward scale.
+        """
+        with torch.no_grad():
+            q1, q2 = self.critic(obs, act)
+            advantage = torch.minimum(q1, q2) - value
+            scaled = self.config.awac_beta * advantage / (advantage.std() + 1e-6)
+            weights = torch.softmax(scaled, dim=0) * len(scaled)
+            # Pre-squash actions: the tanh Jacobian does not depend on the parameters.
+            u = torch.atanh(act.clamp(-_ACTION_EDGE, _ACTION_EDGE))
+        mu, log_std = self.actor(obs)
+        return -(weights * gaussian_log_prob(u, mu, log_std)).mean()
 
     def _bc_loss(self, reference: Actor, obs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """TD3+BC's anchor: squared distance of the mean actions, scaled by mean |Q|.
