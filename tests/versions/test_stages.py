@@ -254,3 +254,27 @@ def test_rollback_without_last_known_good_is_impossible(base_bundle: PolicyBundl
 def test_rollback_config_refuses_windows_below_two(cfg_field: str) -> None:
     with pytest.raises(ValueError, match=cfg_field):
         RollbackConfig(**{cfg_field: 1})
+
+
+def test_shadow_compares_deterministic_actions_even_when_live_served_samples(
+    base_bundle: PolicyBundle, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    """Robots that ask for sampled actions are served the policy's noise. A candidate
+    identical to live must not be blamed for it: with the live engine the stage compares
+    deterministic actions (divergence 0); judged against the samples, the same copy
+    diverges by the noise alone and fails."""
+    live = make_engine(base_bundle)
+    copy = make_engine(base_bundle)
+    cfg = ShadowConfig(steps=50, max_intervention_rate=1.0, max_mean_divergence=0.05)
+    divergence = {}
+    for name, reference in (("with live engine", live), ("against samples", None)):
+        ev = ShadowEvaluator(copy, supervisor, baseline=1, config=cfg, live=reference)
+        verdict = None
+        for b in range(2):
+            obs = arm_observations(spec, 25, seed=300 + b)
+            verdict = ev.observe(obs, live.act(obs, deterministic=False).actions)
+        assert verdict is not None
+        divergence[name] = {m.name: m for m in verdict.measurements}["mean_action_divergence"]
+    assert divergence["with live engine"].value == 0.0
+    assert divergence["with live engine"].passed
+    assert not divergence["against samples"].passed

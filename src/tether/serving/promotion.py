@@ -113,6 +113,7 @@ class PromotionController:
             self._supervisor,
             baseline=live.id,
             config=self.config.shadow,
+            live=self._registry.engine(live.id),
         )
         with self._lock:
             self._candidate = version

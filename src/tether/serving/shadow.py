@@ -1,7 +1,11 @@
 """The shadow stage: a candidate computes actions on live observations, none is executed.
 
 For ``steps`` observations the candidate's deterministic action is computed beside the
-live one and handed to the supervisor *as if* it were to be sent; how often the
+live policy's deterministic action and handed to the supervisor *as if* it were to be
+sent (with the live engine at hand, the live action is recomputed deterministically:
+robots that ask for sampled actions are served noise the candidate must not be blamed
+for; compared with sampled live actions, a copy of the live policy diverged by the
+sampling noise alone, ~0.25, and every candidate of ``tether run`` failed on it); how often the
 supervisor would have intervened, how far the candidate's actions are from the live
 policy's, and whether any was non-finite decide the verdict. Invariant: nothing the
 candidate computes here leaves this module — the supervisor's corrected action is
@@ -85,8 +89,10 @@ class ShadowEvaluator:
         *,
         baseline: int,
         config: ShadowConfig,
+        live: ActingEngine | None = None,
     ) -> None:
         self.candidate = candidate
+        self.live = live
         self._supervisor = supervisor
         self._baseline = baseline
         self.config = config
@@ -119,6 +125,10 @@ class ShadowEvaluator:
             self._steps += int(observations.shape[0]) if observations.ndim == 2 else 1
             return self.verdict() if self.done else None
         proposed = np.asarray(out.actions, dtype=np.float32)
+        if self.live is not None:
+            live_actions = np.asarray(
+                self.live.act(observations, deterministic=True).actions, dtype=np.float32
+            )
         for i in range(proposed.shape[0]):
             previous = None if previous_actions is None else previous_actions[i]
             finite = bool(np.isfinite(proposed[i]).all())
