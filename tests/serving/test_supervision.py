@@ -73,3 +73,31 @@ def test_an_escalation_turns_the_very_next_reply_into_the_backup(
     assert after.verdict is not None
     assert after.verdict.source == "backup"
     assert after.degradation == int(DegradationLevel.TAKEOVER)
+
+
+def test_a_session_keeps_its_learnt_load_across_levels() -> None:
+    """One robot, supervised under the NORMAL and then the RESTRICTED limits (a level
+    change, or a canary's tightened steps): the payload the supervisor learnt holding
+    the drifted arm must carry over. A supervisor switched in fresh knows no payload, and
+    a fresh supervisor on the drifted arm let the shipped policy rest against the
+    obstacle (tests/safety/test_pretrained_policy.py)."""
+    from tether.sim import ArmDynamics, ArmEnv, DriftSchedule, arm_spec
+
+    drifted = DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, ArmDynamics.nominal())
+    spec = arm_spec()
+    factory = SupervisorFactory(spec)
+    session = factory()
+    env = ArmEnv(dynamics=drifted, seed=3)
+    obs, _ = env.reset(seed=3)
+    previous = None
+    zeros = np.zeros(spec.act_dim, dtype=np.float32)
+    for _ in range(60):  # the backup holds the arm; the sag it leaves teaches the load
+        previous, _ = session.decide(obs, zeros, previous, observation_age_s=0.0,
+                                     level=DegradationLevel.TAKEOVER, policy_version=1)  # fmt: skip
+        obs, *_ = env.step(previous)
+    learnt = session._base.load_estimate
+    assert max(abs(x) for x in learnt) > 0.02, learnt  # the payload is visible
+    session.decide(obs, zeros, previous, observation_age_s=0.0,
+                   level=DegradationLevel.RESTRICTED, policy_version=1)  # fmt: skip
+    carried = session._tight().load_estimate
+    assert np.allclose(carried, learnt, atol=0.05), (carried, learnt)

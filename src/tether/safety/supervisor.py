@@ -200,10 +200,31 @@ class Supervisor:
         ]
 
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
-        """The same supervisor (kinematics, backup, config) enforcing other limits."""
+        """The same supervisor (kinematics, backup, config) enforcing other limits, with
+        fresh robot state; pass the robot's state across with :meth:`take_state`."""
         return Supervisor(
             limits, kinematics=self.kinematics, backup=self._custom_backup, config=self.config
         )
+
+    @property
+    def load_estimate(self) -> tuple[float, ...]:
+        """The unmodelled load learnt so far, per joint (normalized torque)."""
+        return tuple(self._load)
+
+    def take_state(self, other: Supervisor) -> None:
+        """Continue the robot ``other`` has been supervising: its learnt load, the hold
+        at its last readable pose and the stop it last returned.
+
+        For one robot supervised under several limits (a degradation level, a canary's
+        tightened steps): a supervisor switched in fresh knows no payload, and a fresh
+        supervisor on the drifted arm let it rest against the obstacle
+        (tests/safety/test_pretrained_policy.py).
+        """
+        if other is self:
+            return
+        self._load = list(other._load)
+        self._last_gravity = other._last_gravity
+        self._last_stop = other._last_stop
 
     def filter(
         self,

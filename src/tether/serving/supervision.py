@@ -54,6 +54,9 @@ class SessionSupervisor:
         self._base = base
         self._degradation = degradation
         self._restricted: Supervisor | None = None
+        # The supervisor that filtered the robot's last step: the next one, under other
+        # limits, takes over its robot state (learnt load, last stop).
+        self._active = base
 
     def decide(
         self,
@@ -68,11 +71,16 @@ class SessionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """Filter one action at ``level``; ``tightened`` (a canary's step) applies the
         RESTRICTED limits even at NORMAL."""
+        normal = level is DegradationLevel.TAKEOVER or (
+            level is DegradationLevel.NORMAL and not tightened
+        )
+        supervisor = self._base if normal else self._tight()
+        if supervisor is not self._active:
+            supervisor.take_state(self._active)
+            self._active = supervisor
         if level is DegradationLevel.TAKEOVER:
-            action, verdict = self._base.backup_action(observation, previous)
+            action, verdict = supervisor.backup_action(observation, previous)
         else:
-            normal = level is DegradationLevel.NORMAL and not tightened
-            supervisor = self._base if normal else self._tight()
             action, verdict = supervisor.filter(
                 observation, proposed, previous, observation_age_s=observation_age_s
             )
