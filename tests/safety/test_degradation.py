@@ -329,3 +329,15 @@ def test_corrections_under_tightened_limits_do_not_send_it_back_at_once() -> Non
     assert machine.level is L.NORMAL
     assert dict(machine.counts().by_kind)[EventKind.INTERVENTION] == 3
     assert [t.to_level for t in seen] == [L.RESTRICTED, L.NORMAL]
+
+
+def test_a_canarys_tightened_corrections_do_not_restrict_the_fleet() -> None:
+    # A canary's steps are supervised under RESTRICTED's limits even at NORMAL; their
+    # corrections count toward PAUSED, never toward RESTRICTED.
+    machine, _ = _machine(Clock())
+    for _ in range(3):
+        machine.observe(CLIPPED, tightened=True)
+    assert machine.level is L.NORMAL
+    for _ in range(3):
+        machine.observe(CLIPPED, tightened=True)
+    assert machine.level is L.PAUSED  # 6 corrections: PAUSED's own threshold

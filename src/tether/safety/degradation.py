@@ -12,7 +12,8 @@ levels beyond it, never toward holding that level or re-entering it. Otherwise a
 that entered RESTRICTED for its correction rate is corrected even more often under the
 halved limits and can never be quiet again (seen in ``tether run``: RESTRICTED from the
 first seconds to the end), or is sent straight back by those same corrections the
-moment it returns to NORMAL.
+moment it returns to NORMAL. A canary's steps are supervised under the RESTRICTED limits
+at any level (``observe(..., tightened=True)``) and count as if made there.
 
 Invariants: every level change is a :class:`DegradationTransition` in the bounded
 history, counted per policy version, and passed to every listener; the machine's
@@ -79,8 +80,11 @@ class DegradationMachine:
 
     # ---- inputs -------------------------------------------------------------------------
 
-    def observe(self, verdict: SafetyVerdict, *, policy_version: int | None = None) -> None:
-        """Count what the supervisor did to one action."""
+    def observe(
+        self, verdict: SafetyVerdict, *, policy_version: int | None = None, tightened: bool = False
+    ) -> None:
+        """Count what the supervisor did to one action; ``tightened``: it enforced the
+        RESTRICTED limits whatever the level (a canary's step)."""
         # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
         # this runs for every corrected action.
         checks = int(verdict.checks)
@@ -90,7 +94,7 @@ class DegradationMachine:
             kinds = _BACKUP_NAN if checks & _NON_FINITE else _BACKUP
             self._record(kinds, 0, policy_version)
         elif verdict.source is ActionSource.CLIPPED:
-            self._record(_INTERVENTION, checks, policy_version)
+            self._record(_INTERVENTION, checks, policy_version, tightened)
 
     def report(self, kind: EventKind, *, policy_version: int | None = None) -> None:
         """Count an event from outside the supervisor (watchdog miss, robot fault, gate)."""
@@ -197,13 +201,21 @@ class DegradationMachine:
 
     # ---- internals ----------------------------------------------------------------------
 
-    def _record(self, kinds: tuple[int, ...], checks: int, policy_version: int | None) -> None:
+    def _record(
+        self,
+        kinds: tuple[int, ...],
+        checks: int,
+        policy_version: int | None,
+        tightened: bool = False,
+    ) -> None:
         fired: list[DegradationTransition] = []
         with self._lock:
             now = self._clock()
             if policy_version is not None:
                 self._version = policy_version
-            floor = int(self._level) if kinds is _INTERVENTION else 0
+            floor = 0
+            if kinds is _INTERVENTION:
+                floor = max(int(self._level), int(DegradationLevel.RESTRICTED) if tightened else 0)
             for kind in kinds:
                 self._events.append((now, kind, checks, floor))
                 for tally in self._below[floor + 1 :]:

@@ -85,7 +85,7 @@ class SessionSupervisor:
                 observation, proposed, previous, observation_age_s=observation_age_s
             )
         if self._degradation is not None:
-            self._degradation.observe(verdict, policy_version=policy_version)
+            self._degradation.observe(verdict, policy_version=policy_version, tightened=not normal)
         return action, verdict
 
     def watchdog_misses(self, count: int, policy_version: int | None) -> None:
