@@ -21,7 +21,12 @@ import torch
 from tether.assets import load_pretrained_bundle
 from tether.policy import EngineConfig, PolicyEngine
 from tether.safety import ActionSource, Supervisor, SupervisorConfig
-from tether.safety.presets import arm_supervisor
+from tether.safety.presets import (
+    ARM_LIMITS_CONFIG,
+    ARM_OBSTACLE_MARGIN_M,
+    arm_limits,
+    arm_supervisor,
+)
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
 
 # Episode seeds (ArmEnv.reset): 32 draws a target past the obstacle, where the policy
@@ -32,6 +37,8 @@ STEPS = 200  # one full episode of ArmEnv
 NOMINAL = ArmDynamics.nominal()
 # The demo drift at its end: every knob at its final value from the first step.
 DRIFTED = DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, NOMINAL)
+# The arm preset before its obstacle margin grew to ARM_OBSTACLE_MARGIN_M.
+_MARGIN_3CM = arm_limits(ARM_LIMITS_CONFIG.model_copy(update={"obstacle_margin_m": 0.03}))
 
 
 class Outcome(NamedTuple):
@@ -117,10 +124,11 @@ def test_an_arm_at_rest_that_pushes_toward_the_obstacle_is_slowed_not_frozen(
     # pushing toward it. At full speed the predicted stop (at the declared braking
     # deceleration) lies past the obstacle; braking the whole action instead held the arm
     # at rest for the whole episode. Backing off to the largest clear fraction lets it
-    # move, as slowly as it must, without touching (measured: 0.55-0.91 m in 100 steps).
+    # move, as slowly as it must, without touching (measured: 0.55-0.91 m in 100 steps,
+    # at the 3 cm obstacle margin the arm preset had then).
     moved = {}
     for steps in (0, 3):
-        supervisor = arm_supervisor(config=SupervisorConfig(sweep_backoff_steps=steps))
+        supervisor = arm_supervisor(_MARGIN_3CM, config=SupervisorConfig(sweep_backoff_steps=steps))
         env = ArmEnv(seed=1)
         obs, _ = env.reset(seed=episode_seed)
         start = env.true_state().end_effector_m
@@ -152,9 +160,10 @@ def test_sampled_on_the_drifted_arm_near_the_obstacle(config: SupervisorConfig, 
     # predicted path is clear leaves no slack for what the one-step model misses, and
     # learning the load only from nearly-still stops learns the payload too late; with
     # either the arm came to rest against the obstacle (measured: about 185 contact
-    # steps in an episode). The engine is seeded: the samples decide the episodes.
+    # steps in an episode). Measured at the 3 cm margin the arm preset had then (its 6 cm
+    # now also hides these two cases). The engine is seeded: the samples decide.
     engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager", seed=0))
-    supervisor = arm_supervisor(config=config)
+    supervisor = arm_supervisor(_MARGIN_3CM, config=config)
     env = ArmEnv(dynamics=DRIFTED, seed=11)
     contacts = 0
     for seed in (1008, 1012):
@@ -166,3 +175,30 @@ def test_sampled_on_the_drifted_arm_near_the_obstacle(config: SupervisorConfig, 
             obs, _, _, _, info = env.step(previous)
             contacts += bool(info["obstacle_contact"])
     assert (contacts == 0) is safe, contacts
+
+
+@pytest.mark.parametrize("margin", [ARM_OBSTACLE_MARGIN_M, 0.03], ids=["preset", "3cm"])
+def test_coupled_chatter_at_the_elbow_limit_stays_clear_of_the_obstacle(margin: float) -> None:
+    # tether run's robot-0 (env seed 0), episode 24 of its sequence on the nominal arm:
+    # the sampled policy drives the elbow into its lower limit and the wrist to its
+    # velocity limit; braked at the weak gain, the elbow reverses at full torque every
+    # other step, and the coupling the per-joint model leaves out carried the forearm
+    # into the obstacle through the 3 cm margin on every engine seed tried.
+    limits = arm_limits(ARM_LIMITS_CONFIG.model_copy(update={"obstacle_margin_m": margin}))
+    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager", seed=0))
+    supervisor = arm_supervisor(limits=limits)
+    env = ArmEnv(dynamics=NOMINAL, seed=0)
+    obs, _ = env.reset(seed=0)
+    contacts = 0
+    for episode in range(24):
+        previous: np.ndarray | None = None
+        for _ in range(STEPS):
+            action = engine.act(obs[None].astype(np.float32), False).actions[0]
+            previous, _ = supervisor.filter(obs.astype(np.float32), action, previous)
+            obs, _, _, _, info = env.step(previous)
+            contacts += bool(info["obstacle_contact"]) and episode == 23
+        obs, _ = env.reset()
+    if margin == ARM_OBSTACLE_MARGIN_M:
+        assert contacts == 0
+    else:
+        assert contacts > 0, "the 3 cm margin held here: the coupling case is gone?"

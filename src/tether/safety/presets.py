@@ -41,9 +41,19 @@ ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
 # gravity (or learnt) load of at most a full action, which is all the actuators can hold.
 _LARGEST_PUSH = 2.0
 ARM_ACCELERATION_LIMIT_SCALE = _LARGEST_PUSH * ARM_ACCELERATION_PER_ACTION_SCALE
+# The one-step model treats the joints one by one: another joint's torque reaching this
+# one through the off-diagonal inertia, and the Coriolis terms of a fast joint, are not
+# in it. When the shipped policy drove the elbow at its lower limit and the wrist at its
+# velocity limit, both chattering at full torque, that coupling carried the forearm
+# about 4 cm past the predicted clearance, through the 3 cm default margin into the
+# obstacle (tether run's robot-0, episode 24; tests/safety/test_pretrained_policy.py).
+# 6 cm covers what was measured, at no measured cost in success; a coupled model (the
+# full M(q)^-1 and bias(q, q-dot)) is the fix that would not need it.
+ARM_OBSTACLE_MARGIN_M = 0.06
 ARM_LIMITS_CONFIG = LimitsConfig(
     acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE,
     acceleration_limit_scale=ARM_ACCELERATION_LIMIT_SCALE,
+    obstacle_margin_m=ARM_OBSTACLE_MARGIN_M,
 )
 
 
