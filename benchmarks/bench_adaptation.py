@@ -6,7 +6,8 @@ pre-drift return while the frozen baseline stays at or below 70 %. Whether the l
 serving system, so it is measured here without servers, gates or real time: one
 simulated arm with the drift's final dynamics from the first step, the learner's own
 SAC (``sac_from_bundle`` with ``LearnerConfig().effective_sac()``: fine-tuning, trunk
-frozen, learning rates x 0.2) and its replay configuration, sampled actions as the
+frozen, learning rates x 0.2, behaviour-cloning pull 0.4 toward the bundle's actor) and
+its replay configuration, sampled actions as the
 robots send, and optionally the arm's supervisor in the loop (SAC then learns the
 proposed action, as the learner does).
 
@@ -16,6 +17,13 @@ and on the drifted arm, so each figure is a same-seed comparison:
 
     python benchmarks/bench_adaptation.py [--drift actuator_gain=0.6,joint_damping=3]
         [--steps 12000] [--eval-every 2000] [--episodes 20] [--supervised]
+        [--sac bc_weight=0.4,actor_objective=awac,...] [--learner fine_tune_lr_scale=1,...]
+        [--learn-executed]
+
+``--sac`` and ``--learner`` override fields of ``SACConfig`` / ``LearnerConfig`` by name
+(validated by their models), so a fine-tuning recipe is measured exactly as the learner
+would run it. Fine-tuning sets ``bc_weight`` and ``lr_scale`` from the learner's
+``fine_tune_bc_weight`` / ``fine_tune_lr_scale``: override those with ``--learner``.
 
 Numbers are in docs/benchmarks.md ("Adaptation").
 """
@@ -87,6 +95,11 @@ def main() -> None:
         "--learner", default="", help="LearnerConfig overrides (e.g. fine_tune_lr_scale=1)"
     )
     parser.add_argument(
+        "--learn-executed",
+        action="store_true",
+        help="learn the supervisor's executed action instead of the proposed one",
+    )
+    parser.add_argument(
         "--utd", type=float, default=None, help="updates per transition (default: learner's)"
     )
     args = parser.parse_args()
@@ -107,7 +120,8 @@ def main() -> None:
     nominal_ref = evaluate(frozen, normalize, ArmDynamics.nominal(), args.episodes, args.supervised)
     drifted_ref = evaluate(frozen, normalize, drifted, args.episodes, args.supervised)
 
-    sac = sac_from_bundle(bundle, config.effective_sac())
+    effective = config.effective_sac()
+    sac = sac_from_bundle(bundle, effective)
     arch = bundle.architecture
     replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
     env = ArmEnv(dynamics=drifted, seed=args.seed)
@@ -122,6 +136,11 @@ def main() -> None:
     )
     print(f"# drift: {drifted}")
     print(f"# learner overrides: {args.learner or '-'}; sac overrides: {args.sac or '-'}")
+    print(
+        f"# effective: lr_scale {effective.lr_scale}, bc_weight {effective.bc_weight}, "
+        f"actor_warmup_updates {effective.actor_warmup_updates}, "
+        f"actor_objective {effective.actor_objective}, learn executed {args.learn_executed}"
+    )
     print(f"# supervised: {args.supervised}; eval: {args.episodes} deterministic episodes")
     print(
         f"frozen, nominal arm: return {nominal_ref.mean_return:7.1f} "
@@ -147,7 +166,8 @@ def main() -> None:
             executed, _ = supervisor.filter(raw, proposed[0], previous)
         rows.observations[:] = obs
         rows.proposed_actions[:] = proposed
-        rows.actions[:] = proposed  # the learner learns what the policy proposed
+        # The learner learns what the policy proposed, unless told to learn what ran.
+        rows.actions[:] = executed if args.learn_executed else proposed
         nxt, reward, terminated, truncated, _ = env.step(executed)
         rows.next_observations[:] = normalize(nxt[None])
         rows.rewards[0] = reward

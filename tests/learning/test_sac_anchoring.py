@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from tests.learning.test_sac import make_batch
+from tether.assets import load_pretrained_bundle
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
-from tether.learning.sac import SAC
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.sac import SAC, sac_from_bundle
 from tether.policy.networks import ActorArchitecture
 
 ARCH = ActorArchitecture(obs_dim=3, act_dim=2, hidden_sizes=(32, 32))
@@ -100,3 +102,14 @@ def test_awac_moves_toward_the_batch_actions_the_critic_rates_higher() -> None:
     unweighted = awac_mean_first_action(1e-3)
     assert weighted > 0.3, f"advantage weighting should push a[0] up; got {weighted:.3f}"
     assert abs(unweighted) < 0.15, f"uniform weights should clone the batch; got {unweighted:.3f}"
+
+
+def test_the_learners_fine_tuning_anchors_to_the_bundle_actor() -> None:
+    bundle = load_pretrained_bundle()
+    sac = sac_from_bundle(bundle, LearnerConfig().effective_sac())
+    assert sac.reference is not None
+    expected = bundle.build_actor().state_dict()
+    for name, tensor in sac.reference.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+    from_scratch = LearnerConfig(fine_tune=False).effective_sac()
+    assert sac_from_bundle(bundle, from_scratch).reference is None

@@ -101,6 +101,10 @@ class SACConfig(BaseModel):
             raise ValueError(f"hidden_sizes must all be positive, got {self.hidden_sizes}")
         return self
 
-    def fine_tuning(self, lr_scale: float = 0.2) -> SACConfig:
-        """The same hyper-parameters for on-robot fine-tuning: frozen trunk, scaled-down rates."""
-        return self.model_copy(update={"freeze_trunk": True, "lr_scale": lr_scale})
+    def fine_tuning(self, lr_scale: float = 0.2, bc_weight: float | None = None) -> SACConfig:
+        """The same hyper-parameters for on-robot fine-tuning: frozen trunk, scaled-down
+        rates and, when given, the behaviour-cloning pull toward the initial actor."""
+        update: dict[str, object] = {"freeze_trunk": True, "lr_scale": lr_scale}
+        if bc_weight is not None:
+            update["bc_weight"] = bc_weight
+        return self.model_copy(update=update)

@@ -36,6 +36,13 @@ class LearnerConfig(BaseModel):
     fine_tune_lr_scale: float = Field(
         default=0.2, gt=0.0, le=1.0, description="Learning-rate multiplier when fine-tuning (1)"
     )
+    fine_tune_bc_weight: float = Field(
+        default=0.4,
+        ge=0.0,
+        description="Behaviour-cloning pull toward the bundle's actor when fine-tuning "
+        "(SACConfig.bc_weight; 0.4 is TD3+BC's strength): without it a few minutes of one "
+        "arm's data drive the actor below the frozen policy (docs/learning.md) (1)",
+    )
     fine_tune_interval_factor: float = Field(
         default=2.5,
         ge=1.0,
@@ -87,7 +94,9 @@ class LearnerConfig(BaseModel):
     )
 
     def effective_sac(self) -> SACConfig:
-        return self.sac.fine_tuning(self.fine_tune_lr_scale) if self.fine_tune else self.sac
+        if not self.fine_tune:
+            return self.sac
+        return self.sac.fine_tuning(self.fine_tune_lr_scale, self.fine_tune_bc_weight)
 
     def effective_min_interval_s(self) -> float:
         factor = self.fine_tune_interval_factor if self.fine_tune else 1.0
