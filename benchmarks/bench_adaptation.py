@@ -18,7 +18,7 @@ and on the drifted arm, so each figure is a same-seed comparison:
     python benchmarks/bench_adaptation.py [--drift actuator_gain=0.6,joint_damping=3]
         [--steps 12000] [--eval-every 2000] [--episodes 20] [--supervised]
         [--sac bc_weight=0.4,actor_objective=awac,...] [--learner fine_tune_lr_scale=1,...]
-        [--learn-executed]
+        [--learn-executed] [--deterministic]
 
 ``--sac`` and ``--learner`` override fields of ``SACConfig`` / ``LearnerConfig`` by name
 (validated by their models), so a fine-tuning recipe is measured exactly as the learner
@@ -95,6 +95,11 @@ def main() -> None:
         "--learner", default="", help="LearnerConfig overrides (e.g. fine_tune_lr_scale=1)"
     )
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="collect with the mean action, as robots with deterministic=true do",
+    )
+    parser.add_argument(
         "--learn-executed",
         action="store_true",
         help="learn the supervisor's executed action instead of the proposed one",
@@ -139,7 +144,8 @@ def main() -> None:
     print(
         f"# effective: lr_scale {effective.lr_scale}, bc_weight {effective.bc_weight}, "
         f"actor_warmup_updates {effective.actor_warmup_updates}, "
-        f"actor_objective {effective.actor_objective}, learn executed {args.learn_executed}"
+        f"actor_objective {effective.actor_objective}, learn executed {args.learn_executed}, "
+        f"collect deterministic {args.deterministic}"
     )
     print(f"# supervised: {args.supervised}; eval: {args.episodes} deterministic episodes")
     print(
@@ -160,7 +166,7 @@ def main() -> None:
     start = time.monotonic()
     for step in range(1, args.steps + 1):
         obs = normalize(raw[None])
-        proposed = sac.act(obs)
+        proposed = sac.act(obs, deterministic=args.deterministic)
         executed = proposed[0]
         if supervisor is not None:
             executed, _ = supervisor.filter(raw, proposed[0], previous)
