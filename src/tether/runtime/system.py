@@ -70,7 +70,7 @@ from tether.serving.admin import start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.client.options import ClientOptions
 from tether.serving.config import ServerConfig
-from tether.serving.launch import build_server
+from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.promotion import GateOutcome
 from tether.serving.registry import LiveChange, VersionSource, VersionState
 from tether.serving.security import bearer_token, server_credentials
@@ -493,6 +493,9 @@ class RunSystem:
                     "the learner was not ready %.0f s after its start; robots start anyway",
                     _LEARNER_START_S,
                 )
+            # Everything the run needs is built: keep a full collection over it off the
+            # control path (tether.serving.launch.freeze_startup_heap).
+            freeze_startup_heap()
             self._t0 = time.monotonic()
             self._live_since = 0.0
             start.go(self._t0)

@@ -9,6 +9,7 @@ would be no limits to supervise its actions with (design invariant 1).
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,6 +95,7 @@ async def serve(
     """Serve ``bundle_path`` until SIGTERM/SIGINT; returns after a graceful stop."""
     server = build_server(bundle_path, config)
     await server.start()
+    freeze_startup_heap()
     if announce is not None:
         announce(server)
     await run_until_signal(server)
@@ -106,3 +108,16 @@ def serve_blocking(
     announce: Callable[[PolicyServer], None] | None = None,
 ) -> None:
     asyncio.run(serve(bundle_path, config, announce=announce))
+
+
+def freeze_startup_heap() -> None:
+    """Move everything allocated so far out of the garbage collector's reach.
+
+    A process that has imported torch, MuJoCo and grpc holds ~275,000 tracked objects;
+    a full collection over them took 86 ms, and one that fired half a second into
+    ``tether run`` stalled the event loop for ~120 ms: 5 missed control deadlines per
+    robot, RESTRICTED for the next 40 s. Objects alive at start-up live as long as the
+    process, so the collector has nothing to gain from them (``gc.freeze``).
+    """
+    gc.collect()
+    gc.freeze()

@@ -23,7 +23,7 @@ from tether.safety.supervisor import Supervisor
 from tether.serving.admin import start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.config import ServerConfig
-from tether.serving.launch import build_server, robot_spec_of
+from tether.serving.launch import build_server, freeze_startup_heap, robot_spec_of
 from tether.serving.model_dir import install_sighup_reload
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer, run_until_signal
@@ -86,6 +86,7 @@ async def serve_versions(
                 credentials=server_credentials(config.security),
             )
         install_sighup_reload(versions.reload)
+        freeze_startup_heap()
         if announce is not None:
             announce(server, admin_port)
         await run_until_signal(server)
