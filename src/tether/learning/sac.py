@@ -10,6 +10,12 @@ Invariants: ``update`` never changes a parameter outside the optimizers it owns,
 ``Actor``/``TwinCritic`` classes the bundle stores, so ``actor_state()`` loads into a
 ``PolicyEngine`` unchanged.
 
+Fine-tuning options (``SACConfig``): ``bc_weight`` adds a TD3+BC pull of the mean action
+toward ``reference``, a frozen copy of the actor SAC was built with (never updated);
+``actor_warmup_updates`` trains only the critics first; ``actor_objective="awac"``
+replaces the reparameterized actor loss by advantage-weighted likelihood of the batch's
+actions. docs/learning.md has what each did on a drifted arm.
+
 Speed: the per-update work avoids what SB3 pays for -- the actor loss runs the critics
 with their parameters' ``requires_grad`` off (no weight gradients computed and thrown
 away), target updates are one fused ``_foreach_lerp_``, Adam runs its fused CPU kernel,
