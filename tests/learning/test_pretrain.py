@@ -54,6 +54,9 @@ def test_supervised_pretraining_learns_what_the_policy_proposed(tmp_path: Path) 
     bundle = load_bundle(tmp_path / "s")
     assert bundle.training is not None
     assert dict(bundle.manifest.metadata.metrics)["success_rate"] == result.final.success_rate
+    # The manifest says how the bundle was made, supervisor and anchor included.
+    assert "supervised, intervention penalty 0.5" in bundle.manifest.metadata.source
+    assert "bc_weight" not in bundle.manifest.metadata.source
 
 
 def test_cli_pretrain_reports_the_final_success_rate(tmp_path: Path) -> None:
@@ -70,11 +73,14 @@ def test_cli_pretrain_reports_the_final_success_rate(tmp_path: Path) -> None:
             "--eval-interval-steps=200",
             "--eval-episodes=1",
             "--final-eval-episodes=1",
+            "--bc-weight=0.4",
         ],
     )
     assert result.exit_code == 0, result.output
     assert "final success rate" in result.output
     assert (tmp_path / "cli" / "training.safetensors").is_file()
+    source = load_bundle(tmp_path / "cli").manifest.metadata.source
+    assert "bc_weight 0.4" in source, source
     bad = CliRunner().invoke(app, ["pretrain", str(tmp_path / "x"), "--n-envs=0"])
     assert bad.exit_code == 2
     assert "n_envs" in bad.output

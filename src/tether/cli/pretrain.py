@@ -60,6 +60,9 @@ def pretrain_command(
     intervention_penalty: Annotated[
         float, typer.Option(help=_help("intervention_penalty"))
     ] = _D.intervention_penalty,
+    bc_weight: Annotated[
+        float, typer.Option(help=str(_S["bc_weight"].description))
+    ] = _D.sac.bc_weight,
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
@@ -71,7 +74,9 @@ def pretrain_command(
     try:
         hidden_sizes = tuple(int(h) for h in hidden.split(","))
         config = PretrainConfig(
-            sac=SACConfig(hidden_sizes=hidden_sizes, batch_size=batch_size, seed=seed),
+            sac=SACConfig(
+                hidden_sizes=hidden_sizes, batch_size=batch_size, seed=seed, bc_weight=bc_weight
+            ),
             total_env_steps=total_env_steps,
             time_budget_s=time_budget_s,
             n_envs=n_envs,

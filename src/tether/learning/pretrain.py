@@ -168,8 +168,13 @@ def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
 
 
 def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
-    dynamics = "domain randomization" if config.randomize else "nominal dynamics"
-    text = f"tether pretrain (tether/Arm-v0, {dynamics}, seed {config.seed})"
+    """How the bundle was made, in words a reader of the manifest can reproduce."""
+    parts = ["domain randomization" if config.randomize else "nominal dynamics"]
+    if config.supervised:
+        parts.append(f"supervised, intervention penalty {config.intervention_penalty}")
+    if config.sac.bc_weight:
+        parts.append(f"anchored to the initial actor, bc_weight {config.sac.bc_weight}")
+    text = f"tether pretrain (tether/Arm-v0, {', '.join(parts)}, seed {config.seed})"
     if config.init_from is not None:
         text += f", continuing {prior.source!r} ({prior.env_steps} steps)"
     return text
