@@ -37,7 +37,7 @@ Listener = Callable[[DegradationTransition], None]
 _SINGLE_CHECKS = tuple(c for c in SafetyCheck if c is not SafetyCheck.NONE)
 _KINDS = tuple(EventKind)
 _KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
-# The event tuples observe() records, built once (``_INTERVENTION`` is compared by identity).
+# The event tuples observe() records, built once.
 _INTERVENTION = (_KIND_INDEX[EventKind.INTERVENTION],)
 _BACKUP = (_KIND_INDEX[EventKind.BACKUP_ACTION],)
 _BACKUP_NAN = (_KIND_INDEX[EventKind.BACKUP_ACTION], _KIND_INDEX[EventKind.NAN_OUTPUT])
@@ -94,7 +94,9 @@ class DegradationMachine:
             kinds = _BACKUP_NAN if checks & _NON_FINITE else _BACKUP
             self._record(kinds, 0, policy_version)
         elif verdict.source is ActionSource.CLIPPED:
-            self._record(_INTERVENTION, checks, policy_version, tightened)
+            self._record(
+                _INTERVENTION, checks, policy_version, correction=True, tightened=tightened
+            )
 
     def report(self, kind: EventKind, *, policy_version: int | None = None) -> None:
         """Count an event from outside the supervisor (watchdog miss, robot fault, gate)."""
@@ -206,15 +208,19 @@ class DegradationMachine:
         kinds: tuple[int, ...],
         checks: int,
         policy_version: int | None,
+        *,
+        correction: bool = False,
         tightened: bool = False,
     ) -> None:
+        """Count ``kinds`` now. A ``correction`` counts only toward levels beyond the one
+        whose limits it was made under: the current level, or RESTRICTED if ``tightened``."""
         fired: list[DegradationTransition] = []
         with self._lock:
             now = self._clock()
             if policy_version is not None:
                 self._version = policy_version
             floor = 0
-            if kinds is _INTERVENTION:
+            if correction:
                 floor = max(int(self._level), int(DegradationLevel.RESTRICTED) if tightened else 0)
             for kind in kinds:
                 self._events.append((now, kind, checks, floor))
