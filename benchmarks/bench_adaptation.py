@@ -55,10 +55,10 @@ def parse_drift(text: str | None) -> ArmDynamics:
     nominal = ArmDynamics.nominal()
     if text is None:
         return DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, nominal)
-    values: dict[str, float | int] = {}
-    for item in text.split(","):
-        knob, _, value = item.partition("=")
-        values[knob] = int(value) if knob == "action_delay_steps" else float(value)
+    values: dict[str, float | int] = {
+        knob: int(value) if knob == "action_delay_steps" else float(value)
+        for knob, value in _overrides(text).items()
+    }
     return dataclasses.replace(nominal, **values)  # type: ignore[arg-type]
 
 

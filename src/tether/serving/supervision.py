@@ -71,10 +71,12 @@ class SessionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """Filter one action at ``level``; ``tightened`` (a canary's step) applies the
         RESTRICTED limits even at NORMAL."""
-        normal = level is DegradationLevel.TAKEOVER or (
+        # The backup at TAKEOVER is the base supervisor's; below NORMAL, and for a canary's
+        # steps, the tightened one filters.
+        base_limits = level is DegradationLevel.TAKEOVER or (
             level is DegradationLevel.NORMAL and not tightened
         )
-        supervisor = self._base if normal else self._tight()
+        supervisor = self._base if base_limits else self._tight()
         if supervisor is not self._active:
             supervisor.take_state(self._active)
             self._active = supervisor
@@ -85,7 +87,9 @@ class SessionSupervisor:
                 observation, proposed, previous, observation_age_s=observation_age_s
             )
         if self._degradation is not None:
-            self._degradation.observe(verdict, policy_version=policy_version, tightened=not normal)
+            self._degradation.observe(
+                verdict, policy_version=policy_version, tightened=not base_limits
+            )
         return action, verdict
 
     def watchdog_misses(self, count: int, policy_version: int | None) -> None:
