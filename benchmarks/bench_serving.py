@@ -1,20 +1,28 @@
 """Serving round trip and throughput beside the transport floor (issue 3).
 
-For two policies built with ``init_bundle`` — the shipped-size MLP (256, 256), whose
-forward is tens of microseconds, and a wide MLP whose batch-1 forward is ≥ 0.5 ms —
-this measures round-trip p50/p95/p99 and actions/s for 1, 8 and 64 concurrent clients,
-unary (GetAction) and streaming (Control), beside
+Two policies: *small* is the shipped pretrained bundle (``tether.assets``, the MLP a robot
+gets from ``tether serve`` / ``tether run``), whose forward is tens of microseconds, and
+*heavy* is an ``init_bundle`` wide MLP whose batch-1 forward is ≥ 0.5 ms. Both are driven
+by realistic observations: at start-up the built-in arm runs a closed loop under the
+shipped policy (deterministic, nominal dynamics, through the arm's supervisor) and every
+client replays that recording, each in its own session and episodes, so the server's
+supervisor and degradation machine see the states a robot under this policy produces.
+A secondary row (*small, random obs*, ``--no-random`` skips it) keeps the old stress
+cells: random observations, on which nearly every action is corrected.
+
+For 1, 8 and 64 concurrent clients, unary (GetAction) and streaming (Control), it
+measures round-trip p50/p95/p99 and actions/s beside
 
 - a bare ``grpc.aio`` echo server answering the same messages with a prebuilt reply of
   the same size and no model: the transport floor;
 - the same policy server with batching off (``max_batch_size = 1``).
 
 Every server runs in its own process; the load generator (one asyncio process, one
-coroutine per client, raw stubs and prebuilt requests) is the same for all of them, so
-the ratios compare like with like. It also measures what handing a batch to a worker
-thread costs against each policy's forward (inline vs threaded), breaks the round trip
-down with the server's own timings, and profiles the server process (event loop and
-batch thread) on the single-robot and the many-robot streaming paths.
+coroutine per client, raw stubs) is the same for all of them, so the ratios compare like
+with like. It also measures what handing a batch to a worker thread costs against each
+policy's forward (inline vs threaded), breaks the round trip down with the server's own
+timings, and profiles the server process (event loop and batch thread) on the
+single-robot and the many-robot streaming paths.
 
 Every reply carries the time its action spent in supervision (``timings.safety_ns``:
 ``Supervisor.filter`` and the degradation machine). The headline ratios are the real
@@ -55,16 +63,20 @@ import grpc
 import numpy as np
 import torch
 
+from tether.assets import pretrained_bundle_path
 from tether.policy.bundle import load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
-from tether.sim import arm_spec
+from tether.safety.presets import arm_supervisor
+from tether.sim import ArmEnv, arm_spec
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
 
 SPEC = arm_spec()
-POLICIES = {"small": (256, 256), "heavy": (1024, 1024)}
+POLICIES = ("small", "heavy")
+HEAVY_HIDDEN = (1024, 1024)
+RANDOM = "small, random obs"  # the secondary row: the small server fed random observations
 
 
 # --------------------------------------------------------------------------- servers
@@ -278,12 +290,103 @@ class Measured:
         )
 
 
-def _observation(i: int) -> list[float]:
+@dataclass(frozen=True)
+class Recording:
+    """The shipped policy's closed loop on the built-in arm, as clients replay it."""
+
+    episodes: tuple[np.ndarray, ...]  # each (steps + 1, obs_dim) float32; the last row
+    # is the observation after the episode's final action, sent with truncated=True
+    corrected: float  # fraction of the recorded steps the supervisor changed
+
+    @property
+    def steps(self) -> int:
+        return sum(len(e) for e in self.episodes)
+
+
+def record_closed_loop(episodes: int, seed: int = 1) -> Recording:
+    """Run the arm under the shipped policy (deterministic, nominal arm, episode seeds
+    0..) through the arm's supervisor, executing the supervised action, and keep every
+    observation. Deterministic: the same recording in every run."""
+    from tether.safety.verdict import ActionSource
+
+    engine = PolicyEngine(load_bundle(pretrained_bundle_path()), EngineConfig(execution="eager"))
+    env = ArmEnv(seed=seed)
+    supervisor = arm_supervisor()
+    recorded: list[np.ndarray] = []
+    corrected = steps = 0
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        rows = [obs]
+        previous: np.ndarray | None = None
+        truncated = terminated = False
+        while not (terminated or truncated):
+            proposed = engine.act(obs[None].astype(np.float32), True).actions[0]
+            previous, verdict = supervisor.filter(obs, proposed, previous)
+            corrected += verdict.source is not ActionSource.POLICY
+            steps += 1
+            obs, _, terminated, truncated, _ = env.step(previous)
+            rows.append(obs)
+        recorded.append(np.asarray(rows, np.float32))
+    return Recording(tuple(recorded), corrected / steps)
+
+
+def _random_observation(i: int) -> list[float]:
     rng = np.random.default_rng(i)
     return [float(v) for v in rng.uniform(-0.3, 0.3, SPEC.obs_dim).astype(np.float32)]
 
 
-async def _load(address: str, mode: str, clients: int, seconds: float) -> Measured:
+@dataclass(frozen=True)
+class Feed:
+    """What the clients send: the recording replayed (deterministic actions, as the
+    recording asked for), or one fixed random observation per client (sampled actions)."""
+
+    recording: Recording | None  # None: random observations
+
+    def steps(self, client: int) -> Any:
+        """Endless ``ControlStep``s for ``client``: its own episodes, starting at episode
+        ``client`` of the recording and wrapping around with new episode ids."""
+        if self.recording is None:
+            obs = _random_observation(client)
+            step = 0
+            while True:
+                yield pb.ControlStep(
+                    step=pb.StepData(observation=obs, episode_id="e", step_index=step)
+                )
+                step += 1
+        episodes = [e.tolist() for e in self.recording.episodes]
+        played = 0
+        while True:
+            rows = episodes[(client + played) % len(episodes)]
+            episode_id = f"c{client}-e{played}"
+            last = len(rows) - 1
+            for index, obs in enumerate(rows):
+                yield pb.ControlStep(
+                    step=pb.StepData(
+                        observation=obs,
+                        episode_id=episode_id,
+                        step_index=index,
+                        truncated=index == last,
+                        deterministic=True,
+                    )
+                )
+            played += 1
+
+    def requests(self, client: int) -> Any:
+        """Endless ``ActionRequest``s for ``client`` (GetAction is stateless)."""
+        if self.recording is None:
+            request = pb.ActionRequest(
+                observation=_random_observation(client), client_id=f"c{client}"
+            )
+            while True:
+                yield request
+        rows = [row for e in self.recording.episodes for row in e.tolist()]
+        start = client * len(rows) // 64
+        while True:
+            for obs in rows[start:] + rows[:start]:
+                yield pb.ActionRequest(observation=obs, client_id=f"c{client}", deterministic=True)
+
+
+async def _load(address: str, mode: str, clients: int, seconds: float, feed: Feed) -> Measured:
     warmup = min(0.5, seconds / 4)
     channel = grpc.aio.insecure_channel(address)
     stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -299,8 +402,11 @@ async def _load(address: str, mode: str, clients: int, seconds: float) -> Measur
             timings.append(reply.timings)
 
     async def unary(i: int) -> None:
-        request = pb.ActionRequest(observation=_observation(i), client_id=f"c{i}")
-        while (now := time.perf_counter()) < t_end:
+        requests = feed.requests(i)
+        while True:
+            request = next(requests)  # built before the clock starts, as streaming's
+            if (now := time.perf_counter()) >= t_end:
+                break
             reply = await stub.GetAction(request, timeout=30)
             keep(now, time.perf_counter(), reply)
 
@@ -318,17 +424,18 @@ async def _load(address: str, mode: str, clients: int, seconds: float) -> Measur
             )
         )
         await call.read()
-        obs = _observation(i)
-        step = 0
-        while (now := time.perf_counter()) < t_end:
-            await call.write(
-                pb.ControlStep(step=pb.StepData(observation=obs, episode_id="e", step_index=step))
-            )
+        steps = feed.steps(i)
+        while True:
+            message = next(steps)
+            if (now := time.perf_counter()) >= t_end:
+                break
+            await call.write(message)
             reply = await call.read()
             if reply.WhichOneof("kind") != "action":
-                raise RuntimeError(f"step {step} of robot {i} failed: {reply.error.message}")
+                raise RuntimeError(
+                    f"step {message.step.step_index} of robot {i} failed: {reply.error.message}"
+                )
             keep(now, time.perf_counter(), reply.action)
-            step += 1
         await call.done_writing()
 
     worker = unary if mode == "unary" else streaming
@@ -346,8 +453,8 @@ async def _load(address: str, mode: str, clients: int, seconds: float) -> Measur
     )
 
 
-def measure(address: str, mode: str, clients: int, seconds: float) -> Measured:
-    return asyncio.run(_load(address, mode, clients, seconds))
+def measure(address: str, mode: str, clients: int, seconds: float, feed: Feed) -> Measured:
+    return asyncio.run(_load(address, mode, clients, seconds, feed))
 
 
 # --------------------------------------------------------------------------- engine
@@ -363,12 +470,13 @@ def forward_us(engine: PolicyEngine, batch: int, repeats: int = 200) -> float:
     return (time.perf_counter() - t) / repeats * 1e6
 
 
-def interleaved_us(engine: PolicyEngine, repeats: int = 300) -> float:
+def interleaved_us(engine: PolicyEngine, recording: Recording, repeats: int = 300) -> float:
     """Mean µs of a deterministic batch-1 forward that alternates with the session's
     supervision (``Supervisor.filter`` with the arm's kinematics, and the degradation
-    machine), as a lone robot's batches do in the server: it runs slower than a forward
-    alone, because the supervisor evicts the weights from cache. (What supervision itself
-    costs per action in the server is in every reply; see the breakdown.)"""
+    machine) along the recorded closed loop, as a lone robot's batches do in the server:
+    it runs slower than a forward alone, because the supervisor evicts the weights from
+    cache. (What supervision itself costs per action in the server is in every reply;
+    see the breakdown.)"""
     from tether.safety.degradation import DegradationMachine
     from tether.safety.levels import DegradationLevel
     from tether.safety.presets import default_limits
@@ -378,16 +486,18 @@ def interleaved_us(engine: PolicyEngine, repeats: int = 300) -> float:
     supervisor = SupervisorFactory(
         SPEC, limits=limits, degradation=DegradationMachine(limits=limits)
     )()
-    obs = np.asarray(_observation(0), np.float32)
+    rows = np.concatenate(recording.episodes)
     forward_ns = 0
+    previous = None
     for i in range(repeats + 20):
+        obs = rows[i % len(rows)]
         t0 = time.perf_counter_ns()
         proposed = engine.act(obs[None], True).actions[0]
         t1 = time.perf_counter_ns()
-        supervisor.decide(
+        previous, _ = supervisor.decide(
             obs,
             proposed,
-            None,
+            previous,
             observation_age_s=0.0,
             level=DegradationLevel.NORMAL,
             policy_version=engine.version.id,
@@ -484,6 +594,14 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64", help="concurrent clients per cell")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     parser.add_argument(
+        "--no-random",
+        action="store_true",
+        help="skip the secondary 'small, random obs' cells (the old stress feed)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=8, help="recorded closed-loop episodes the clients replay"
+    )
+    parser.add_argument(
         "--policies", default=",".join(POLICIES), help="policies to serve (small, heavy)"
     )
     parser.add_argument(
@@ -498,50 +616,60 @@ def main() -> None:
     policies = [name for name in args.policies.split(",") if name]
     unknown = set(policies) - set(POLICIES)
     if unknown or "small" not in policies:
-        parser.error(f"--policies takes names from {sorted(POLICIES)} and needs 'small'")
+        parser.error(f"--policies takes names from {list(POLICIES)} and needs 'small'")
     torch.set_num_threads(1)
     print(
         f"machine: {platform.machine()}, nproc {os.cpu_count()}, python "
         f"{platform.python_version()}, torch {torch.__version__}, grpcio {grpc.__version__}"
     )
+    recording = record_closed_loop(args.episodes)
+    print(
+        f"recorded closed loop: shipped policy, {len(recording.episodes)} episodes, "
+        f"{recording.steps} observations, {recording.corrected:.0%} of its steps corrected "
+        "by the supervisor"
+    )
+    replay, random_feed = Feed(recording), Feed(None)
     work = Path(tempfile.mkdtemp(prefix="bench_serving_"))
-    bundles: dict[str, str] = {}
+    bundles: dict[str, str] = {"small": str(pretrained_bundle_path())}
+    if "heavy" in policies:
+        init_bundle(work / "heavy", SPEC, hidden_sizes=HEAVY_HIDDEN, seed=1)
+        bundles["heavy"] = str(work / "heavy")
     print(
         "\n| policy | hidden | forward b=1 (µs) | forward b=64 (µs) | inline b=1 (µs) | "
         "thread hand-off b=1 (µs) | forward b=1 between supervisions (µs) |"
     )
     print("|---|---|---|---|---|---|---|")
     for name in policies:
-        hidden = POLICIES[name]
-        path = work / name
-        init_bundle(path, SPEC, hidden_sizes=hidden, seed=1)
-        bundles[name] = str(path)
-        engine = PolicyEngine(load_bundle(path), EngineConfig(max_batch_size=64))
+        bundle = load_bundle(Path(bundles[name]))
+        engine = PolicyEngine(bundle, EngineConfig(max_batch_size=64))
         inline, threaded = handoff_us(engine)
-        between = interleaved_us(engine)
+        between = interleaved_us(engine, recording)
         print(
-            f"| {name} | {hidden} | {forward_us(engine, 1):.0f} | "
+            f"| {name} | {bundle.architecture.hidden_sizes} | {forward_us(engine, 1):.0f} | "
             f"{forward_us(engine, 64, 50):.0f} | {inline:.0f} | {threaded:.0f} | "
             f"{between:.0f} |"
         )
 
     results: dict[tuple[str, str, str, int], Measured] = {}
-    variants = [("echo", "echo", "", 64)] + [
-        (policy, server, bundles[policy], batch)
+    # (row label, server label, bundle, max batch, feed); the echo gets the replayed feed.
+    variants = [("echo", "echo", "", 64, replay)] + [
+        (policy, server, bundles[policy], batch, replay)
         for policy in policies
         for server, batch in (("batched", 64), ("batching off", 1))
     ]
+    if not args.no_random:
+        variants.append((RANDOM, "batched", bundles["small"], 64, random_feed))
     if args.baseline_src is not None:
         # Before and after alternate cell by cell, in the order before, after, after, before,
         # so a load that drifts during the run (a shared machine) weighs on both alike.
-        variants.remove(("small", "batched", bundles["small"], 64))
+        variants.remove(("small", "batched", bundles["small"], 64, replay))
         old = BaselineProcess(args.baseline_src, bundles["small"], 64)
         new = ServerProcess("policy", bundles["small"], 64)
         try:
             for mode in ("unary", "streaming"):
                 for clients in counts:
                     b1, a1, a2, b2 = (
-                        measure(proc.address, mode, clients, args.seconds / 2)
+                        measure(proc.address, mode, clients, args.seconds / 2, replay)
                         for proc in (old, new, new, old)
                     )
                     results[("small", "baseline batched", mode, clients)] = b1 + b2
@@ -549,13 +677,13 @@ def main() -> None:
         finally:
             old.stop()
             new.stop()
-    for policy, server, bundle, batch in variants:
-        proc = ServerProcess("echo" if policy == "echo" else "policy", bundle, batch)
+    for policy, server, bundle_path, batch, feed in variants:
+        proc = ServerProcess("echo" if policy == "echo" else "policy", bundle_path, batch)
         try:
             for mode in ("unary", "streaming"):
                 for clients in counts:
                     results[(policy, server, mode, clients)] = measure(
-                        proc.address, mode, clients, args.seconds
+                        proc.address, mode, clients, args.seconds, feed
                     )
         finally:
             proc.stop()
@@ -589,6 +717,14 @@ def main() -> None:
                 f"- heavy {mode} actions/s at {hi} clients / batching off: "
                 f"{heavy.actions_per_s / off.actions_per_s:.2f} (target ≥ 2.5)"
             )
+        stress, echo = get(RANDOM, "batched", mode, lo), get("echo", "echo", mode, lo)
+        stress_hi, echo_hi = get(RANDOM, "batched", mode, hi), get("echo", "echo", mode, hi)
+        if stress and echo and stress_hi and echo_hi:
+            print(
+                f"- secondary, {RANDOM} ({mode}): p50 at {lo} client / echo "
+                f"{stress.pct(50) / echo.pct(50):.2f}, actions/s at {hi} clients / echo "
+                f"{stress_hi.actions_per_s / echo_hi.actions_per_s:.2f}"
+            )
     if args.baseline_src is not None:
         print(f"\nBefore ({args.baseline_src}) and after (this tree), same run:")
         for mode in ("streaming", "unary"):
@@ -615,7 +751,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     cells = [
         (policy, server, "streaming", n)
-        for policy in policies
+        for policy in [*policies, RANDOM]
         for server, n in (
             ("baseline batched", lo),
             ("batched", lo),
@@ -655,7 +791,7 @@ def main() -> None:
             profile = work / f"server-{clients}.prof.txt"
             proc = ServerProcess("policy", bundles["small"], 64, profile=str(profile))
             try:
-                measure(proc.address, "streaming", clients, args.seconds)
+                measure(proc.address, "streaming", clients, args.seconds, replay)
             finally:
                 proc.stop()
             text = profile.read_text() if profile.exists() else "(no profile written)"
