@@ -1,7 +1,8 @@
-"""The shipped pretrained policy on the built-in MuJoCo arm, with and without the supervisor.
+"""Pretrained policies on the built-in MuJoCo arm, with and without the supervisor.
 
-A uniformly random policy (``test_physics.py``) rarely moves fast; this one drives the
-arm hard on purpose, to joint limits and past the obstacle. Through the supervisor it
+A uniformly random policy (``test_physics.py``) rarely moves fast; the adversary
+(``adversary.py``, a bundle pretrained without the supervisor) drives the arm hard, to
+joint limits and past the obstacle. Through the supervisor it
 must never touch the obstacle nor violate a joint limit, on the nominal arm and on the
 fully drifted one (weaker actuators, an unknown payload, a step of command delay),
 deterministic or sampled; without the supervisor it does both kinds of harm, so these
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.safety.adversary import load_adversary
 from tether.assets import load_pretrained_bundle
 from tether.policy import EngineConfig, PolicyEngine
 from tether.safety import ActionSource, Supervisor, SupervisorConfig
@@ -51,6 +53,12 @@ class Outcome(NamedTuple):
 
 @pytest.fixture(scope="module")
 def engine() -> PolicyEngine:
+    torch.set_num_threads(1)
+    return PolicyEngine(load_adversary(), EngineConfig(execution="eager"))
+
+
+@pytest.fixture(scope="module")
+def shipped() -> PolicyEngine:
     torch.set_num_threads(1)
     return PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
 
@@ -87,6 +95,16 @@ def test_through_the_supervisor_the_policy_never_touches_or_violates(
     engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
 ) -> None:
     outcome = _run(engine, arm_supervisor(), dynamics, deterministic)
+    assert (outcome.contacts, outcome.limit_violations) == (0, 0), outcome
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "sampled"])
+@pytest.mark.parametrize("dynamics", [NOMINAL, DRIFTED], ids=["nominal", "drifted"])
+def test_through_the_supervisor_the_shipped_policy_never_touches_or_violates(
+    shipped: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
+) -> None:
+    # The bundle tether run starts from, whatever it is: the same guarantee.
+    outcome = _run(shipped, arm_supervisor(), dynamics, deterministic)
     assert (outcome.contacts, outcome.limit_violations) == (0, 0), outcome
 
 
@@ -162,7 +180,7 @@ def test_sampled_on_the_drifted_arm_near_the_obstacle(config: SupervisorConfig, 
     # either the arm came to rest against the obstacle (measured: about 185 contact
     # steps in an episode). Measured at the 3 cm margin the arm preset had then (its 6 cm
     # now also hides these two cases). The engine is seeded: the samples decide.
-    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager", seed=0))
+    engine = PolicyEngine(load_adversary(), EngineConfig(execution="eager", seed=0))
     supervisor = arm_supervisor(_MARGIN_3CM, config=config)
     env = ArmEnv(dynamics=DRIFTED, seed=11)
     contacts = 0
@@ -185,7 +203,7 @@ def test_coupled_chatter_at_the_elbow_limit_stays_clear_of_the_obstacle(margin: 
     # other step, and the coupling the per-joint model leaves out carried the forearm
     # into the obstacle through the 3 cm margin on every engine seed tried.
     limits = arm_limits(ARM_LIMITS_CONFIG.model_copy(update={"obstacle_margin_m": margin}))
-    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager", seed=0))
+    engine = PolicyEngine(load_adversary(), EngineConfig(execution="eager", seed=0))
     supervisor = arm_supervisor(limits=limits)
     env = ArmEnv(dynamics=NOMINAL, seed=0)
     obs, _ = env.reset(seed=0)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safety.builders import observation
-from tether.assets import load_pretrained_bundle
+from tests.safety.adversary import load_adversary
 from tether.policy import EngineConfig, PolicyEngine
 from tether.safety import Supervisor
 from tether.safety.envelope import JointEnvelope
@@ -55,7 +55,7 @@ DRIFTED = DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, NOMINAL
 @pytest.fixture(scope="module")
 def engine() -> PolicyEngine:
     torch.set_num_threads(1)
-    return PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
+    return PolicyEngine(load_adversary(), EngineConfig(execution="eager"))
 
 
 def _run_switching(
