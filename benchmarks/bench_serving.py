@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +84,16 @@ RANDOM = "small, random obs"  # the secondary row: the small server fed random o
 
 
 class EchoService(pb_grpc.PolicyServiceServicer):
-    """The transport floor: answers with a prebuilt reply of the real reply's size."""
+    """The transport floor: answers with a prebuilt reply of the real reply's size.
 
-    def __init__(self) -> None:
+    With ``work``, each Control step first runs ``work()`` (returns its ns, put in the
+    reply's ``timings.total_ns``) and then answers the same prebuilt reply: the transport
+    probe's echo that spends as long between messages as the policy server does.
+    """
+
+    def __init__(self, work: Callable[[], int] | None = None) -> None:
         zeros = [0.125] * SPEC.act_dim
+        self._work = work
         self._action = pb.ActionResponse(
             action=zeros,
             proposed_action=zeros,
@@ -102,14 +109,95 @@ class EchoService(pb_grpc.PolicyServiceServicer):
         return self._action
 
     async def Control(self, request_iterator: Any, context: Any) -> Any:
+        work = self._work
         async for message in request_iterator:
             if message.WhichOneof("kind") == "open":
                 yield pb.ControlReply(opened=pb.SessionOpened(session_id="echo"))
             else:
                 step = message.step
-                yield pb.ControlReply(
+                spent = work() if work is not None else 0
+                reply = pb.ControlReply(
                     step_index=step.step_index, episode_id=step.episode_id, action=self._action
                 )
+                if work is not None:
+                    reply.action.timings.total_ns = spent
+                yield reply
+
+
+def probe_work(kind: str, duration_ns: int, episodes: int) -> Callable[[], int] | None:
+    """What a transport-probe echo does between receiving a step and answering it.
+
+    ``sleep`` and ``spin`` wait ``duration_ns`` (GIL released / held, caches untouched);
+    ``policy`` runs the small policy's batch-1 forward and the arm's supervision on the
+    recorded closed loop (the answer is thrown away): the policy server's compute,
+    without its serving code.
+    """
+    if kind == "none":
+        return None
+    if kind == "sleep":
+
+        def sleep() -> int:
+            start = time.perf_counter_ns()
+            time.sleep(duration_ns / 1e9)
+            return time.perf_counter_ns() - start
+
+        return sleep
+    if kind == "spin":
+
+        def spin() -> int:
+            start = time.perf_counter_ns()
+            end = start + duration_ns
+            while time.perf_counter_ns() < end:
+                pass
+            return time.perf_counter_ns() - start
+
+        return spin
+    from tether.safety.levels import DegradationLevel
+    from tether.serving.supervision import SupervisorFactory
+
+    rows = np.concatenate(record_closed_loop(episodes).episodes)
+    engine = PolicyEngine(load_bundle(pretrained_bundle_path()), EngineConfig())
+    supervisor = SupervisorFactory(SPEC)()
+    state: list[Any] = [0, None]
+
+    def policy() -> int:
+        start = time.perf_counter_ns()
+        obs = rows[state[0] % len(rows)]
+        state[0] += 1
+        proposed = engine.act(obs[None], True).actions[0]
+        state[1], _ = supervisor.decide(
+            obs,
+            proposed,
+            state[1],
+            observation_age_s=0.0,
+            level=DegradationLevel.NORMAL,
+            policy_version=engine.version.id,
+        )
+        return time.perf_counter_ns() - start
+
+    return policy
+
+
+class ServedTime:
+    """The benchmark server's degradation clock: robot time, advanced per served action.
+
+    The degradation machine counts events in a 10 s window whose thresholds are sized for
+    ``tether run``'s two robots at 50 Hz (1,000 actions per window). The benchmark serves
+    25-60x faster, so on the wall clock a policy whose corrections are normal for it
+    would read as 25-60x too many and the server would sit at RESTRICTED, which no robot
+    under this policy sees. Each served action advances this clock by half a control
+    period, so the window always holds the 1,000 actions its thresholds are sized for.
+    """
+
+    def __init__(self, seconds_per_action: float) -> None:
+        self._per_action = seconds_per_action
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, engine: Any, observations: np.ndarray, *rest: Any) -> None:
+        self._now += len(observations) * self._per_action
 
 
 def policy_config(max_batch: int, execution: str = "auto") -> dict[str, Any]:
@@ -126,9 +214,20 @@ def policy_config(max_batch: int, execution: str = "auto") -> dict[str, Any]:
 
 
 def _server_main(
-    kind: str, bundle: str, max_batch: int, ports: Any, profile: str, execution: str
+    kind: str,
+    bundle: str,
+    max_batch: int,
+    ports: Any,
+    profile: str,
+    execution: str,
+    work: tuple[str, int, int],
 ) -> None:
-    """Child process: serve until SIGTERM; report the bound port through ``ports``."""
+    """Child process: serve until SIGTERM; report the bound port through ``ports``.
+
+    Like ``tether serve``, a server freezes its start-up heap out of the garbage collector
+    once it serves (``tether.serving.launch.freeze_startup_heap``)."""
+    from tether.serving.launch import freeze_startup_heap
+
     torch.set_num_threads(1)
     profiler = cProfile.Profile() if profile else None
     # cProfile sees one thread; batches that run in the worker thread get their own.
@@ -144,21 +243,31 @@ def _server_main(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         if kind == "echo":
             server = grpc.aio.server()
-            pb_grpc.add_PolicyServiceServicer_to_server(EchoService(), server)  # type: ignore[no-untyped-call]
+            echo = EchoService(probe_work(*work))
+            pb_grpc.add_PolicyServiceServicer_to_server(echo, server)  # type: ignore[no-untyped-call]
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
+            freeze_startup_heap()
             ports.put(port)
             await stop.wait()
             await server.stop(1.0)
             return
+        from tether.safety.degradation import DegradationMachine
+        from tether.safety.presets import default_limits
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
         config = ServerConfig.model_validate(policy_config(max_batch, execution))
+        clock = ServedTime(SPEC.control_period_s / 2)
         policy = build_server(
-            Path(bundle), config, before_batch=profile_batch_thread if profile else None
+            Path(bundle),
+            config,
+            degradation=DegradationMachine(limits=default_limits(SPEC), clock=clock.now),
+            on_batch=clock.advance,
+            before_batch=profile_batch_thread if profile else None,
         )
         await policy.start()
+        freeze_startup_heap()
         ports.put(policy.port)
         if profiler is not None:
             profiler.enable()
@@ -187,12 +296,13 @@ class ServerProcess:
         max_batch: int = 64,
         profile: str = "",
         execution: str = "auto",
+        work: tuple[str, int, int] = ("none", 0, 0),
     ) -> None:
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
         self.proc = ctx.Process(
             target=_server_main,
-            args=(kind, bundle, max_batch, ports, profile, execution),
+            args=(kind, bundle, max_batch, ports, profile, execution, work),
             daemon=True,
         )
         self.proc.start()
@@ -588,6 +698,50 @@ def actions_per_s_without_supervision(m: Measured) -> float:
     return len(m.round_trips_s) / busy if busy > 0 else float("inf")
 
 
+def transport_probe(bundle: str, seconds: float, episodes: int, feed: Feed) -> None:
+    """Where the single-robot round trip goes outside the server's own timings.
+
+    One streaming client against: the bare echo; echoes that, before answering, sleep or
+    spin for as long as the policy server's handler takes, or run the small policy's
+    forward and supervision (answer thrown away); and the policy server itself. Each
+    row's "round trip − work" is what grpc, the OS and the client add around a handler
+    that takes that long: the same for the policy server as for an echo doing the same
+    work would mean none of it is the serving code's.
+    """
+    rows: list[tuple[str, Measured]] = []
+    policy = ServerProcess("policy", bundle, 64)
+    try:
+        served = measure(policy.address, "streaming", 1, seconds, feed)
+    finally:
+        policy.stop()
+    duration_ns = int(statistics.mean(served.total_ns))
+    for kind, label in (
+        ("none", "echo"),
+        ("sleep", "echo + sleep"),
+        ("spin", "echo + spin"),
+        ("policy", "echo + forward and supervision"),
+    ):
+        echo = ServerProcess("echo", work=(kind, duration_ns, episodes))
+        try:
+            rows.append((label, measure(echo.address, "streaming", 1, seconds, feed)))
+        finally:
+            echo.stop()
+    rows.append(("policy server (server total)", served))
+    print(
+        f"\nTransport probe, streaming, 1 client (sleep/spin: {duration_ns / 1e3:.0f} µs, the "
+        "policy server's mean handler time just measured):"
+    )
+    print(
+        "| server | work between messages (µs) | round trip p50 (µs) | round trip mean (µs) | "
+        "mean − work: transport + client (µs) |"
+    )
+    print("|---|---|---|---|---|")
+    for label, m in rows:
+        work = _mean_us(m.total_ns) if label != "echo" else 0.0
+        rtt = statistics.mean(m.round_trips_s) * 1e6
+        print(f"| {label} | {work:.0f} | {m.pct(50):.0f} | {rtt:.0f} | {rtt - work:.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measured time per cell (s)")
@@ -597,6 +751,11 @@ def main() -> None:
         "--no-random",
         action="store_true",
         help="skip the secondary 'small, random obs' cells (the old stress feed)",
+    )
+    parser.add_argument(
+        "--no-transport-probe",
+        action="store_true",
+        help="skip the echo servers that spend the policy server's time between messages",
     )
     parser.add_argument(
         "--episodes", type=int, default=8, help="recorded closed-loop episodes the clients replay"
@@ -785,6 +944,9 @@ def main() -> None:
                 f"≤ {alone_aps:,.0f}, ≤ {alone_aps / echo.actions_per_s:.2f} x the echo floor "
                 f"(supervision {supervision_share(small):.0%} of the measured wall time)"
             )
+
+    if not args.no_transport_probe:
+        transport_probe(bundles["small"], args.seconds, args.episodes, replay)
 
     if not args.no_profile:
         for clients in (lo, hi):
