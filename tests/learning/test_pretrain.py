@@ -12,7 +12,7 @@ from tether.cli.app import app
 from tether.learning.config import SACConfig
 from tether.learning.errors import LearningError
 from tether.learning.pretrain import PretrainConfig, pretrain
-from tether.policy import PolicyEngine, load_bundle
+from tether.policy import BundleExists, PolicyEngine, load_bundle
 from tether.sim.spec import arm_spec
 
 TINY = PretrainConfig(
@@ -106,3 +106,12 @@ def test_pretraining_can_continue_from_a_bundle(tmp_path: Path) -> None:
     )
     with pytest.raises(LearningError, match="architecture"):
         pretrain(wider, tmp_path / "bad")
+
+
+def test_an_existing_output_is_refused_before_any_training(tmp_path: Path) -> None:
+    # The bundle is written at the end; a refusal there would throw away the whole run.
+    (tmp_path / "taken").mkdir()
+    seen: list[int] = []
+    with pytest.raises(BundleExists, match="already exists"):
+        pretrain(TINY, tmp_path / "taken", on_progress=lambda steps, _: seen.append(steps))
+    assert seen == []

@@ -32,7 +32,13 @@ from tether.learning.config import SACConfig
 from tether.learning.errors import LearningError
 from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
 from tether.learning.sac import SAC, sac_from_bundle
-from tether.policy.bundle import PolicyBundle, TrainingState, load_bundle, save_bundle
+from tether.policy.bundle import (
+    PolicyBundle,
+    TrainingState,
+    check_bundle_target,
+    load_bundle,
+    save_bundle,
+)
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
 from tether.policy.networks import ActorArchitecture
@@ -213,6 +219,7 @@ def pretrain(
     ``on_progress(env_steps, eval_point_or_None)`` is called every collection step and
     after each evaluation.
     """
+    check_bundle_target(out, overwrite=overwrite)  # before the minutes of training, not after
     prior = (
         TrainingMetadata()
         if config.init_from is None

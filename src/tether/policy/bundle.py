@@ -284,11 +284,21 @@ def _read_bounded(file: Path, limit: int, what: str) -> bytes:
     return data
 
 
-def _write_directory(target: Path, files: Mapping[str, bytes], *, overwrite: bool) -> None:
+def check_bundle_target(path: str | os.PathLike[str], *, overwrite: bool) -> None:
+    """Raise :class:`BundleExists` if ``save_bundle(path, overwrite=overwrite)`` would refuse.
+
+    Callers that work for minutes before they save (pretraining) check first, so the
+    refusal comes before the work, not after it.
+    """
+    target = Path(path)
     if target.exists() and not overwrite:
         raise BundleExists(
             f"{target}: already exists; pass overwrite=True or choose another directory"
         )
+
+
+def _write_directory(target: Path, files: Mapping[str, bytes], *, overwrite: bool) -> None:
+    check_bundle_target(target, overwrite=overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
