@@ -76,7 +76,7 @@ from tether.v1 import policy_pb2_grpc as pb_grpc
 
 SPEC = arm_spec()
 POLICIES = ("small", "heavy")
-HEAVY_HIDDEN = (1024, 1024)
+HEAVY_HIDDEN = (1280, 1280)
 RANDOM = "small, random obs"  # the secondary row: the small server fed random observations
 
 
@@ -379,6 +379,7 @@ class Measured:
     safety_ns: list[int]
     total_ns: list[int]
     batch_sizes: list[int]
+    levels: list[int]  # each reply's degradation level (wire enum: 1 NORMAL .. 4 TAKEOVER)
 
     def pct(self, q: float) -> float:
         return float(np.percentile(self.round_trips_s, q)) * 1e6
@@ -397,6 +398,7 @@ class Measured:
             self.safety_ns + other.safety_ns,
             self.total_ns + other.total_ns,
             self.batch_sizes + other.batch_sizes,
+            self.levels + other.levels,
         )
 
 
@@ -505,11 +507,13 @@ async def _load(address: str, mode: str, clients: int, seconds: float, feed: Fee
     t_end = t_measure + seconds
     rtts: list[float] = []
     timings: list[pb.ServerTimings] = []
+    levels: list[int] = []
 
     def keep(sent: float, got: float, reply: pb.ActionResponse) -> None:
         if sent >= t_measure:
             rtts.append(got - sent)
             timings.append(reply.timings)
+            levels.append(reply.degradation)
 
     async def unary(i: int) -> None:
         requests = feed.requests(i)
@@ -560,6 +564,7 @@ async def _load(address: str, mode: str, clients: int, seconds: float, feed: Fee
         [t.safety_ns for t in timings],
         [t.total_ns for t in timings],
         [t.batch_size for t in timings],
+        levels,
     )
 
 
@@ -851,6 +856,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for (policy, server, mode, clients), m in results.items():
         print(row(policy, server, mode, clients, m))
+
+    print("\nDegradation level of the replies (share at NORMAL), policy cells:")
+    for (policy, server, mode, clients), m in results.items():
+        if policy != "echo" and m.levels:
+            normal = m.levels.count(pb.DEGRADATION_LEVEL_NORMAL) / len(m.levels)
+            print(f"- {policy} {server} {mode} x{clients}: {normal:.0%} NORMAL")
 
     def get(policy: str, server: str, mode: str, clients: int) -> Measured | None:
         return results.get((policy, server, mode, clients))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tests.serving.serving_harness import relaxed_limits
@@ -43,3 +45,29 @@ def test_rows_keep_their_own_deterministic_flag(engine: PolicyEngine, arm: Robot
                 assert not np.array_equal(r.proposed_action, mean_action)
             assert r.version.id == engine.version.id
             assert np.isfinite(r.action).all()
+
+
+def test_batch_watchers_get_each_rows_previous_action(engine: PolicyEngine, arm: RobotSpec) -> None:
+    """The shadow stage and the registry see (B, act_dim) previous actions in row order,
+    for a lone robot (passed as a view) as for a batch, and None when one is unknown."""
+    seen: list[np.ndarray | None] = []
+    pipeline = InferencePipeline(
+        LiveModel(engine), on_batch=lambda _engine, _obs, _proposed, previous: seen.append(previous)
+    )
+    rng = np.random.default_rng(3)
+    for size in (1, 4):
+        batch = [
+            replace(q, previous_action=rng.uniform(-1, 1, arm.act_dim).astype(np.float32))
+            for q in queries(arm, [True] * size, seed=size)
+        ]
+        pipeline.run(batch)
+        got = seen.pop()
+        assert got is not None
+        assert got.shape == (size, arm.act_dim)
+        np.testing.assert_array_equal(got, np.stack([q.previous_action for q in batch]))
+    for flags in ([True], [True, True]):
+        pipeline.run(queries(arm, flags, seed=9))  # no previous action: a new episode
+        assert seen.pop() is None
+    known, unknown = queries(arm, [True, True], seed=11)
+    pipeline.run([replace(known, previous_action=np.zeros(arm.act_dim, np.float32)), unknown])
+    assert seen.pop() is None
