@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from tether.assets import pretrained_bundle_path
+from tether.data import ExperienceLog, Recorder
 from tether.policy.bundle import load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
@@ -221,6 +222,7 @@ def _server_main(
     profile: str,
     execution: str,
     work: tuple[str, int, int],
+    recorder: bool,
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
 
@@ -259,12 +261,22 @@ def _server_main(
 
         config = ServerConfig.model_validate(policy_config(max_batch, execution))
         clock = ServedTime(SPEC.control_period_s / 2)
+        # tether run's recorder: every Control step to the experience log, paired by a
+        # worker thread (the transport probe measures what it adds).
+        log = (
+            ExperienceLog(tempfile.mkdtemp(prefix="bench_log_"), SPEC.obs_dim, SPEC.act_dim)
+            if recorder
+            else None
+        )
+        steps = Recorder([log]) if log is not None else None
         policy = build_server(
             Path(bundle),
             config,
             degradation=DegradationMachine(limits=default_limits(SPEC), clock=clock.now),
             on_batch=clock.advance,
             before_batch=profile_batch_thread if profile else None,
+            record_step=steps.record if steps is not None else None,
+            end_session=steps.end_session if steps is not None else None,
         )
         await policy.start()
         freeze_startup_heap()
@@ -275,6 +287,9 @@ def _server_main(
         if profiler is not None:
             profiler.disable()
         await policy.stop(1.0)
+        if steps is not None and log is not None:
+            steps.close()
+            log.close()
 
     asyncio.run(run())
     if profiler is not None and batch_profiler is not None:
@@ -297,12 +312,13 @@ class ServerProcess:
         profile: str = "",
         execution: str = "auto",
         work: tuple[str, int, int] = ("none", 0, 0),
+        recorder: bool = False,
     ) -> None:
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
         self.proc = ctx.Process(
             target=_server_main,
-            args=(kind, bundle, max_batch, ports, profile, execution, work),
+            args=(kind, bundle, max_batch, ports, profile, execution, work, recorder),
             daemon=True,
         )
         self.proc.start()
@@ -732,6 +748,16 @@ def transport_probe(bundle: str, seconds: float, episodes: int, feed: Feed) -> N
         finally:
             echo.stop()
     rows.append(("policy server (server total)", served))
+    recording = ServerProcess("policy", bundle, 64, recorder=True)
+    try:
+        rows.append(
+            (
+                "policy server + recorder (server total)",
+                measure(recording.address, "streaming", 1, seconds, feed),
+            )
+        )
+    finally:
+        recording.stop()
     print(
         f"\nTransport probe, streaming, 1 client (sleep/spin: {duration_ns / 1e3:.0f} µs, the "
         "policy server's mean handler time just measured):"

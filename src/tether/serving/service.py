@@ -139,7 +139,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                         "ControlStep.kind is 'open' after the session opened; expected 'step' "
                         "(open a new stream for a new session)",
                     )
-                yield await self._step(session, message.step, context)
+                reply, record = await self._step(session, message.step, context)
+                try:
+                    yield reply
+                finally:
+                    # After the reply went out (or the stream closed on it): see _step.
+                    if record is not None and self._record_step is not None:
+                        self._record_step(record)
         finally:
             self._metrics.sessions.dec()
             if self._router is not None:
@@ -176,7 +182,16 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     async def _step(
         self, session: ControlSession, step: pb.StepData, context: Context
-    ) -> pb.ControlReply:
+    ) -> tuple[pb.ControlReply, StepRecord | None]:
+        """The reply to one step, and the record the recorder hook gets once it is sent.
+
+        The hand-off waits until grpc has sent the reply: the recorder's worker thread
+        wakes on it and takes the GIL to pair the step, and woken before the reply left
+        it competed with the reply's send and added ~90-160 µs to a lone robot's round trip
+        (benchmarks/bench_serving.py, transport probe). Handed over after the send, its
+        work overlaps the robot's turn-around instead. The record is built here, at the
+        step's own time, so nothing in it depends on when it is handed over.
+        """
         arrival = time.perf_counter_ns()
         ingress = ingress_ns()  # the one stamp pairing and staleness rest on
         self._metrics.in_flight.inc()
@@ -216,11 +231,12 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             raise
         except ServingError as exc:
             self._finish("Control", exc.code.name, version, arrival)
-            return pb.ControlReply(
+            refusal = pb.ControlReply(
                 step_index=step.step_index,
                 episode_id=step.episode_id,
                 error=pb.StepError(code=exc.code.value[0], message=str(exc)),
             )
+            return refusal, None
         outcome = batched.value
         version = str(outcome.version.id)
         session.answered(episode, outcome, step.terminated, step.truncated)
@@ -231,25 +247,24 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             )
             if finished is not None:
                 self._router.on_episode(finished)
+        record = None
         if self._record_step is not None:
-            self._record_step(
-                session.step_record(
-                    episode_id=episode,
-                    step_index=step.step_index,
-                    observation=obs,
-                    reward=reward,
-                    terminated=step.terminated,
-                    truncated=step.truncated,
-                    executed=executed,
-                    outcome=outcome,
-                    ingress_ns=ingress,
-                    client_timestamp_ns=step.client_timestamp_ns,
-                )
+            record = session.step_record(
+                episode_id=episode,
+                step_index=step.step_index,
+                observation=obs,
+                reward=reward,
+                terminated=step.terminated,
+                truncated=step.truncated,
+                executed=executed,
+                outcome=outcome,
+                ingress_ns=ingress,
+                client_timestamp_ns=step.client_timestamp_ns,
             )
         reply = pb.ControlReply(step_index=step.step_index, episode_id=step.episode_id)
         fill_action_response(reply.action, batched, time.perf_counter_ns() - arrival)
         self._finish("Control", "OK", version, arrival)
-        return reply
+        return reply, record
 
     def _step_deadline(self, context: Context) -> float | None:
         """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
