@@ -64,6 +64,18 @@ class FleetConfig(BaseModel):
     seed: int = Field(
         default=0, ge=0, description="Seed of the first robot; robot i uses seed+i (1)"
     )
+    tasks: int = Field(
+        default=8,
+        ge=0,
+        description="Episodes cycle through this many fixed tasks (start pose and target), the "
+        "same list on every robot, so returns before and after the drift, and of the learning "
+        "robots and the baseline, compare on the same tasks; 0 draws a fresh task every "
+        "episode (tasks)",
+    )
+
+    def task_seeds(self) -> tuple[int, ...]:
+        """The episode seeds of the task cycle (empty: fresh draws)."""
+        return tuple(10_000 + self.seed + k for k in range(self.tasks))
 
 
 class DriftConfig(BaseModel):

@@ -47,6 +47,7 @@ class RobotPlan:
     address: str
     run_dir: Path
     seed: int
+    task_seeds: tuple[int, ...]  # episodes cycle through these env seeds; empty: fresh draws
     control_rate_hz: float
     fast: bool
     deterministic: bool
@@ -148,7 +149,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
             t0 = start.wait(stop)
             if t0 is None:
                 return
-            obs, _ = env.reset(seed=plan.seed)
+            obs, _ = _reset(env, plan, 0)
             reward, terminated, truncated = 0.0, False, False
             ep = _Episode()
             next_tick = time.monotonic()
@@ -184,7 +185,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                     recent_eps.append(ep)
                     out.put(_episode_record(plan, t_s, episodes, ep, phase))
                     ep = _Episode()
-                    obs, _ = env.reset()
+                    obs, _ = _reset(env, plan, episodes)
                     reward, terminated, truncated = 0.0, False, False
                 else:
                     source = result.verdict.source if result.verdict is not None else "policy"
@@ -230,6 +231,13 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
             path = plan.run_dir / f"latency_{plan.robot_id}.npy"
             with contextlib.suppress(OSError):
                 np.save(path, np.asarray(latencies, dtype=np.float32))
+
+
+def _reset(env: ArmEnv, plan: RobotPlan, episode: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Start episode ``episode`` (0-based): the next task of the cycle, or a fresh draw."""
+    if plan.task_seeds:
+        return env.reset(seed=plan.task_seeds[episode % len(plan.task_seeds)])
+    return env.reset(seed=plan.seed) if episode == 0 else env.reset()
 
 
 def _episode_record(plan: RobotPlan, t_s: float, n: int, ep: _Episode, phase: str) -> EpisodeRecord:

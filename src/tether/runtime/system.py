@@ -377,6 +377,7 @@ class RunSystem:
                     address=address,
                     run_dir=self.run_dir,
                     seed=fleet.seed + i,
+                    task_seeds=fleet.task_seeds(),
                     control_rate_hz=fleet.control_rate_hz,
                     fast=self.config.fast,
                     deterministic=fleet.deterministic,

@@ -1,0 +1,57 @@
+"""A simulated robot's episodes: the fixed task cycle that makes returns comparable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tether.runtime.config import FleetConfig
+from tether.runtime.robot import RobotPlan, _reset
+from tether.serving.client.options import ClientOptions
+from tether.sim import ArmEnv, DriftSchedule
+
+
+def _plan(seed: int, task_seeds: tuple[int, ...]) -> RobotPlan:
+    return RobotPlan(
+        robot_id=f"robot-{seed}",
+        role="learning",
+        address="127.0.0.1:1",
+        run_dir=Path("."),
+        seed=seed,
+        task_seeds=task_seeds,
+        control_rate_hz=50.0,
+        fast=True,
+        deterministic=False,
+        duration_s=1.0,
+        drift=DriftSchedule(),
+        pin_version=None,
+        client=ClientOptions(),
+    )
+
+
+def _starts(plan: RobotPlan, episodes: int) -> list[np.ndarray]:
+    env = ArmEnv(seed=plan.seed)
+    out = []
+    for k in range(episodes):
+        obs, _ = _reset(env, plan, k)
+        env.step(np.full(4, 0.5))  # the episode's own steps must not shift the next task
+        out.append(obs)
+    return out
+
+
+def test_every_robot_cycles_through_the_same_tasks() -> None:
+    tasks = FleetConfig(tasks=3).task_seeds()
+    a = _starts(_plan(0, tasks), 7)
+    b = _starts(_plan(1, tasks), 7)
+    for k in range(7):
+        np.testing.assert_array_equal(a[k], b[k])  # same task on both robots
+        np.testing.assert_array_equal(a[k], a[k % 3])  # the cycle wraps
+    assert not np.array_equal(a[0][11:14], a[1][11:14])  # distinct targets in the cycle
+
+
+def test_without_a_task_cycle_every_episode_draws_a_fresh_task() -> None:
+    assert FleetConfig(tasks=0).task_seeds() == ()
+    starts = _starts(_plan(0, ()), 6)
+    targets = {tuple(np.round(s[11:14], 6)) for s in starts}
+    assert len(targets) == 6
