@@ -22,7 +22,14 @@ coroutine per client, raw stubs) is the same for all of them, so the ratios comp
 with like. It also measures what handing a batch to a worker thread costs against each
 policy's forward (inline vs threaded), breaks the round trip down with the server's own
 timings, and profiles the server process (event loop and batch thread) on the
-single-robot and the many-robot streaming paths.
+single-robot and the many-robot streaming paths. Its transport probe (one streaming
+client) runs echoes that sleep, spin, or compute the forward and the supervision for as
+long as the policy handler takes, and the policy server with ``tether run``'s recorder,
+to show what grpc and the machine add around a handler of that length.
+
+The policy servers' degradation machines run on served-action time (``ServedTime``), so
+their count windows hold as many actions as at a real robot's rate, and every server
+freezes its start-up heap as ``tether serve`` does.
 
 Every reply carries the time its action spent in supervision (``timings.safety_ns``:
 ``Supervisor.filter`` and the degradation machine). The headline ratios are the real
@@ -799,7 +806,8 @@ def main() -> None:
         type=Path,
         default=None,
         help="also serve the small policy from this source tree (e.g. an earlier commit's "
-        "checkout) in the same run, for before/after ratios",
+        "checkout) in the same run, for before/after ratios; that server's degradation "
+        "machine runs on the wall clock (it may sit at RESTRICTED where this tree's is NORMAL)",
     )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
