@@ -102,11 +102,18 @@ def test_good_candidate_goes_shadow_canary_live(
     assert share is not None
     assert share.version == 3
     # Episodes the router gives the canary are served by it under tightened limits.
-    roles = {router.route("robot", f"ep-{e}").role for e in range(50)}
-    assert roles == {Role.LIVE, Role.CANARY}
+    # As many again are its control: live, under the same limits. Live at full limits is
+    # not what the canary is judged against.
+    decisions = [router.route("robot", f"ep-{e}") for e in range(60)]
+    assert {d.role for d in decisions} == {Role.LIVE, Role.CANARY, Role.CONTROL}
+    for d in decisions:
+        assert d.tightened is (d.role is not Role.LIVE)
+        assert d.version == (3 if d.role is Role.CANARY else None)
     outcome = None
-    live_eps = outcomes(1, 10, mean_return=-60, success=0.5, rate=0.01, seed=1)
-    cand_eps = outcomes(3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2)
+    for o in outcomes(1, 20, mean_return=-60, success=0.5, rate=0.01, seed=3):
+        assert ctl.on_episode(o) is None  # live at full limits: no verdict from these
+    live_eps = outcomes(1, 10, mean_return=-60, success=0.5, rate=0.01, seed=1, tightened=True)
+    cand_eps = outcomes(3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2, tightened=True)
     for a, b in zip(live_eps, cand_eps, strict=True):
         outcome = ctl.on_episode(a) or ctl.on_episode(b)
     assert outcome is not None

@@ -89,18 +89,27 @@ def test_canary_share_is_sticky_per_episode_and_close_to_its_fraction(
 ) -> None:
     reg, router = _setup(base_bundle, tmp_path)
     with pytest.raises(VersionError, match="canary state"):
-        router.start_canary(3, 0.2)
+        router.start_canary(3, 0.2, 0.8)
     reg.transition(3, VersionState.CANARY, "test")
-    router.start_canary(3, 0.2)
-    canary_episodes = 0
+    with pytest.raises(VersionError, match="as many episodes again"):
+        router.start_canary(3, 0.6, 0.8)  # no room left for as large a control
+    router.start_canary(3, 0.2, 0.8)
+    canary_episodes = control_episodes = 0
     for e in range(3000):
         first = router.route("robot", f"ep-{e}")
         assert all(router.route("robot", f"ep-{e}") == first for _ in range(3))
         if first.role is Role.CANARY:
             assert first.version == 3
-            assert first.tightened
+            assert first.tightening == 0.8
             canary_episodes += 1
+        elif first.role is Role.CONTROL:
+            assert first.version is None  # live, whichever version that is at the batch
+            assert first.tightening == 0.8  # under the canary's limits
+            control_episodes += 1
+        else:
+            assert not first.tightened
     assert canary_episodes / 3000 == pytest.approx(0.2, abs=0.03)
+    assert control_episodes / 3000 == pytest.approx(0.2, abs=0.03)
     router.stop_canary()
     assert all(router.route("robot", f"ep-{e}").role is Role.LIVE for e in range(200))
 

@@ -41,7 +41,7 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     )
     versions.registry.transition(candidate.id, VersionState.SHADOW, "test: shadow passed")
     versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
-    versions.router.start_canary(candidate.id, fraction=0.5)
+    versions.router.start_canary(candidate.id, fraction=0.5, tightening=0.8)
     config = ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0))
     server = build_server(tmp_path / "base", config, models=versions, router=versions)
     running = RunningServer(server)

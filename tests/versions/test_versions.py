@@ -64,7 +64,9 @@ def _episode(
         obs, reward, terminated, truncated, info = env.step(action)
         previous, total, steps = action, total + float(reward), steps + 1
         success, done = bool(info["success"]), terminated or truncated
-    outcome = EpisodeOutcome(out.version.id, total, success, steps, interventions, backups)
+    outcome = EpisodeOutcome(
+        out.version.id, total, success, steps, interventions, backups, decision.tightened
+    )
     versions.on_episode(outcome)
     return outcome
 

@@ -32,12 +32,14 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 # The serving defaults judge a canary on 30 of its episodes at a 20 % share: 150 episodes
 # of a learning robot, 10 minutes at 50 Hz, longer than the whole default run, so no
-# candidate could ever be judged. With one learning robot a candidate gets half of its
-# episodes and is judged on 10 of them (80 s); the rollback monitor watches windows of
-# the same size. The statistical tests stay the same, so a short canary is a weaker one:
-# the rollback monitor, not the canary, is what catches a slow regression.
+# candidate could ever be judged. With one learning robot a third of its episodes go to
+# the canary and a third to its control (live under the same tightened limits), and the
+# canary is judged on 8 of each (about 100 s); the last third runs live at full limits,
+# which is what the rollback monitor watches, in windows of the same size. The
+# statistical tests stay the same, so a short canary is a weaker one: the rollback
+# monitor, not the canary, is what catches a slow regression.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=PromotionConfig(canary=CanaryConfig(fraction=0.5, episodes=10, min_live_episodes=10)),
+    promotion=PromotionConfig(canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

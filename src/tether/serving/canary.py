@@ -1,9 +1,13 @@
 """The canary stage: the candidate acts in a fraction of episodes, under tightened limits.
 
-The router (``tether.serving.rollout``) gives the canary its share of episodes; the
-server serves those steps with ``SafetyLimits.tightened(config.safety_tightening)``.
-This module collects the finished episodes of the canary and of the live version over
-the same period and decides with a non-inferiority test (``tether.serving.comparison``):
+The router (``tether.serving.rollout``) gives the canary its share of episodes and as
+many again to its *control*, the live version; the server serves both with
+``SafetyLimits.tightened(config.safety_tightening)``. This module collects the finished
+episodes of the canary and of its control over the same period and decides with a
+non-inferiority test (``tether.serving.comparison``). Only the control counts as "live":
+live episodes at full limits move faster and are corrected less, so against them a
+copy of the live policy measured ~100 return worse on the arm and every candidate
+failed (tests/versions/test_canary_control.py).
 return and success may not be shown worse than live by more than their margins, and
 the intervention rate may not be shown higher by more than its margin, at the one-sided
 confidence ``z``. Invariant: no verdict before ``episodes`` canary episodes and
@@ -24,7 +28,11 @@ class CanaryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     fraction: float = Field(
-        default=0.2, gt=0.0, lt=1.0, description="Share of episodes the canary acts in (ratio)"
+        default=0.2,
+        gt=0.0,
+        le=0.5,
+        description="Share of episodes the canary acts in; as many again are its control, the "
+        "live version under the same tightened limits (ratio)",
     )
     episodes: int = Field(
         default=30, ge=1, description="Canary episodes before the verdict (episodes)"
@@ -32,13 +40,15 @@ class CanaryConfig(BaseModel):
     min_live_episodes: int = Field(
         default=30,
         ge=1,
-        description="Live episodes in the same period needed to compare (episodes)",
+        description="Control episodes (live, tightened like the canary) in the same period "
+        "needed to compare (episodes)",
     )
     safety_tightening: float = Field(
         default=0.8,
         gt=0.0,
         le=1.0,
-        description="Factor passed to SafetyLimits.tightened() for canary steps (ratio)",
+        description="Factor passed to SafetyLimits.tightened() for the canary's and its "
+        "control's steps at NORMAL; below NORMAL the RESTRICTED limits apply (ratio)",
     )
     z: float = Field(
         default=1.645,
@@ -72,8 +82,8 @@ class CanaryEvaluator:
             return None
         if outcome.version == self.candidate:
             self._cand.append(outcome)
-        elif outcome.version == self.baseline:
-            self._live.append(outcome)
+        elif outcome.version == self.baseline and outcome.tightened:
+            self._live.append(outcome)  # the control: the same limits as the canary's
         return self.verdict() if self.ready else None
 
     @property

@@ -76,6 +76,7 @@ class EpisodeOutcome:
     steps: int
     interventions: int  # steps whose action the supervisor changed or replaced
     backups: int  # steps served by a backup action
+    tightened: bool = False  # served under a canary's tightened limits (the canary or its control)
 
     @property
     def intervention_rate(self) -> float:

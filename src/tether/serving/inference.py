@@ -52,6 +52,7 @@ class ActionOutcome:
     verdict: SafetyVerdict
     safety_ns: int
     degradation: DegradationLevel  # the level the batch was supervised at
+    tightened: bool = False  # served under a canary's tightened limits (canary or control)
 
 
 class InferencePipeline:
@@ -124,7 +125,7 @@ class InferencePipeline:
                 observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
                 level=level,
                 policy_version=version.id,
-                tightened=q.route is not None and q.route.tightened,
+                tightening=1.0 if q.route is None else q.route.tightening,
             )
             elapsed = time.perf_counter_ns() - start
             safe_rows[j] = action
@@ -136,6 +137,7 @@ class InferencePipeline:
                 verdict=verdict,
                 safety_ns=elapsed,
                 degradation=level,
+                tightened=q.route is not None and q.route.tightened,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)

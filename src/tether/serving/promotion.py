@@ -169,7 +169,8 @@ class PromotionController:
         )
         with self._lock:
             self._canary = canary
-        self._router.start_canary(verdict.candidate, self.config.canary.fraction)
+        share = self.config.canary
+        self._router.start_canary(verdict.candidate, share.fraction, share.safety_tightening)
 
     def _finish(self, version: int, *, promoted: bool) -> GateOutcome:
         with self._lock:

@@ -6,7 +6,10 @@ The router answers with a :class:`RouteDecision` per control step. Its invariant
   stays in the split (sticky per session; a new split only moves sessions whose
   version left it);
 - a canary acts for a fixed fraction of *episodes*, chosen by a hash of session and
-  episode id, so every step of one episode is served by the same version;
+  episode id, so every step of one episode is served by the same version; as many
+  episodes again are its *control*: the live version under the same tightened limits,
+  so the canary is compared with live under equal conditions (compared with live at
+  full limits, a copy of live lost by ~100 return on the arm and every candidate failed);
 - only versions that passed the gate can be chosen (live, retired for A/B; canary for
   the canary share), and a promotion or rollback clears the split, because a split
   names versions that were chosen against the previous live one.
@@ -35,19 +38,26 @@ class Role(StrEnum):
     LIVE = "live"  # the live version (no split, or the split chose it)
     SPLIT = "split"  # another version the operator's A/B split chose
     CANARY = "canary"  # the canary under evaluation: serve it under tightened limits
+    CONTROL = (
+        "control"  # live, under the canary's tightened limits: what the canary is judged against
+    )
 
 
 @dataclass(frozen=True)
 class RouteDecision:
-    """The version to serve a step with; ``None`` means "whatever is live at the batch"."""
+    """The version to serve a step with; ``None`` means "whatever is live at the batch".
+
+    ``tightening`` is the factor for ``SafetyLimits.tightened`` the step is served under
+    at NORMAL (1: the base limits); a canary and its control carry the canary's.
+    """
 
     version: int | None
     role: Role
+    tightening: float = 1.0
 
     @property
     def tightened(self) -> bool:
-        """Canary steps run under tightened safety limits."""
-        return self.role is Role.CANARY
+        return self.tightening < 1.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,8 @@ class TrafficSplit:
 @dataclass(frozen=True)
 class CanaryShare:
     version: int
-    fraction: float  # share of episodes the canary acts in
+    fraction: float  # share of episodes the canary acts in; as many again are its control
+    tightening: float  # SafetyLimits.tightened factor for the canary's and control's steps
 
 
 _LIVE = RouteDecision(None, Role.LIVE)
@@ -127,16 +138,21 @@ class TrafficRouter:
         with self._lock:
             return self._split
 
-    def start_canary(self, version: int, fraction: float) -> CanaryShare:
-        if not 0.0 < fraction < 1.0:
-            raise VersionError(f"canary fraction must be strictly between 0 and 1, got {fraction}")
+    def start_canary(self, version: int, fraction: float, tightening: float) -> CanaryShare:
+        if not 0.0 < fraction <= 0.5:
+            raise VersionError(
+                f"canary fraction must be in (0, 0.5], got {fraction}: as many episodes again "
+                "are the canary's control"
+            )
+        if not 0.0 < tightening <= 1.0:
+            raise VersionError(f"canary tightening must be in (0, 1], got {tightening}")
         state = self._registry.get(version).state
         if state is not VersionState.CANARY:
             raise VersionError(
                 f"version {version} is {state.value}; only a version in the canary state "
                 "may receive a canary share (move it through the gate first)"
             )
-        share = CanaryShare(version, fraction)
+        share = CanaryShare(version, fraction, tightening)
         with self._lock:
             self._canary = share
         return share
@@ -168,8 +184,12 @@ class TrafficRouter:
                 live = self._registry.live()
                 if live is None or version != live.id:
                     return RouteDecision(version, Role.SPLIT)
-        if canary is not None and unit_hash("canary", session_id, episode_id) < canary.fraction:
-            return RouteDecision(canary.version, Role.CANARY)
+        if canary is not None:
+            u = unit_hash("canary", session_id, episode_id)
+            if u < canary.fraction:
+                return RouteDecision(canary.version, Role.CANARY, canary.tightening)
+            if u < 2.0 * canary.fraction:
+                return RouteDecision(None, Role.CONTROL, canary.tightening)
         return _LIVE
 
     def forget(self, session_id: str) -> None:

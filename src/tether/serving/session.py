@@ -69,7 +69,7 @@ class ControlSession:
         """
         tally = self._episode
         if tally.episode_id != episode_id:
-            tally = self._episode = _EpisodeTally(episode_id, outcome.version.id)
+            tally = self._episode = _EpisodeTally(episode_id, outcome.version.id, outcome.tightened)
         else:
             tally.episode_return += reward
         if not done:
@@ -85,6 +85,7 @@ class ControlSession:
             steps=tally.steps,
             interventions=tally.interventions,
             backups=tally.backups,
+            tightened=tally.tightened,
         )
 
     def misses_reported(self, cumulative: int) -> int:
@@ -131,9 +132,10 @@ class ControlSession:
 class _EpisodeTally:
     """Running totals of the episode a session is in."""
 
-    def __init__(self, episode_id: str = "", version: int = 0) -> None:
+    def __init__(self, episode_id: str = "", version: int = 0, tightened: bool = False) -> None:
         self.episode_id = episode_id
         self.version = version
+        self.tightened = tightened  # routing is sticky per episode: its first step decides
         self.episode_return = 0.0
         self.steps = 0
         self.interventions = 0

@@ -54,6 +54,7 @@ class SessionSupervisor:
         self._base = base
         self._degradation = degradation
         self._restricted: Supervisor | None = None
+        self._canary: tuple[float, Supervisor] | None = None  # (factor, its supervisor)
         # The supervisor that filtered the robot's last step: the next one, under other
         # limits, takes over its robot state (learnt load, last stop).
         self._active = base
@@ -67,16 +68,21 @@ class SessionSupervisor:
         observation_age_s: float,
         level: DegradationLevel,
         policy_version: int,
-        tightened: bool = False,
+        tightening: float = 1.0,
     ) -> tuple[np.ndarray, SafetyVerdict]:
-        """Filter one action at ``level``; ``tightened`` (a canary's step) applies the
-        RESTRICTED limits even at NORMAL."""
-        # The backup at TAKEOVER is the base supervisor's; below NORMAL, and for a canary's
-        # steps, the tightened one filters.
-        base_limits = level is DegradationLevel.TAKEOVER or (
-            level is DegradationLevel.NORMAL and not tightened
-        )
-        supervisor = self._base if base_limits else self._tight()
+        """Filter one action at ``level``; ``tightening`` < 1 (a canary's step, or its
+        control's) applies ``SafetyLimits.tightened(tightening)`` at NORMAL."""
+        # The backup at TAKEOVER is the base supervisor's; below NORMAL the RESTRICTED one
+        # filters every step, a canary's too (it is the tighter of the two).
+        if level is DegradationLevel.TAKEOVER:
+            supervisor = self._base
+        elif level is not DegradationLevel.NORMAL:
+            supervisor = self._tight()
+        elif tightening < 1.0:
+            supervisor = self._canary_supervisor(tightening)
+        else:
+            supervisor = self._base
+        base_limits = supervisor is self._base
         if supervisor is not self._active:
             supervisor.take_state(self._active)
             self._active = supervisor
@@ -97,6 +103,14 @@ class SessionSupervisor:
         if self._degradation is not None:
             for _ in range(count):
                 self._degradation.report(EventKind.WATCHDOG_MISS, policy_version=policy_version)
+
+    def _canary_supervisor(self, tightening: float) -> Supervisor:
+        if self._canary is None or self._canary[0] != tightening:
+            self._canary = (
+                tightening,
+                self._base.with_limits(self._base.limits.tightened(tightening)),
+            )
+        return self._canary[1]
 
     def _tight(self) -> Supervisor:
         if self._restricted is None:

@@ -7,7 +7,8 @@ calls it makes at each point of a control step:
 - ``engine_for(pinned)`` / ``live_engine()`` — the ``ModelSource`` interface of
   ``tether.serving.holder`` (client pins may name live or retired versions only);
 - ``route(session_id, episode_id)`` then ``engine_for_route(decision)`` — the operator's
-  A/B split and the canary share (canary steps use tightened limits: ``decision.tightened``);
+  A/B split and the canary share (canary and control steps use tightened limits:
+  ``decision.tightening``);
 - ``on_batch`` after a live batch (feeds the shadow stage), ``on_step`` after the
   supervisor (per-version counts), ``on_episode`` at an episode's end (canary and
   rollback);
@@ -167,7 +168,8 @@ class PolicyVersions:
             outcome.version, episode_return=outcome.episode_return, success=outcome.success
         )
         self.promotion.on_episode(outcome)
-        self.rollback.add(outcome)
+        if not outcome.tightened:  # the monitor compares versions at the same, full limits
+            self.rollback.add(outcome)
 
     # ----------------------------------------------------------------- versions
 
