@@ -59,7 +59,7 @@ def engine() -> PolicyEngine:
 
 
 def _run_switching(
-    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
+    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool, factor: float
 ) -> tuple[int, int, int]:
     """(contact steps, joint-limit violation steps, steps) with the supervisor switched
     from the base limits to the tightened ones mid-episode, as serving does."""
@@ -73,7 +73,7 @@ def _run_switching(
         previous: np.ndarray | None = None
         for t in range(STEPS):
             if t == switch:
-                supervisor = base.with_limits(TIGHT)
+                supervisor = base.with_limits(BASE.tightened(factor))
             action = engine.act(obs[None].astype(np.float32), deterministic).actions[0]
             action, _ = supervisor.filter(obs, action, previous)
             previous = action
@@ -91,10 +91,13 @@ def _run_switching(
     [(NOMINAL, True), (DRIFTED, True), (NOMINAL, False)],
     ids=["nominal", "drifted", "nominal-sampled"],
 )
+# 0.5: RESTRICTED (DegradationConfig.restricted_tighten_factor); 0.8: a canary and its
+# control (CanaryConfig.safety_tightening).
+@pytest.mark.parametrize("factor", [0.5, 0.8], ids=["restricted", "canary"])
 def test_switching_to_tightened_limits_mid_episode_never_violates_or_touches(
-    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
+    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool, factor: float
 ) -> None:
-    contacts, violations, steps = _run_switching(engine, dynamics, deterministic)
+    contacts, violations, steps = _run_switching(engine, dynamics, deterministic, factor)
     assert (contacts, violations) == (0, 0), (contacts, violations, steps)
 
 
