@@ -12,8 +12,9 @@ levels beyond it, never toward holding that level or re-entering it. Otherwise a
 that entered RESTRICTED for its correction rate is corrected even more often under the
 halved limits and can never be quiet again (seen in ``tether run``: RESTRICTED from the
 first seconds to the end), or is sent straight back by those same corrections the
-moment it returns to NORMAL. A canary's steps are supervised under the RESTRICTED limits
-at any level (``observe(..., tightened=True)``) and count as if made there.
+moment it returns to NORMAL. A canary's and its control's steps are supervised under
+tightened limits at NORMAL too (``observe(..., tightened=True)``), and count as if made
+at RESTRICTED.
 
 Invariants: every level change is a :class:`DegradationTransition` in the bounded
 history, counted per policy version, and passed to every listener; the machine's
@@ -83,8 +84,8 @@ class DegradationMachine:
     def observe(
         self, verdict: SafetyVerdict, *, policy_version: int | None = None, tightened: bool = False
     ) -> None:
-        """Count what the supervisor did to one action; ``tightened``: it enforced the
-        RESTRICTED limits whatever the level (a canary's step)."""
+        """Count what the supervisor did to one action; ``tightened``: it enforced
+        tightened limits whatever the level (a canary's or its control's step)."""
         # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
         # this runs for every corrected action.
         checks = int(verdict.checks)

@@ -12,10 +12,9 @@ to execute and a :class:`SafetyVerdict`. In order:
    would shrink it below ``uniform_scale_floor``;
 3. with kinematics, predict the arm one step plus its braking distance ahead; if the
    path to that pose breaches the workspace or an obstacle margin and is no better than
-   the current pose, back the action off toward the brake to the largest fraction found
-   clear (bisection), or brake all joints when none is: braking alone froze an arm at
-   rest whose policy kept pushing toward an obstacle 0.2 m away, for whole episodes.
-   Motion that increases clearance stays allowed. The kinematics is skipped while a
+   the current pose, brake all joints (with ``sweep_backoff_steps``, first back the
+   action off toward the brake to the largest fraction found clear by bisection; off by
+   default, see its field). Motion that increases clearance stays allowed. The kinematics is skipped while a
    reach bound (:mod:`tether.safety.reach`) proves the predicted pose clear of the last
    pose evaluated exactly, and evaluated in closed form where it offers one
    (:mod:`tether.safety.chain`).
@@ -316,11 +315,9 @@ class Supervisor:
         velocity ``v`` only if ``k·v·per_velocity`` of torque is missing, whatever the true
         gain; integrating that makes holds and predictions right under a payload the
         kinematics does not know. (Stable for any gain up to the bound when
-        ``load_estimation_gain`` < 2.) Only joints that were nearly still when stopped
-        learn: a stop of a fast joint leaves velocity in proportion to its speed when the
-        true gain is below the fast one, which is not a load (the shipped policy's
-        obstacle stops taught the shoulder a bogus half-action load in one episode,
-        which then made the supervisor correct every action of the next ones).
+        ``load_estimation_gain`` < 2.) Only joints no faster than
+        ``load_learning_speed_fraction`` of their velocity limit when stopped learn (by
+        default every joint within its limit; see that field for why not fewer).
         """
         last, self._last_stop = self._last_stop, None
         gain = self.config.load_estimation_gain
@@ -421,10 +418,22 @@ class Supervisor:
             return u32, checks
         # A kept action's paths are as clear as a passed one's. Only the full brake is a
         # stop the unmodelled-load estimate may learn from.
+        if self.config.sweep_backoff_steps:
+            kept = self._backed_off(u32, q, v, u_g, b)
+            if kept is not None:
+                return kept, checks
+        stop = _place(b.brake, b)
+        self._last_stop = (stop.tobytes(), 1.0, self._slow(v))
+        return stop, checks
+
+    def _backed_off(
+        self, u32: np.ndarray, q: list[float], v: list[float], u_g: list[float], b: JointBounds
+    ) -> np.ndarray | None:
+        """The largest fraction of the way from the brake to ``u32`` whose predicted paths
+        are clear, by ``sweep_backoff_steps`` bisections; None when none was found."""
         brake = b.brake
         u = u32.tolist()
-        clear = 0.0
-        breach = 1.0
+        clear, breach = 0.0, 1.0
         kept: np.ndarray | None = None
         for _ in range(self.config.sweep_backoff_steps):
             a = 0.5 * (clear + breach)
@@ -434,11 +443,7 @@ class Supervisor:
             else:
                 clear = a
                 kept = trial
-        if kept is not None:
-            return kept, checks
-        stop = _place(brake, b)
-        self._last_stop = (stop.tobytes(), 1.0, self._slow(v))
-        return stop, checks
+        return kept
 
     def _path_checks(
         self, u32: np.ndarray, q: list[float], v: list[float], u_g: list[float]

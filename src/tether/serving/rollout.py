@@ -8,8 +8,8 @@ The router answers with a :class:`RouteDecision` per control step. Its invariant
 - a canary acts for a fixed fraction of *episodes*, chosen by a hash of session and
   episode id, so every step of one episode is served by the same version; as many
   episodes again are its *control*: the live version under the same tightened limits,
-  so the canary is compared with live under equal conditions (compared with live at
-  full limits, a copy of live lost by ~100 return on the arm and every candidate failed);
+  so the canary is compared with live under equal conditions (judged against live at
+  full limits, a copy of live fails: ``tether.serving.canary``);
 - only versions that passed the gate can be chosen (live, retired for A/B; canary for
   the canary share), and a promotion or rollback clears the split, because a split
   names versions that were chosen against the previous live one.
