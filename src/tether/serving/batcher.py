@@ -211,11 +211,7 @@ class DynamicBatcher(Generic[In, Out]):
                 "the request's deadline had passed when it arrived; it was not computed. "
                 "Allow a longer deadline"
             )
-        if self._before_batch is not None:
-            self._before_batch()
-        start = time.perf_counter_ns()
-        outcome = self._call([item])
-        elapsed = time.perf_counter_ns() - start
+        outcome, _, elapsed = self._hooked_call([item])
         self._report(1, elapsed, True, 0)
         result = _settled(outcome, 0)
         if isinstance(result, BaseException):
@@ -277,11 +273,7 @@ class DynamicBatcher(Generic[In, Out]):
         if not live:
             self._report(0, 0, True, expired)
             return
-        if self._before_batch is not None:
-            self._before_batch()
-        start = time.perf_counter_ns()
-        outcome = self._call([p.item for p in live])
-        elapsed = time.perf_counter_ns() - start
+        outcome, start, elapsed = self._hooked_call([p.item for p in live])
         self._deliver(live, outcome, start, elapsed)
         self._report(len(live), elapsed, True, expired)
 
@@ -298,19 +290,23 @@ class DynamicBatcher(Generic[In, Out]):
         start = time.perf_counter_ns()
         # before_batch runs in the worker thread too: a slow weight swap then delays only
         # this batch, while the event loop keeps accepting (and expiring) requests.
-        outcome, elapsed = await asyncio.get_running_loop().run_in_executor(
+        outcome, _, elapsed = await asyncio.get_running_loop().run_in_executor(
             self._executor, self._hooked_call, items
         )
         self._deliver(live, outcome, start, elapsed)
         self._report(len(live), elapsed, False, expired)
         self._after_threaded(len(live))
 
-    def _hooked_call(self, items: list[In]) -> tuple[Sequence[Out | ServingError] | Exception, int]:
+    def _hooked_call(
+        self, items: list[In]
+    ) -> tuple[Sequence[Out | ServingError] | Exception, int, int]:
+        """``before_batch``, then the batch: (outcome, start, elapsed), in ns; one
+        sequence for every way a batch runs (alone, inline, in the worker thread)."""
         if self._before_batch is not None:
             self._before_batch()
         start = time.perf_counter_ns()
         outcome = self._call(items)
-        return outcome, time.perf_counter_ns() - start
+        return outcome, start, time.perf_counter_ns() - start
 
     def _call(self, items: list[In]) -> Sequence[Out | ServingError] | Exception:
         try:

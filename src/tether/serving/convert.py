@@ -72,9 +72,16 @@ def fill_verdict(message: pb.SafetyVerdict, verdict: SafetyVerdict) -> None:
 
 
 def version_to_proto(version: VersionLike) -> pb.PolicyVersion:
-    return pb.PolicyVersion(
-        policy_version=version.id, weights_sha256=version.weights_sha256, name=version.name
-    )
+    message = pb.PolicyVersion()
+    fill_version(message, version)
+    return message
+
+
+def fill_version(message: pb.PolicyVersion, version: VersionLike) -> None:
+    """Write ``version`` into an empty ``message``."""
+    message.policy_version = version.id
+    message.weights_sha256 = version.weights_sha256
+    message.name = version.name
 
 
 def action_response(batched: Batched[ActionOutcome], total_ns: int) -> pb.ActionResponse:
@@ -91,11 +98,7 @@ def fill_action_response(
     reply.action.extend(outcome.action.tolist())
     reply.log_prob = outcome.log_prob
     reply.status = "ok"
-    version = outcome.version
-    message = reply.version
-    message.policy_version = version.id
-    message.weights_sha256 = version.weights_sha256
-    message.name = version.name
+    fill_version(reply.version, outcome.version)
     fill_verdict(reply.safety, outcome.verdict)
     timings = reply.timings
     timings.queue_ns = max(0, batched.queue_ns)

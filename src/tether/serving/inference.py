@@ -117,6 +117,7 @@ class InferencePipeline:
                 self._router.on_batch(version.id, obs, out.actions, stacked)
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
+            tightening = 1.0 if q.route is None else q.route.tightening
             start = time.perf_counter_ns()
             action, verdict = q.supervisor.decide(
                 q.observation,
@@ -125,7 +126,7 @@ class InferencePipeline:
                 observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
                 level=level,
                 policy_version=version.id,
-                tightening=1.0 if q.route is None else q.route.tightening,
+                tightening=tightening,
             )
             elapsed = time.perf_counter_ns() - start
             safe_rows[j] = action
@@ -137,7 +138,7 @@ class InferencePipeline:
                 verdict=verdict,
                 safety_ns=elapsed,
                 degradation=level,
-                tightened=q.route is not None and q.route.tightened,
+                tightened=tightening < 1.0,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
