@@ -35,7 +35,13 @@ from torch import nn
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
 from tether.policy.bundle import PolicyBundle
-from tether.policy.networks import Actor, ActorArchitecture, TwinCritic, gaussian_log_prob
+from tether.policy.networks import (
+    Actor,
+    ActorArchitecture,
+    TwinCritic,
+    gaussian_log_prob,
+    squashed_sample,
+)
 
 # atanh(±1) is infinite; stored actions at the bound are read as just inside it.
 _ACTION_EDGE = 1.0 - 1e-6
@@ -158,7 +164,9 @@ class SAC:
     def _update_actor(
         self, obs: torch.Tensor, act: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[float, float, float]:
-        action, log_prob = self.actor.sample(obs, generator=self._generator)
+        # One forward serves the sample and the losses that need the mean (AWAC, the anchor).
+        mu, log_std = self.actor(obs)
+        action, log_prob = squashed_sample(mu, log_std, generator=self._generator)
         # The critics are a fixed function here: turning their weight gradients off saves
         # two backward matmuls per layer that SB3 computes and then discards.
         self.critic.requires_grad_(False)
@@ -168,11 +176,11 @@ class SAC:
             self.critic.requires_grad_(True)
         q = torch.minimum(q1, q2)
         if self.config.actor_objective == "awac":
-            actor_loss = self._awac_loss(obs, act, q.detach())
+            actor_loss = self._awac_loss(obs, act, mu, log_std, q.detach())
         else:
             actor_loss = (alpha * log_prob - q).mean()
         if self.reference is not None:
-            actor_loss = actor_loss + self._bc_loss(self.reference, obs, q)
+            actor_loss = actor_loss + self._bc_loss(self.reference, obs, mu, q)
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()  # type: ignore[no-untyped-call]
         self.actor_optimizer.step()
@@ -187,7 +195,14 @@ class SAC:
             alpha_loss_value = float(alpha_loss.detach())
         return float(actor_loss.detach()), alpha_loss_value, float(-log_prob.mean())
 
-    def _awac_loss(self, obs: torch.Tensor, act: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    def _awac_loss(
+        self,
+        obs: torch.Tensor,
+        act: torch.Tensor,
+        mu: torch.Tensor,
+        log_std: torch.Tensor,
+        value: torch.Tensor,
+    ) -> torch.Tensor:
         """Advantage-weighted log-likelihood of the batch's actions (Nair et al. 2020).
 
         ``value`` is Q at a fresh policy sample, a one-sample estimate of V(s). Weights
@@ -201,10 +216,11 @@ class SAC:
             weights = torch.softmax(scaled, dim=0) * len(scaled)
             # Pre-squash actions: the tanh Jacobian does not depend on the parameters.
             u = torch.atanh(act.clamp(-_ACTION_EDGE, _ACTION_EDGE))
-        mu, log_std = self.actor(obs)
         return -(weights * gaussian_log_prob(u, mu, log_std)).mean()
 
-    def _bc_loss(self, reference: Actor, obs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    def _bc_loss(
+        self, reference: Actor, obs: torch.Tensor, mu: torch.Tensor, q: torch.Tensor
+    ) -> torch.Tensor:
         """TD3+BC's anchor: squared distance of the mean actions, scaled by mean |Q|.
 
         Scaling by the (detached) Q magnitude makes ``bc_weight`` mean the same thing
@@ -212,7 +228,7 @@ class SAC:
         """
         with torch.no_grad():
             anchor = torch.tanh(reference(obs)[0])
-        mean_action = torch.tanh(self.actor(obs)[0])
+        mean_action = torch.tanh(mu)
         scale = self.config.bc_weight * q.detach().abs().mean()
         return scale * nn.functional.mse_loss(mean_action, anchor)
 

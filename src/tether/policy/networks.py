@@ -107,20 +107,31 @@ class Actor(nn.Module):
         deterministic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(action in [-1, 1], log_prob)``; deterministic gives ``tanh(mu)``.
-
-        The log-probability includes the tanh change of variables, computed in the
-        numerically stable form ``2 (log 2 - u - softplus(-2u))``.
-        """
+        """Return ``(action in [-1, 1], log_prob)``; deterministic gives ``tanh(mu)``."""
         mu, log_std = self(obs)
-        std = log_std.exp()
-        if deterministic:
-            u = mu
-        else:
-            noise = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
-            u = mu + std * noise
-        log_prob = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
-        return torch.tanh(u), log_prob
+        return squashed_sample(mu, log_std, deterministic=deterministic, generator=generator)
+
+
+def squashed_sample(
+    mu: torch.Tensor,
+    log_std: torch.Tensor,
+    *,
+    deterministic: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(action in [-1, 1], log_prob)`` of the tanh-squashed Gaussian ``(mu, log_std)``.
+
+    For callers that need ``mu`` too (SAC's actor losses), so the actor runs once. The
+    log-probability includes the tanh change of variables, computed in the numerically
+    stable form ``2 (log 2 - u - softplus(-2u))``.
+    """
+    if deterministic:
+        u = mu
+    else:
+        noise = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
+        u = mu + log_std.exp() * noise
+    log_prob = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
+    return torch.tanh(u), log_prob
 
 
 def gaussian_log_prob(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
