@@ -89,22 +89,15 @@ def _run(
     return Outcome(contacts, violations, interventions, steps, successes)
 
 
+# The adversary, and the bundle tether run starts from (whatever it is): the same guarantee.
+@pytest.mark.parametrize("policy", ["engine", "shipped"], ids=["adversary", "shipped"])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "sampled"])
 @pytest.mark.parametrize("dynamics", [NOMINAL, DRIFTED], ids=["nominal", "drifted"])
 def test_through_the_supervisor_the_policy_never_touches_or_violates(
-    engine: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
+    request: pytest.FixtureRequest, policy: str, dynamics: ArmDynamics, deterministic: bool
 ) -> None:
+    engine: PolicyEngine = request.getfixturevalue(policy)
     outcome = _run(engine, arm_supervisor(), dynamics, deterministic)
-    assert (outcome.contacts, outcome.limit_violations) == (0, 0), outcome
-
-
-@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "sampled"])
-@pytest.mark.parametrize("dynamics", [NOMINAL, DRIFTED], ids=["nominal", "drifted"])
-def test_through_the_supervisor_the_shipped_policy_never_touches_or_violates(
-    shipped: PolicyEngine, dynamics: ArmDynamics, deterministic: bool
-) -> None:
-    # The bundle tether run starts from, whatever it is: the same guarantee.
-    outcome = _run(shipped, arm_supervisor(), dynamics, deterministic)
     assert (outcome.contacts, outcome.limit_violations) == (0, 0), outcome
 
 
