@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle
+from tether.policy import (
+    BlasPinState,
+    EngineConfig,
+    PolicyBundle,
+    PolicyEngine,
+    blas_pin,
+    init_bundle,
+)
 from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
 
@@ -133,3 +144,44 @@ def test_per_block_gemm_used_on_cuda_matches_batched_blocks(
     np.testing.assert_allclose(mu_loop.numpy(), mu_bmm.numpy(), atol=1e-6)
     np.testing.assert_allclose(ls_loop.numpy(), ls_bmm.numpy(), atol=1e-6)
     assert torch.equal(mu_one, mu_loop[:8])
+
+
+def test_blas_numerics_are_pinned_in_this_process() -> None:
+    pin = blas_pin()
+    assert pin.batch_invariant, pin.detail
+    if torch.backends.mkl.is_available():
+        assert pin.state is BlasPinState.PINNED
+
+
+_TOO_LATE = """
+import torch
+torch.randn(8, 8) @ torch.randn(8, 8)  # MKL runs before tether is imported
+from tether.policy import BlasPinState, EngineConfig, EngineConfigError, PolicyEngine, blas_pin
+from tether.policy import init_bundle
+import sys, tempfile, pathlib
+sys.path.insert(0, {tests!r})
+from conftest import make_spec
+assert blas_pin().state is BlasPinState.TOO_LATE, blas_pin()
+bundle = init_bundle(pathlib.Path(tempfile.mkdtemp()) / "b", make_spec(), hidden_sizes=(8,), seed=0)
+for execution in ("eager", "jit"):
+    try:
+        PolicyEngine(bundle, EngineConfig(execution=execution))
+    except EngineConfigError as exc:
+        assert "bit-identical" in str(exc) and "numpy" in str(exc), exc
+    else:
+        raise SystemExit(f"{{execution}} was built without the pinned numerics")
+PolicyEngine(bundle, EngineConfig(execution="numpy"))
+print("refused")
+"""
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="no MKL: nothing to pin")
+def test_an_engine_refuses_torch_paths_when_mkl_ran_before_tether_could_pin_it() -> None:
+    """Without the pin this CPU's MKL gives 1-ulp row differences between batch sizes; an
+    engine built after MKL already ran would silently lose the guarantee, so it refuses."""
+    code = _TOO_LATE.format(tests=str(Path(__file__).parent))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "refused" in out.stdout

@@ -49,6 +49,7 @@ from tether.policy.networks import (
     actor_parameter_shapes,
     critic_parameter_shapes,
 )
+from tether.policy.numerics import BlasPin, BlasPinState, blas_pin
 from tether.policy.selection import PathMeasurement
 from tether.policy.tensors import serialize_state, state_sha256
 
@@ -56,6 +57,8 @@ __all__ = [
     "ActionSpec",
     "Actor",
     "ActorArchitecture",
+    "BlasPin",
+    "BlasPinState",
     "BundleError",
     "BundleExists",
     "BundleFormatError",
@@ -83,6 +86,7 @@ __all__ = [
     "VersionInfo",
     "WeightSwapError",
     "actor_parameter_shapes",
+    "blas_pin",
     "critic_parameter_shapes",
     "init_bundle",
     "load_bundle",

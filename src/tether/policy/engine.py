@@ -30,6 +30,7 @@ from tether.policy.errors import (
 )
 from tether.policy.manifest import VersionInfo
 from tether.policy.networks import actor_parameter_shapes
+from tether.policy.numerics import require_pinned_blas
 from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
 from tether.policy.squash import squash
@@ -195,6 +196,8 @@ class PolicyEngine:
         first served batch after a swap does not pay for allocation or TorchScript's
         profiling runs.
         """
+        if self._device.type == "cpu" and kind in ("eager", "jit"):
+            require_pinned_blas(kind)
         path = build_path(
             kind,
             self._arch,
