@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,89 @@ def test_tls_serving_with_a_self_signed_certificate(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def _listening_port(proc: subprocess.Popen[str], address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def _busy_port() -> tuple[socket.socket, int]:
+    """A port held by a plain listening socket, as another program would hold it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
+def _serve_fails(bundle: Path, *args: str, tmp_path: Path | None = None) -> tuple[int, str]:
+    out = subprocess.run(
+        [*TETHER, "serve", "--bundle", str(bundle), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=False,
+    )
+    return out.returncode, out.stderr
+
+
+def test_a_second_serve_on_a_port_in_use_is_refused(bundle_path: Path) -> None:
+    """gRPC's default SO_REUSEPORT let a second server share the port and split its calls."""
+    first, address = start_serve(bundle_path)
+    try:
+        port = _listening_port(first, address)
+        code, err = _serve_fails(bundle_path, "--port", str(port), "--metrics-port", "0")
+        assert code == 1
+        assert f"127.0.0.1:{port}" in err
+        assert "--port" in err
+        assert "Traceback" not in err
+        assert len(err.strip().splitlines()) <= 2, err
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+
+
+def test_a_metrics_port_in_use_is_one_line_naming_the_port_and_the_flag(
+    bundle_path: Path,
+) -> None:
+    sock, port = _busy_port()
+    with sock:
+        code, err = _serve_fails(bundle_path, "--port", "0", "--metrics-port", str(port))
+    assert code == 1
+    assert f"127.0.0.1:{port}" in err
+    assert "--metrics-port" in err
+    assert "Traceback" not in err
+    assert "never awaited" not in err
+    assert "Event loop" not in err
+    assert len(err.strip().splitlines()) <= 2, err
+
+
+def test_an_admin_port_in_use_is_refused(bundle_path: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("operator ops 0123456789abcdef0123\n")
+    first_sock, port = _busy_port()
+    # A plain socket without SO_REUSEPORT already refuses a reusing bind; a gRPC server on
+    # the port is the case gRPC would share, so hold the port with one.
+    first_sock.close()
+    first, _address = start_serve(
+        bundle_path, "--admin-tokens", str(tokens), "--admin-port", str(port)
+    )
+    try:
+        code, err = _serve_fails(
+            bundle_path,
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--admin-tokens",
+            str(tokens),
+            "--admin-port",
+            str(port),
+        )
+        assert code == 1
+        assert str(port) in err
+        assert "--admin-port" in err
+        assert "Traceback" not in err
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)

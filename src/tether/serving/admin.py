@@ -30,6 +30,7 @@ from tether.serving.admin_auth import AdminAuth, AdminAuthInterceptor, AdminIden
 from tether.serving.convert import degradation_to_proto
 from tether.serving.errors import ServerSetupError, ServingError
 from tether.serving.model_dir import EngineFactory, load_into, reload_model_dir
+from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
 from tether.serving.promotion import PromotionController
 from tether.serving.registry import ModelRegistry, VersionRecord, VersionState
 from tether.serving.rollout import TrafficRouter
@@ -308,7 +309,8 @@ async def start_admin_server(
     operators' network); the PolicyService server may instead add the servicer and
     :class:`~tether.serving.admin_auth.AdminAuthInterceptor` to itself.
     """
-    server = grpc.aio.server(interceptors=[AdminAuthInterceptor(auth)])
+    check_port_free(host, port, "--admin-port")
+    server = grpc.aio.server(interceptors=[AdminAuthInterceptor(auth)], options=EXCLUSIVE_PORT)
     servicer.add_to(server)
     address = f"{host}:{port}"
     bound = (
@@ -319,7 +321,7 @@ async def start_admin_server(
     if bound == 0:
         raise ServerSetupError(
             f"cannot bind AdminService to {address}: the port is in use or the host is not "
-            "an address of this machine; choose another admin port"
+            "an address of this machine; choose another --admin-port"
         )
     await server.start()
     return server, bound

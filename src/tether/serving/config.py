@@ -18,6 +18,10 @@ from tether.errors import ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
+# tether's ports sit together (50051 PolicyService, 50052 AdminService, 50053 metrics),
+# away from Prometheus's own 9090.
+DEFAULT_METRICS_PORT = 50053
+
 
 class BatcherConfig(BaseModel):
     """How requests from all clients are coalesced into one forward pass."""
@@ -151,7 +155,8 @@ class ServerConfig(BaseModel):
     host: str = Field(default="127.0.0.1", description="Address the gRPC server binds (host)")
     port: int = Field(default=50051, description="gRPC port; 0 picks a free one (port)")
     metrics_port: int | None = Field(
-        default=9090, description="Prometheus HTTP port; 0 picks a free one, None disables (port)"
+        default=DEFAULT_METRICS_PORT,
+        description="Prometheus HTTP port; 0 picks a free one, None disables (port)",
     )
     metrics_host: str = Field(
         default="127.0.0.1", description="Address the metrics server binds (host)"

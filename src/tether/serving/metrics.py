@@ -20,6 +20,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from tether.serving.errors import ServerSetupError
+
 # Round trips of a policy server range from ~100 µs (small MLP, one robot) to tens of ms.
 _LATENCY_BUCKETS = (
     5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.25, 1.0,
@@ -149,7 +151,13 @@ class MetricsHttpServer:
     """Serves one registry at ``/metrics`` on its own port, in a daemon thread."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:
+            raise ServerSetupError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; choose "
+                "another --metrics-port (0 picks a free one)"
+            ) from exc
         self._server: WSGIServer = server
         self._thread = thread
         self.port: int = int(server.server_port)

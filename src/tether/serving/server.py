@@ -34,6 +34,7 @@ from tether.serving.errors import ServerSetupError
 from tether.serving.holder import EngineLike, LiveModel, ModelSource, VersionRouter
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
+from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
 from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
@@ -109,6 +110,9 @@ class PolicyServer:
 
     async def start(self) -> None:
         cfg = self.config
+        check_port_free(cfg.host, cfg.port, "--port")
+        if cfg.metrics_port is not None:
+            check_port_free(cfg.metrics_host, cfg.metrics_port, "--metrics-port")
         credentials = server_credentials(cfg.security)
         token = bearer_token(cfg.security)
         self._batcher = DynamicBatcher(
@@ -130,6 +134,7 @@ class PolicyServer:
                 # Clients ping every few seconds to notice a dead link fast; allow it.
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
                 ("grpc.http2.max_pings_without_data", 0),
+                *EXCLUSIVE_PORT,
             ],
         )
         service = PolicyService(
@@ -158,21 +163,28 @@ class PolicyServer:
                 port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             await self._batcher.close()
-            raise ServerSetupError(f"cannot bind the gRPC server to {address}: {exc}") from exc
+            raise ServerSetupError(
+                f"cannot bind the gRPC server to {address}: {exc}; choose another --port"
+            ) from exc
         if port == 0:
             await self._batcher.close()
             raise ServerSetupError(
                 f"cannot bind the gRPC server to {address}: the port is in use or the host "
                 "is not an address of this machine; choose another --port"
             )
+        if cfg.metrics_port is not None:
+            try:
+                self._metrics_http = MetricsHttpServer(
+                    self.metrics.registry, cfg.metrics_host, cfg.metrics_port
+                )
+            except ServerSetupError:
+                await server.stop(None)
+                await self._batcher.close()
+                raise
+            self.metrics_port = self._metrics_http.port
         self.port = port
         await server.start()
         self._server = server
-        if cfg.metrics_port is not None:
-            self._metrics_http = MetricsHttpServer(
-                self.metrics.registry, cfg.metrics_host, cfg.metrics_port
-            )
-            self.metrics_port = self._metrics_http.port
         await self._publish_health()
 
     async def set_engine(self, engine: EngineLike | None) -> None:
