@@ -217,3 +217,53 @@ def test_an_admin_port_in_use_is_refused(bundle_path: Path, tmp_path: Path) -> N
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=30)
+
+
+ADMIN_TOKEN = "0123456789abcdef0123"
+
+
+def _admin_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TETHER, "admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200", "TETHER_ADMIN_TOKEN": ""},
+        check=False,
+    )
+
+
+def test_tether_admin_works_as_documented(bundle_path: Path, tmp_path: Path) -> None:
+    """docs/operations.md's `tether admin --target HOST:PORT --token TOKEN <command>`."""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"operator ops {ADMIN_TOKEN}\n")
+    sock, admin_port = _busy_port()
+    sock.close()
+    proc, policy = start_serve(
+        bundle_path, "--admin-tokens", str(tokens), "--admin-port", str(admin_port)
+    )
+    admin = f"127.0.0.1:{admin_port}"
+    try:
+        group_form = _admin_cli("--target", admin, "--token", ADMIN_TOKEN, "list")
+        assert group_form.returncode == 0, group_form.stderr
+        assert "live: 1" in group_form.stdout
+        command_form = _admin_cli("list", "--target", admin, "--token", ADMIN_TOKEN)
+        assert command_form.returncode == 0, command_form.stderr
+        assert "live: 1" in command_form.stdout
+        wrong_port = _admin_cli("--target", policy, "--token", ADMIN_TOKEN, "list")
+        assert wrong_port.returncode == 1
+        assert "UNIMPLEMENTED" in wrong_port.stderr
+        assert "--admin-port" in wrong_port.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_tether_admin_defaults_to_the_admin_port() -> None:
+    from tether.cli.admin import DEFAULT_TARGET
+    from tether.serving.versions import VersionsConfig
+
+    assert f"127.0.0.1:{VersionsConfig().admin_port}" == DEFAULT_TARGET
+    helped = _admin_cli("--help")
+    assert helped.returncode == 0
+    assert DEFAULT_TARGET in helped.stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -23,11 +24,17 @@ from tether.v1 import policy_pb2 as pb
 
 T = TypeVar("T")
 
+DEFAULT_ADMIN_PORT = 50052  # VersionsConfig.admin_port
+DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_ADMIN_PORT}"
+
+# The connection options are accepted on the group (``tether admin --target ... list``) and
+# after the command (``tether admin list --target ...``); the command's own value wins.
 Target = Annotated[
-    str, typer.Option("--target", help="AdminService address (host:port)", show_default=True)
+    str | None,
+    typer.Option("--target", help=f"AdminService address, host:port (default {DEFAULT_TARGET})"),
 ]
 Token = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--token",
         envvar="TETHER_ADMIN_TOKEN",
@@ -38,7 +45,20 @@ TlsCa = Annotated[
     Path | None,
     typer.Option("--tls-ca", help="PEM root certificate: connect with TLS and verify the server"),
 ]
-Timeout = Annotated[float, typer.Option("--timeout", help="deadline of the call (s)")]
+Timeout = Annotated[
+    float | None, typer.Option("--timeout", help="deadline of the call (s; default per command)")
+]
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to reach AdminService, as given on the group."""
+
+    target: str | None = None
+    token: str | None = None
+    tls_ca: Path | None = None
+    timeout_s: float | None = None
+
 
 _STATE_STYLE = {
     apb.VERSION_STATE_CANDIDATE: "cyan",
@@ -51,14 +71,41 @@ _STATE_STYLE = {
 
 
 def _call(
-    target: str, token: str, tls_ca: Path | None, timeout: float, fn: Callable[[AdminClient], T]
+    ctx: typer.Context,
+    target: str | None,
+    token: str | None,
+    tls_ca: Path | None,
+    timeout: float | None,
+    fn: Callable[[AdminClient], T],
+    *,
+    default_timeout_s: float = 10.0,
 ) -> T:
+    group = _group_connection(ctx)
+    address = target or group.target or DEFAULT_TARGET
+    bearer = token if token is not None else (group.token or "")
+    ca = tls_ca or group.tls_ca
+    deadline = timeout or group.timeout_s or default_timeout_s
     try:
-        with AdminClient(target, token, root_certificates=tls_ca, timeout_s=timeout) as client:
+        with AdminClient(address, bearer, root_certificates=ca, timeout_s=deadline) as client:
             return fn(client)
     except AdminCallError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        message = str(exc)
+        if "UNIMPLEMENTED" in message:
+            message += (
+                f"; {address} does not serve AdminService: point --target at the admin port "
+                f"(`tether serve --admin-port`, default {DEFAULT_ADMIN_PORT}), not the policy port"
+            )
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
         raise typer.Exit(code=1) from None
+
+
+def _group_connection(ctx: typer.Context) -> Connection:
+    parent = ctx.parent
+    while parent is not None:
+        if isinstance(parent.obj, Connection):
+            return parent.obj
+        parent = parent.parent
+    return Connection()
 
 
 def state_name(state: int) -> str:
@@ -101,13 +148,14 @@ def _print(*renderables: object) -> None:
 
 
 def list_versions(
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    ctx: typer.Context,
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """List every version with its state, traffic share and numbers."""
-    reply = _call(target, token, tls_ca, timeout, lambda c: c.list_versions())
+    reply = _call(ctx, target, token, tls_ca, timeout, lambda c: c.list_versions())
     summary = [
         f"live: {reply.live_version if reply.HasField('live_version') else 'none'}",
         f"last-known-good: {reply.last_known_good if reply.HasField('last_known_good') else 'none'}",
@@ -118,29 +166,39 @@ def list_versions(
 
 
 def load(
+    ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="bundle directory on the server's file system")],
     live: Annotated[
         bool, typer.Option("--live", help="make it live at once, skipping the gate")
     ] = False,
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 60.0,
+    timeout: Timeout = None,
 ) -> None:
     """Load and verify a bundle; it becomes a candidate (or live with --live)."""
-    entry = _call(target, token, tls_ca, timeout, lambda c: c.load_bundle(path, make_live=live))
+    entry = _call(
+        ctx,
+        target,
+        token,
+        tls_ca,
+        timeout,
+        lambda c: c.load_bundle(path, make_live=live),
+        default_timeout_s=60.0,
+    )
     _print(versions_table([entry], title="loaded"))
 
 
 def unload(
+    ctx: typer.Context,
     version: Annotated[int, typer.Argument(help="version id to unload (not the live one)")],
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """Free a version's engine; its record and numbers stay listed."""
-    entry = _call(target, token, tls_ca, timeout, lambda c: c.unload(version))
+    entry = _call(ctx, target, token, tls_ca, timeout, lambda c: c.unload(version))
     _print(versions_table([entry], title="unloaded"))
 
 
@@ -161,18 +219,19 @@ def parse_weights(pairs: Iterable[str]) -> dict[int, float]:
 
 
 def traffic(
+    ctx: typer.Context,
     weights: Annotated[
         list[str] | None,
         typer.Argument(help="VERSION=WEIGHT pairs, e.g. 1=0.9 2=0.1; none sends all to live"),
     ] = None,
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """Split sessions between live/retired versions by weight (sticky per session)."""
     parsed = parse_weights(weights or [])
-    split = _call(target, token, tls_ca, timeout, lambda c: c.set_traffic(parsed))
+    split = _call(ctx, target, token, tls_ca, timeout, lambda c: c.set_traffic(parsed))
     t = Table(title="traffic split")
     t.add_column("version", justify="right")
     t.add_column("share", justify="right")
@@ -182,18 +241,20 @@ def traffic(
 
 
 def promote(
+    ctx: typer.Context,
     version: Annotated[int, typer.Argument(help="version id to promote")],
     reason: Annotated[str, typer.Option(help="why; recorded with the operator's name")] = "",
     skip_gate: Annotated[
         bool, typer.Option("--skip-gate", help="make a candidate live without the gate")
     ] = False,
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """Promote a version: a candidate enters the gate, a retired or canary version goes live."""
     entry = _call(
+        ctx,
         target,
         token,
         tls_ca,
@@ -204,38 +265,43 @@ def promote(
 
 
 def rollback(
+    ctx: typer.Context,
     reason: Annotated[str, typer.Option(help="why; recorded with the operator's name")] = "",
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """Reject the live version and make the last-known-good one live again."""
-    reply = _call(target, token, tls_ca, timeout, lambda c: c.rollback(reason))
+    reply = _call(ctx, target, token, tls_ca, timeout, lambda c: c.rollback(reason))
     _print(versions_table([reply.live], title=f"rolled back version {reply.rolled_back}"))
 
 
 def resume(
+    ctx: typer.Context,
     reason: Annotated[str, typer.Option(help="why it is safe to resume")] = "",
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 10.0,
+    timeout: Timeout = None,
 ) -> None:
     """Leave TAKEOVER: the policy controls the robot again (operator only)."""
-    reply = _call(target, token, tls_ca, timeout, lambda c: c.resume(reason))
+    reply = _call(ctx, target, token, tls_ca, timeout, lambda c: c.resume(reason))
     level = pb.DegradationLevel.Name(reply.level).removeprefix("DEGRADATION_LEVEL_")
     _print(f"resumed by {reply.operator}: degradation level is now {level}")
 
 
 def reload(
-    target: Target = "127.0.0.1:50051",
-    token: Token = "",
+    ctx: typer.Context,
+    target: Target = None,
+    token: Token = None,
     tls_ca: TlsCa = None,
-    timeout: Timeout = 120.0,
+    timeout: Timeout = None,
 ) -> None:
     """Re-read the model directory and load new or changed bundles (like SIGHUP)."""
-    reply = _call(target, token, tls_ca, timeout, lambda c: c.reload())
+    reply = _call(
+        ctx, target, token, tls_ca, timeout, lambda c: c.reload(), default_timeout_s=120.0
+    )
     _print(versions_table(reply.loaded, title="loaded by reload"))
     if reply.unchanged:
         _print(f"unchanged: {', '.join(reply.unchanged)}")
@@ -245,12 +311,19 @@ def reload(
         raise typer.Exit(code=1)
 
 
+def _connect(
+    ctx: typer.Context,
+    target: Target = None,
+    token: Token = None,
+    tls_ca: TlsCa = None,
+    timeout: Timeout = None,
+) -> None:
+    """Manage policy versions on a running server (AdminService; needs a token)."""
+    ctx.obj = Connection(target, token, tls_ca, timeout)
+
+
 def register(app: typer.Typer) -> None:
-    admin = typer.Typer(
-        name="admin",
-        help="Manage policy versions on a running server (AdminService; needs a token).",
-        no_args_is_help=True,
-    )
+    admin = typer.Typer(name="admin", no_args_is_help=True, callback=_connect)
     admin.command(name="list", help="List versions, states, traffic and numbers.")(list_versions)
     admin.command(name="load", help="Load a bundle as a candidate (or live with --live).")(load)
     admin.command(name="unload", help="Unload a version's engine.")(unload)
