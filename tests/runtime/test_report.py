@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from tether.cli.app import app
 from tether.runtime.records import (
+    CONFIG_FILE,
     EPISODES_FILE,
     EVENTS_FILE,
     LATENCY_FILE,
@@ -30,6 +31,7 @@ from tether.runtime.records import (
     SystemSnapshot,
 )
 from tether.runtime.report import ReportConfig, ReportError, build_report, summarize_run
+from tether.runtime.report_data import load_run
 from tether.runtime.report_plots import moving_average
 
 DRIFT_S = 100.0
@@ -302,7 +304,10 @@ def test_killed_run_without_snapshots_latency_or_stop(run_dir: Path) -> None:
         _png_size(run_dir / name)
 
 
-def test_empty_run_directory_gives_a_report_of_what_is_missing(tmp_path: Path) -> None:
+def test_a_run_that_died_at_its_start_gives_a_report_of_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / CONFIG_FILE).write_text("{}\n")  # written first by RunSystem, then nothing
     s = summarize_run(tmp_path)
     assert s.missing == (EVENTS_FILE, EPISODES_FILE, SNAPSHOTS_FILE, LATENCY_FILE)
     assert s.roles == ()
@@ -312,6 +317,28 @@ def test_empty_run_directory_gives_a_report_of_what_is_missing(tmp_path: Path) -
     assert html.count("missing <code>") == 4
     with pytest.raises(ReportError, match="'learning'"):
         s.role("learning")
+
+
+def test_a_folder_of_runs_is_refused_and_names_the_runs_in_it(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """`tether report runs` wrote an empty report reading "violations / contacts 0 / 0"."""
+    parent = run_dir.parent
+    with pytest.raises(ReportError, match="pass one of them") as info:
+        build_report(parent)
+    assert run_dir.name in str(info.value)
+    assert not (parent / "report.html").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ReportError, match="none of a run's files"):
+        summarize_run(empty)
+
+
+def test_tether_report_on_a_folder_of_runs_exits_1_and_writes_nothing(run_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(run_dir.parent)])
+    assert result.exit_code == 1
+    assert "pass one of them" in result.output
+    assert not (run_dir.parent / "report.html").exists()
 
 
 def test_no_run_directory_is_an_error(tmp_path: Path) -> None:
@@ -398,3 +425,36 @@ def test_a_drift_every_robot_reports_counts_once(run_dir: Path) -> None:
     s = summarize_run(run_dir)
     assert s.drift_times_s == (DRIFT_S, DRIFT_S + 0.4, DRIFT_S + 50.0)
     assert s.first_drift_s == DRIFT_S
+
+
+def test_one_drift_reported_by_every_robot_is_marked_once(tmp_path: Path) -> None:
+    """Both robots report each phase a moment apart; the plots overlapped two labels."""
+    events = [
+        RunEvent(
+            10.0, "drift", "robot-0: drift begins", robot_id="robot-0", details={"phase": "ramp"}
+        ),
+        RunEvent(
+            10.02, "drift", "robot-1: drift begins", robot_id="robot-1", details={"phase": "ramp"}
+        ),
+        RunEvent(
+            20.0,
+            "drift",
+            "robot-1: drift complete",
+            robot_id="robot-1",
+            details={"phase": "drifted"},
+        ),
+        RunEvent(
+            20.01,
+            "drift",
+            "robot-0: drift complete",
+            robot_id="robot-0",
+            details={"phase": "drifted"},
+        ),
+    ]
+    (tmp_path / CONFIG_FILE).write_text("{}\n")
+    writer = JsonlWriter[RunEvent](tmp_path / EVENTS_FILE)
+    for e in events:
+        writer.append(e)
+    writer.close()
+    data = load_run(tmp_path)
+    assert data.drifts == ((10.0, "drift begins"), (20.0, "drift complete"))

@@ -9,11 +9,14 @@ stamps, nothing on the data path is dropped, and promotions only come from the g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +78,22 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return runs[0]
 
 
+def test_no_degradation_in_the_first_20_s_of_control_time(run_dir: Path) -> None:
+    """Start-up work (imports, first inference, the learner's start) is not a robot's fault,
+    and every window runs on control time: the quick start stays NORMAL while it warms up."""
+    events = list(read_jsonl(run_dir / EVENTS_FILE, RunEvent))
+    early = [
+        e
+        for e in events
+        if e.kind == "degradation" and e.control_s is not None and e.control_s < 20.0
+    ]
+    assert early == [], [(e.control_s, e.message) for e in early]
+    assert all(e.control_s is not None for e in events)
+    stop = next(e for e in events if e.kind == "stop")
+    assert stop.control_s is not None
+    assert stop.control_s >= 30.0  # --fast, 45 s: the robots' control time, not wall time
+
+
 def test_run_directory_holds_everything_the_report_needs(run_dir: Path) -> None:
     for name in ("config.yaml", "events.jsonl", "episodes.jsonl", "snapshots.jsonl"):
         assert (run_dir / name).stat().st_size > 0, name
@@ -128,3 +147,73 @@ def test_data_path_dropped_nothing_and_promotions_came_through_the_gate(run_dir:
         # the server-side gate ends with the canary: a promotion without it skipped the gate
         assert "canary" in promotion.details["stages_passed"], promotion
     json.dumps([e.details for e in events])  # every event is plain JSON
+
+
+def _tether_run(out: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TETHER_RUN_DASHBOARD": "plain"}
+    return subprocess.Popen(
+        [sys.executable, "-c", "from tether.cli.app import main; main()", "run", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_run_on_a_missing_bundle_refuses_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    proc = _tether_run(out, "--bundle", str(tmp_path / "nope"), "--out", str(out))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stdout + stderr
+    assert "nope" in stderr
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_ctrl_c_is_an_interruption_not_a_learner_crash(tmp_path: Path) -> None:
+    """SIGINT reached the learner too, which then looked like a crash and was restarted."""
+    out = tmp_path / "runs"
+    proc = _tether_run(out, "--fast", "--duration", "120", "--out", str(out))
+    try:
+        deadline = time.monotonic() + 180
+        events: list[RunEvent] = []
+        while time.monotonic() < deadline:
+            runs = [p for p in out.glob("*") if (p / EVENTS_FILE).exists()]
+            events = list(read_jsonl(runs[0] / EVENTS_FILE, RunEvent)) if runs else []
+            if any(e.kind == "start" for e in events) or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert any(e.kind == "start" for e in events), proc.communicate(timeout=30)
+        time.sleep(3.0)
+        # A terminal's Ctrl-C goes to the whole process group: the learner and robots too.
+        for pid in [proc.pid, *_children(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    events = list(read_jsonl(run / EVENTS_FILE, RunEvent))
+    kinds = [e.kind for e in events]
+    assert "interrupted" in kinds
+    assert "learner_crash" not in kinds, [e.message for e in events if e.kind == "learner_crash"]
+    assert "learner_restart" not in kinds
+    assert next(e for e in events if e.kind == "stop").details["interrupted_by"] == "SIGINT"
+    assert summarize_run(run).interrupted_by == "SIGINT"
+    assert "interrupted by SIGINT" in (run / "report.html").read_text(encoding="utf-8")
+    assert "interrupted" in stdout
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (the learner, the robots), from /proc."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        path = Path(f"/proc/{parent}/task/{parent}/children")
+        kids = [int(k) for k in path.read_text().split()] if path.exists() else []
+        found += kids
+        frontier += kids
+    return found

@@ -7,10 +7,12 @@ import time
 import numpy as np
 
 from tests.serving.serving_harness import MakeServer, relaxed_limits, server_config
+from tether.safety import Supervisor
 from tether.safety.degradation import DegradationMachine
+from tether.safety.degradation_config import DegradationConfig
 from tether.safety.levels import DegradationLevel, EventKind
 from tether.serving.client import PolicyClient
-from tether.serving.supervision import SupervisorFactory
+from tether.serving.supervision import SessionSupervisor, SupervisorFactory
 from tether.spec import RobotSpec
 
 
@@ -101,3 +103,25 @@ def test_a_session_keeps_its_learnt_load_across_levels() -> None:
                    level=DegradationLevel.RESTRICTED, policy_version=1)  # fmt: skip
     carried = session._tight().load_estimate
     assert np.allclose(carried, learnt, atol=0.05), (carried, learnt)
+
+
+def test_watchdog_misses_of_a_sessions_start_up_steps_do_not_degrade(arm: RobotSpec) -> None:
+    """`tether run` went RESTRICTED 6 s in on misses from start-up work, not the policy."""
+    limits = relaxed_limits(arm)
+    config = DegradationConfig(session_warmup_steps=50)
+    machine = DegradationMachine(config, limits=limits, clock=ManualClock())
+    session = SessionSupervisor(Supervisor(limits), machine)
+    threshold = config.restricted.watchdog_miss
+    for step in range(1, 51):  # the warm-up: far more misses than any threshold
+        session.watchdog_misses(threshold, policy_version=1, session_step=step)
+    assert machine.level is DegradationLevel.NORMAL
+    session.watchdog_misses(threshold, policy_version=1, session_step=51)
+    assert machine.level is DegradationLevel.RESTRICTED
+    # Without the grace the very first step's misses would have degraded the robot.
+    strict = DegradationMachine(
+        DegradationConfig(session_warmup_steps=0), limits=limits, clock=ManualClock()
+    )
+    SessionSupervisor(Supervisor(limits), strict).watchdog_misses(
+        threshold, policy_version=1, session_step=1
+    )
+    assert strict.level is DegradationLevel.RESTRICTED

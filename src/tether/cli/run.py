@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -92,8 +94,16 @@ def run(
     try:
         cfg = RunConfig.from_yaml(config, **overrides) if config else RunConfig.build(**overrides)
         run_dir = new_run_dir(cfg.out_dir)
-        report = RunSystem(cfg, run_dir).run()
+        try:
+            system = RunSystem(cfg, run_dir)
+        except BaseException:
+            _remove_if_empty(run_dir)
+            raise
+        report = system.run()
         summary = summarize_run(run_dir)
+    except KeyboardInterrupt:
+        err.print("interrupted before the run started; nothing to keep", highlight=False)
+        raise typer.Exit(code=128 + signal.SIGINT) from None
     except (TetherError, OSError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from exc
@@ -102,6 +112,15 @@ def run(
     console.print(rich_summary(summary))
     console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
+    if system.interrupted_by is not None:
+        # As shells expect of a program stopped by a signal: 130 for Ctrl-C, 143 for SIGTERM.
+        raise typer.Exit(code=128 + system.interrupted_by)
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """A run that could not start leaves no empty run directory behind."""
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def show_config(

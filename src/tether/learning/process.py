@@ -19,6 +19,7 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -77,6 +78,8 @@ def learner_main(
     stop: MpEvent,
 ) -> None:
     """Entry point of the learner process."""
+    # Ctrl-C reaches the whole process group; the parent decides when the learner stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     config = LearnerConfig.model_validate_json(launch.config_json)
     _place(launch, config.nice)
     bundle = load_bundle(launch.bundle_path)
@@ -145,6 +148,7 @@ class LearnerSupervisor:
         self._counters: Any = self._ctx.Array(ctypes.c_int64, N_COUNTERS, lock=False)
         self._stop = self._ctx.Event()
         self._stopping = threading.Event()
+        self._spawn_lock = threading.Lock()  # a restart and stop() never interleave
         self._events: list[LearnerEvent] = []
         self._events_lock = threading.Lock()
         self._crash_times: deque[float] = deque()
@@ -173,11 +177,16 @@ class LearnerSupervisor:
         self._watcher = threading.Thread(target=self._watch, name="learner-supervisor", daemon=True)
         self._watcher.start()
 
+    def prepare_stop(self) -> None:
+        """From now on an exit of the learner is a stop, never a crash to restart."""
+        self._stopping.set()
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Ask the learner to checkpoint and exit; kill it if it does not within ``timeout_s``."""
-        self._stopping.set()
-        self._stop.set()
-        process = self._process
+        with self._spawn_lock:
+            self._stopping.set()
+            self._stop.set()
+            process = self._process
         if process is not None:
             process.join(timeout_s)
             if process.is_alive():
@@ -246,5 +255,8 @@ class LearnerSupervisor:
                 return
             if self._stopping.wait(self.config.restart_backoff_s):
                 return
-            self._spawn(resume=True)
+            with self._spawn_lock:
+                if self._stopping.is_set():  # stop() began during the back-off
+                    return
+                self._spawn(resume=True)
             self._emit(LearnerEventKind.RESTARTED, "learner restarted from its last checkpoint")

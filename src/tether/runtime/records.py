@@ -45,7 +45,10 @@ class RunEvent:
     the new knobs), ``candidate`` (the learner published one), ``promotion``,
     ``rejection`` (``details`` names the gate stage and its numbers), ``rollback``,
     ``degradation`` (``details`` has ``from``/``to`` level and the reason),
-    ``learner_crash``, ``learner_restart``.
+    ``learner_crash``, ``learner_restart``, ``interrupted`` (a signal stopped the run early).
+    ``t_s`` is wall time since the run's start; ``control_s`` is the robots' control time
+    then (steps served / robots / control rate), the clock every window of the system runs
+    on, so a ``--fast`` run reads the same as a real-time one.
     """
 
     t_s: float
@@ -54,6 +57,7 @@ class RunEvent:
     version: int | None = None
     robot_id: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    control_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class SystemSnapshot:
     replay_size: int
     experience_log_bytes: int
     robots: tuple[RobotSnapshot, ...]
+    canary_version: int | None = None  # the version in its canary now, if one is
 
 
 RecordT = TypeVar("RecordT", RunEvent, EpisodeRecord, SystemSnapshot)

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tether.runtime.records import (
+    CONFIG_FILE,
     EPISODES_FILE,
     EVENTS_FILE,
     LATENCY_FILE,
@@ -62,17 +63,20 @@ class RunData:
 
     @property
     def drifts(self) -> tuple[tuple[float, str], ...]:
-        """(time, message) of each change of dynamics, in time order. Every robot may report
-        the same change a moment apart; reports of one message within
-        ``DRIFT_SAME_WITHIN_S`` count once, at the first."""
+        """(time, what changed) of each change of dynamics, in time order. Every robot
+        reports the same change a moment apart ("robot-0: drift begins", "robot-1: drift
+        begins"); reports of one phase within ``DRIFT_SAME_WITHIN_S`` count once, at the
+        first, named without the robot."""
         marks: list[tuple[float, str]] = []
         last: dict[str, float] = {}
         for e in self.events:
             if e.kind != "drift":
                 continue
-            if e.message not in last or e.t_s - last[e.message] >= DRIFT_SAME_WITHIN_S:
-                marks.append((e.t_s, e.message))
-            last[e.message] = e.t_s
+            what = e.message.split(": ", 1)[1] if e.robot_id and ": " in e.message else e.message
+            key = str(e.details.get("phase", what))
+            if key not in last or e.t_s - last[key] >= DRIFT_SAME_WITHIN_S:
+                marks.append((e.t_s, what))
+            last[key] = e.t_s
         return tuple(marks)
 
     @property
@@ -87,12 +91,30 @@ class RunData:
         )
 
 
+# A directory holding none of these is not a run (a parent such as runs/, a typo).
+_RUN_MARKERS = (CONFIG_FILE, EVENTS_FILE, EPISODES_FILE)
+
+
 def load_run(run_dir: Path) -> RunData:
-    """Read ``run_dir``; raises ``ReportError`` only if it is not a directory."""
+    """Read ``run_dir``; raises ``ReportError`` if it is not a run directory."""
     if not run_dir.is_dir():
         raise ReportError(
             f"run directory {str(run_dir)!r}: expected a directory written by `tether run`, "
             "found nothing there; pass the runs/<timestamp>/ folder of a run"
+        )
+    if not any((run_dir / name).is_file() for name in _RUN_MARKERS):
+        runs = sorted(
+            p.name for p in run_dir.iterdir() if any((p / n).is_file() for n in _RUN_MARKERS)
+        )
+        found = (
+            f"it holds the runs {', '.join(runs[-5:])}; pass one of them, e.g. "
+            f"{str(run_dir / runs[-1])!r}"
+            if runs
+            else "it holds none of a run's files"
+        )
+        raise ReportError(
+            f"run directory {str(run_dir)!r}: expected a directory written by `tether run` "
+            f"(with {', '.join(_RUN_MARKERS)}), but {found}"
         )
     missing: list[str] = []
     unreadable: list[str] = []

@@ -84,6 +84,7 @@ class RunSummary:
     missing: tuple[str, ...]
     unreadable: tuple[str, ...]
     notes: tuple[str, ...]
+    interrupted_by: str | None = None  # the signal that stopped the run early, if one did
 
     @property
     def duration_s(self) -> float:
@@ -160,6 +161,14 @@ def summarize(data: RunData, config: ReportConfig) -> RunSummary:
         missing=data.missing,
         unreadable=data.unreadable,
         notes=tuple(notes),
+        interrupted_by=next(
+            (
+                str(e.details.get("signal", "a signal"))
+                for e in data.events
+                if e.kind == "interrupted"
+            ),
+            None,
+        ),
     )
 
 

@@ -80,6 +80,12 @@ def fact_rows(s: RunSummary) -> tuple[tuple[str, str], ...]:
     final = UNDEFINED if s.final_live_version is None else f"v{s.final_live_version}"
     rows = (
         ("run time", f"{s.start_s:.1f} s to {s.end_s:.1f} s ({s.duration_s:.1f} s)"),
+        (
+            "ended",
+            "ran its full duration"
+            if s.interrupted_by is None
+            else f"interrupted by {s.interrupted_by}; everything up to then is kept",
+        ),
         ("drift events", drifts),
         ("post-drift window", f"from {s.post_drift_from_s:.1f} s"),
         ("final live version", final),

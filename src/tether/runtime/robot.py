@@ -128,6 +128,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
     total_interventions = 0
     episodes = 0
     steps_since_snapshot = 0
+    control_steps = 0  # this robot's control time is control_steps / control_rate_hz
     last_snapshot = time.monotonic()
     phase = "pre"
     dynamics = base
@@ -166,7 +167,11 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                 new_phase = drift_phase(plan.drift, drift_step)
                 if new_phase != phase:
                     phase = new_phase
-                    out.put(_drift_event(plan, t_s, phase, dynamics))
+                    out.put(
+                        _drift_event(
+                            plan, t_s, control_steps / plan.control_rate_hz, phase, dynamics
+                        )
+                    )
                 sent = time.perf_counter()
                 result = session.step(
                     obs,
@@ -180,6 +185,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                 latencies.append(rt_ms)
                 recent_lat.append(rt_ms)
                 steps_since_snapshot += 1
+                control_steps += 1
                 if terminated or truncated:
                     episodes += 1
                     recent_eps.append(ep)
@@ -258,10 +264,13 @@ def _episode_record(plan: RobotPlan, t_s: float, n: int, ep: _Episode, phase: st
     )
 
 
-def _drift_event(plan: RobotPlan, t_s: float, phase: str, d: ArmDynamics) -> RunEvent:
+def _drift_event(
+    plan: RobotPlan, t_s: float, control_s: float, phase: str, d: ArmDynamics
+) -> RunEvent:
     words = {"ramp": "drift begins", "drifted": "drift complete", "pre": "nominal dynamics"}
     return RunEvent(
         t_s=t_s,
+        control_s=control_s,
         kind="drift",
         message=f"{plan.robot_id}: {words[phase]}",
         robot_id=plan.robot_id,

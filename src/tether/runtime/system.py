@@ -17,6 +17,7 @@ asked for the clearly-labelled unsafe direct promotion).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -24,7 +25,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,6 +133,8 @@ class RunSystem:
         self._states: dict[int, Any] = {self.bundle.version.id: self.bundle.actor_state}
         self._last_updates = (time.monotonic(), 0)
         self._updates_per_s = 0.0
+        self._steps_served = 0
+        self.interrupted_by: signal.Signals | None = None
         (run_dir / CONFIG_FILE).write_text(config.to_yaml(), encoding="utf-8")
 
     # ------------------------------------------------------------------ events
@@ -140,7 +143,7 @@ class RunSystem:
         return time.monotonic() - self._t0
 
     def event(self, kind: str, message: str, **kw: Any) -> None:
-        ev = RunEvent(t_s=self.t_s(), kind=kind, message=message, **kw)
+        ev = RunEvent(t_s=self.t_s(), kind=kind, message=message, control_s=self.control_s(), **kw)
         self._events.append(ev)
         self._recent_events.append(ev)
         log.info("%s: %s", kind, message)
@@ -216,7 +219,7 @@ class RunSystem:
         self._verdict_dir = self.run_dir / "gate"
         self._steps_served = 0
         self._degradation = DegradationMachine(
-            cfg.degradation, limits=self.limits, clock=self._control_clock()
+            cfg.degradation, limits=self.limits, clock=self.control_s
         )
         self._log = ExperienceLog(
             self.run_dir / EXPERIENCE_DIR, spec.obs_dim, spec.act_dim, cfg.experience_log
@@ -265,15 +268,15 @@ class RunSystem:
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
 
-    def _control_clock(self) -> Callable[[], float]:
-        """The degradation machine's clock: wall time, or with ``fast`` the robots' control
-        time (steps served / robots / control rate), so its windows and quiet periods mean
-        the same number of control steps however fast unthrottled robots go."""
-        if not self.config.fast:
-            return time.monotonic
+    def control_s(self) -> float:
+        """The robots' control time: steps served / robots / control rate.
+
+        Every window of the system runs on it (the degradation machine's windows and quiet
+        periods), so they mean the same number of control steps whether the robots run in
+        real time or unthrottled (``fast``), and start-up, before the robots step, takes none.
+        """
         fleet = self.config.fleet
-        per_second = fleet.robots * fleet.control_rate_hz
-        return lambda: self._steps_served / per_second
+        return self._steps_served / (fleet.robots * fleet.control_rate_hz)
 
     def _record_step(self, step: StepRecord) -> bool:
         self._steps_served += 1
@@ -413,6 +416,7 @@ class RunSystem:
             self._updates_per_s = (counters.updates - updates) / (now - then)
             self._last_updates = (now, counters.updates)
         live = self._versions.live_engine()
+        canary = self._versions.router.canary()
         log_dir = self.run_dir / EXPERIENCE_DIR
         log_bytes = sum(p.stat().st_size for p in log_dir.glob("*") if p.is_file())
         return SystemSnapshot(
@@ -429,12 +433,27 @@ class RunSystem:
             replay_size=counters.transitions,
             experience_log_bytes=log_bytes,
             robots=tuple(self._robots[k] for k in sorted(self._robots)),
+            canary_version=None if canary is None else canary.version,
         )
 
     # ------------------------------------------------------------------ running
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _interrupt(self, sig: signal.Signals) -> None:
+        """SIGINT/SIGTERM: stop everything cleanly and say that the run was interrupted."""
+        if self.interrupted_by is None:
+            self.interrupted_by = sig
+            # Before anything else: a child that the same Ctrl-C reached is being stopped,
+            # not crashing, and must not be restarted.
+            self._learner.prepare_stop()
+            self.event(
+                "interrupted",
+                f"{sig.name} after {self.t_s():.1f} s; stopping and keeping everything so far",
+                details={"signal": sig.name},
+            )
+        self.request_stop()
 
     def run(self) -> Path:
         """Run to the end of the duration (or a stop request); returns the report's path."""
@@ -449,7 +468,7 @@ class RunSystem:
             raise
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(sig, self._interrupt, sig)
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         robot_stop = ctx.Event()
@@ -462,7 +481,8 @@ class RunSystem:
             # Whatever fails part-way, the finally below stops what had started.
             await self._server.start()
             await self._start_admin()
-            self._learner.start()
+            with _children_ignore_sigint():
+                self._learner.start()
             intake.start()
             plans = self._robot_plans(self._server.address)
             start = StartSignal(ctx, len(plans))
@@ -475,8 +495,9 @@ class RunSystem:
                 )
                 for plan in plans
             ]
-            for p in robots:
-                p.start()
+            with _children_ignore_sigint():
+                for p in robots:
+                    p.start()
             # The run's clock starts when every robot has connected and opened its
             # session and the learner has built its networks, so a slow start (spawn,
             # imports) does not eat into the drift, and the learner's start-up burst of
@@ -588,15 +609,17 @@ class RunSystem:
         self._collect_latency(robots)
         # Nothing is dropped silently: every counter of the data path goes into the log.
         rec = self._recorder.stats()
+        how = "finished" if self.interrupted_by is None else "interrupted"
         self.event(
             "stop",
-            f"run finished after {self.t_s():.1f} s",
+            f"run {how} after {self.t_s():.1f} s",
             details={
                 "recorder": asdict(rec.pairing)
                 | {"dropped_queue_full": rec.dropped_queue_full, "sink_errors": rec.sink_errors},
                 "channel": asdict(self._channel.stats()),
                 "experience_log": asdict(self._log.stats()),
                 "learner": self._learner.counters()._asdict(),
+                "interrupted_by": None if self.interrupted_by is None else self.interrupted_by.name,
             },
         )
         self._channel.close()
@@ -631,6 +654,26 @@ class RunSystem:
                 path.unlink()
         if parts:
             np.save(self.run_dir / LATENCY_FILE, np.concatenate(parts))
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Processes started inside inherit SIGINT ignored, from their first instruction.
+
+    Ctrl-C reaches the terminal's whole process group; this process decides when its
+    children stop. A spawned child that is still importing when the signal arrives would
+    otherwise die of KeyboardInterrupt and look like a crash. (Only the main thread may
+    change signal handlers; elsewhere, e.g. a learner restart, the child ignores SIGINT
+    itself as its first step.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _NoDashboard:

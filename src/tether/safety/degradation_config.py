@@ -67,6 +67,12 @@ class DegradationConfig(BaseModel):
         le=1.0,
         description="Factor SafetyLimits.tightened gets below NORMAL (1)",
     )
+    session_warmup_steps: int = Field(
+        default=50,
+        ge=0,
+        description="A robot session's first control steps whose client watchdog misses do "
+        "not count: start-up work (first calls, the learner's start), not the policy (steps)",
+    )
     history_size: int = Field(
         default=256, ge=1, description="Transitions kept in the history (count)"
     )

@@ -210,7 +210,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             if missed:
                 self._metrics.watchdog_misses.inc(missed)
                 live = self._models.live_engine()
-                session.supervisor.watchdog_misses(missed, live.version.id if live else None)
+                session.supervisor.watchdog_misses(
+                    missed, live.version.id if live else None, session_step=session.steps
+                )
             self._admission.admit(session.robot_id)
             route = None
             if self._router is not None and session.pinned_version is None:

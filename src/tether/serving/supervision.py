@@ -98,9 +98,12 @@ class SessionSupervisor:
             )
         return action, verdict
 
-    def watchdog_misses(self, count: int, policy_version: int | None) -> None:
-        """Clients' watchdog misses count towards degradation like interventions do."""
+    def watchdog_misses(self, count: int, policy_version: int | None, *, session_step: int) -> None:
+        """Clients' watchdog misses count towards degradation like interventions do, except
+        in a session's first ``session_warmup_steps`` steps (start-up, not the policy)."""
         if self._degradation is not None:
+            if session_step <= self._degradation.config.session_warmup_steps:
+                return
             for _ in range(count):
                 self._degradation.report(EventKind.WATCHDOG_MISS, policy_version=policy_version)
 
