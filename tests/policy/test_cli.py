@@ -61,6 +61,25 @@ def test_export_command_writes_a_module(tmp_path: Path, bundle: PolicyBundle) ->
     again = CliRunner().invoke(_app(), ["export", str(bundle.path), str(out)])
     assert again.exit_code == 1
     assert "already exists" in again.output
+    assert "--overwrite" in again.output
+    assert "overwrite=True" not in again.output
+    replaced = CliRunner().invoke(_app(), ["export", str(bundle.path), str(out), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+
+
+def test_inspect_shows_each_training_leg_on_its_own_line() -> None:
+    nested = (
+        "tether pretrain (b, seed 2), continuing 'tether pretrain (a, seed 1), continuing "
+        '"tether pretrain (first)" (10 steps)\' (20 steps)'
+    )
+    nested = nested.replace("\\'", "\\'")
+    legs = inspect_cli.source_lineage(
+        "tether pretrain (c, seed 3), continuing " + repr(nested) + " (30 steps)"
+    )
+    assert len(legs) == 4
+    assert legs[0].startswith("tether pretrain (c, seed 3)")
+    assert legs[-1] == "tether pretrain (first)"
+    assert all("\\" not in leg and "continuing" not in leg for leg in legs)
 
 
 def test_every_command_and_option_has_help() -> None:

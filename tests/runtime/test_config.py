@@ -53,3 +53,17 @@ def test_drift_schedule_scales_with_the_run() -> None:
 def test_docs_configuration_is_the_generated_reference() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert doc == config_reference(), "regenerate: tether config --markdown > docs/configuration.md"
+
+
+def test_a_mistyped_key_gets_did_you_mean_and_no_pydantic_url(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("fleet:\n  robts: 3\nlearnr: {}\nduration_s: -5\n")
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_yaml(path)
+    text = str(info.value)
+    assert "fleet.robts: unknown key; did you mean 'robots'?" in text
+    assert "learnr: unknown key; did you mean 'learner'?" in text
+    assert "duration_s:" in text
+    assert "(got -5)" in text
+    assert "pydantic.dev" not in text
+    assert "type=" not in text

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from tether.runtime.dashboard import Dashboard, DashboardConfig
-from tether.runtime.dashboard_view import duration, size
+from tether.runtime.dashboard_view import duration, size, version_label
 from tether.runtime.degradation_view import level_style
 from tether.runtime.records import RobotSnapshot, RunEvent, SystemSnapshot
 from tether.safety.levels import DegradationLevel
@@ -212,3 +212,31 @@ def test_an_unknown_level_is_shown_not_dropped() -> None:
         dash.update(_snapshot(level="DEGRADED_V2"))
     assert level_style("DEGRADED_V2").rank == -1
     assert "\x1b[1;35m DEGRADED_V2 " in out.getvalue()
+
+
+def test_a_robot_without_a_reply_yet_shows_no_version_and_a_canary_robot_says_so() -> None:
+    """The dashboard showed "v0 pinned" before the first reply, and a canary robot as "v2"."""
+    waiting = RobotSnapshot("arm-1", "baseline", 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
+    canary = RobotSnapshot("arm-0", "learning", 49.8, 1.2, 3.4, 10.0, 0.5, 3, 4, 5)
+    assert version_label(waiting) == "—"
+    assert version_label(canary, canary_version=5) == "v5 canary"
+    assert version_label(canary, canary_version=None) == "v5"
+    console, out = _terminal()
+    with Dashboard(console=console) as dash:
+        dash.update(_snapshot(robots=(canary, waiting), canary_version=5))
+    text = ANSI.sub("", out.getvalue())
+    assert "v5 canary" in text
+    assert "v0" not in text
+
+
+def test_the_dashboard_fits_80_columns_without_truncating_its_headers() -> None:
+    console, out = _terminal(width=80)
+    with Dashboard(console=console) as dash:
+        dash.update(_snapshot(), EVENTS)
+    text = ANSI.sub("", out.getvalue())
+    robots = text.split("robots (", 1)[1].split("candidates", 1)[0]
+    for cell in ("robot", "role", "p50", "p99", "return", "success", "ep.", "version"):
+        assert cell in robots, f"{cell!r} truncated:\n{robots}"
+    for cell in ("learning", "baseline", "v1 pinned", "95.25"):
+        assert cell in robots, f"{cell!r} truncated:\n{robots}"
+    assert "…" not in robots, robots

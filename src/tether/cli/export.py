@@ -35,6 +35,13 @@ def export(
     overwrite: Annotated[bool, typer.Option(help="replace OUT if it exists")] = False,
 ) -> None:
     """Export BUNDLE (normalization and action scaling included) to OUT, checked against the engine."""
+    if out.exists() and not overwrite:
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(out))} already exists; pass --overwrite to "
+            "replace it, or choose another file",
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1)
     try:
         result = export_policy(
             load_bundle(bundle), out, format=format.value, tolerance=tolerance, overwrite=overwrite

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -69,14 +71,45 @@ def _manifest_table(m: BundleManifest) -> Table:
         ),
         (
             "trained",
-            f"{m.metadata.algorithm} from {m.metadata.source or '-'}: {m.metadata.env_steps} env "
-            f"steps, {m.metadata.gradient_updates} updates, seed {m.metadata.seed}",
+            f"{m.metadata.algorithm}: {m.metadata.env_steps} env steps, "
+            f"{m.metadata.gradient_updates} updates, seed {m.metadata.seed}",
         ),
+    ]
+    legs = source_lineage(m.metadata.source)
+    rows += [
+        (f"source, leg {len(legs) - i}" if len(legs) > 1 else "source", leg)
+        for i, leg in enumerate(legs)
     ]
     rows += [(f"metric {k}", f"{v:.6g}") for k, v in m.metadata.metrics]
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+_CONTINUING = re.compile(
+    r"^(?P<head>.*?), continuing (?P<prior>'.*'|\".*\") \((?P<steps>\d+) steps\)$", re.S
+)
+
+
+def source_lineage(source: str) -> list[str]:
+    """A source string that nests its parents' (``..., continuing '<parent>' (N steps)``),
+    as one readable line per training leg, newest first."""
+    legs: list[str] = []
+    text = source
+    while True:
+        match = _CONTINUING.match(text)
+        if match is None:
+            legs.append(text or "-")
+            return legs
+        try:
+            prior = ast.literal_eval(match["prior"])
+        except (SyntaxError, ValueError):
+            legs.append(text)
+            return legs
+        legs.append(
+            f"{match['head']} (continues the leg below from its {match['steps']} env steps)"
+        )
+        text = str(prior)
 
 
 def _io_table(m: BundleManifest) -> Table:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tether.config_errors import describe_validation_error
 from tether.data.channel import ChannelConfig
 from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
@@ -176,7 +177,9 @@ class RunConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(f"invalid run config: {exc}") from exc
+            raise ConfigError(
+                f"invalid run config:\n  {describe_validation_error(exc, cls)}"
+            ) from None
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -38,7 +38,7 @@ def render(snapshot: SystemSnapshot, events: Sequence[RunEvent]) -> RenderableTy
     return Group(
         _header(snapshot),
         gap,
-        _robots(snapshot.robots),
+        _robots(snapshot.robots, snapshot.canary_version),
         gap,
         _system(snapshot),
         gap,
@@ -77,19 +77,32 @@ def _header(s: SystemSnapshot) -> Text:
     )
 
 
-def _robots(robots: Sequence[RobotSnapshot]) -> Table:
+def version_label(r: RobotSnapshot, canary_version: int | None = None) -> str:
+    """The version a robot's last reply named, and why it is that one."""
+    if r.policy_version <= 0:  # no reply from the policy yet (or only watchdog backups)
+        return "—"
+    label = f"v{r.policy_version}"
+    if r.role == "baseline":
+        return f"{label} pinned"
+    if canary_version is not None and r.policy_version == canary_version:
+        return f"{label} canary"
+    return label
+
+
+def _robots(robots: Sequence[RobotSnapshot], canary_version: int | None = None) -> Table:
+    # Short headers and unwrapped cells: the table fits 80 columns without truncating.
     table = Table(
-        title="robots (return: moving average)",
+        title="robots (latency p50/p99 in ms; return: moving average)",
         title_justify="left",
         box=None,
         header_style="bold underline",
         pad_edge=False,
     )
     for column in ("robot", "role"):
-        table.add_column(column)
-    for column in ("Hz", "p50 ms", "p99 ms", "return", "success", "interv.", "episodes"):
-        table.add_column(column, justify="right")
-    table.add_column("version")
+        table.add_column(column, no_wrap=True)
+    for column in ("Hz", "p50", "p99", "return", "success", "interv.", "ep."):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("version", no_wrap=True)
     for r in robots:
         role_style = "dim" if r.role == "baseline" else ""
         table.add_row(
@@ -102,7 +115,7 @@ def _robots(robots: Sequence[RobotSnapshot]) -> Table:
             f"{r.success_rate:.0%}",
             str(r.interventions),
             str(r.episodes),
-            f"v{r.policy_version}" + (" pinned" if r.role == "baseline" else ""),
+            version_label(r, canary_version),
         )
     if not robots:
         table.add_row(Text("no robots connected", style="dim"), *([""] * 9))
@@ -160,7 +173,7 @@ def plain_line(s: SystemSnapshot) -> str:
     robots = (
         f"{r.robot_id}[{r.role}] {r.control_rate_hz:.1f}Hz p50={r.latency_p50_ms:.2f}ms "
         f"p99={r.latency_p99_ms:.2f}ms return={r.return_avg:.2f} success={r.success_rate:.0%} "
-        f"interventions={r.interventions} v{r.policy_version}"
+        f"interventions={r.interventions} version={version_label(r, s.canary_version).replace(' ', '-')}"
         for r in s.robots
     )
     return " | ".join((system, *robots))

@@ -173,6 +173,9 @@ def _versions(data: RunData) -> Figure | str:
                 label=f"{label} ({len(points)})",
             )
     _mark_drifts(ax, data)
+    versions = [s.live_version for s in data.snapshots] + [v for _, _, v in marked if v]
+    # Whole versions only: a single version otherwise gets an axis of 0.95 .. 1.05.
+    ax.set_ylim(min(versions, default=1) - 0.5, max(versions, default=1) + 0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("run time (s)")
     ax.set_ylabel("policy version")

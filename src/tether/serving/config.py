@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tether.config_errors import describe_validation_error
 from tether.errors import ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -223,4 +224,6 @@ class ServerConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(f"server config {path} is invalid: {exc}") from exc
+            raise ConfigError(
+                f"server config {path} is invalid:\n  {describe_validation_error(exc, cls)}"
+            ) from None
