@@ -15,6 +15,7 @@ import numpy as np
 
 from tests.serving.serving_harness import MakeServer
 from tether.data.step import StepRecord
+from tether.safety.degradation_config import DegradationConfig
 from tether.serving.client import PolicyClient
 from tether.serving.client.protocol import RobotIdentity
 from tether.spec import RobotSpec
@@ -79,3 +80,33 @@ def test_a_step_answered_before_the_robot_vanished_is_recorded_before_its_sessio
     while "end" not in events and time.monotonic() < deadline:
         time.sleep(0.01)
     assert events == ["step 0", "step 1", "end"]
+
+
+def test_a_huge_watchdog_total_is_bounded_by_the_steps_received(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """One step claiming 2**63 - 1 misses froze the server (counted one by one on its loop)."""
+    running = make_server()
+    warmup = DegradationConfig().session_warmup_steps + 1
+    identity = RobotIdentity("liar", arm.fingerprint(), arm.obs_dim, arm.act_dim, arm.joint_names)
+
+    def requests():  # type: ignore[no-untyped-def]
+        yield identity.open_message()
+        # Past the session's warm-up, whose misses do not count at all.
+        for index in range(warmup + 3):
+            yield pb.ControlStep(
+                step=pb.StepData(
+                    observation=[0.0] * arm.obs_dim,
+                    episode_id="e",
+                    step_index=index,
+                    watchdog_misses=0 if index < warmup else 2**64 - 1,
+                )
+            )
+
+    start = time.monotonic()
+    with grpc.insecure_channel(running.address) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
+        replies = list(stub.Control(requests(), timeout=10))
+    assert time.monotonic() - start < 5.0
+    assert [r.WhichOneof("kind") for r in replies] == ["opened"] + ["action"] * (warmup + 3)
+    assert running.metric("tether_client_watchdog_misses_total") <= warmup + 3

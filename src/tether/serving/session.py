@@ -36,6 +36,7 @@ class ControlSession:
         self._episode = _EpisodeTally()
         self.steps = 0
         self.watchdog_misses = 0
+        self._received = 0  # steps received, each with its watchdog total
         self._episode_id: str | None = None
         self._last_sent: np.ndarray | None = None
         self._episode_over = False
@@ -89,9 +90,16 @@ class ControlSession:
         )
 
     def misses_reported(self, cumulative: int) -> int:
-        """New watchdog misses since the last step (clients report a running total)."""
-        new = max(0, cumulative - self.watchdog_misses)
-        self.watchdog_misses = max(self.watchdog_misses, cumulative)
+        """New watchdog misses since the last step (clients report a running total).
+
+        A miss is a step the robot ran on its backup, so the total can never exceed the
+        steps this session has received; a larger claim is cut to that. Without the bound
+        one step claiming 2**63 misses kept the event loop counting them one by one.
+        """
+        self._received += 1
+        bounded = min(cumulative, self._received)
+        new = max(0, bounded - self.watchdog_misses)
+        self.watchdog_misses = max(self.watchdog_misses, bounded)
         return new
 
     def step_record(
