@@ -203,6 +203,22 @@ def test_a_malformed_transition_is_rejected_and_counted_without_blocking_the_log
     assert table.column("step_index").to_pylist() == [0, 2, 10, 11]
 
 
+def test_a_stamp_beyond_int64_is_refused_alone_and_the_batch_is_kept(tmp_path: Path) -> None:
+    """A stranger's step stamped 2**63 raised OverflowError and lost the whole flush."""
+    good = make_transitions(3)
+    bad = dataclasses.replace(good[1], client_timestamp_ns=2**63)
+    with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
+        log.put([good[0], bad, good[2]])
+        log.flush()
+        stats = log.stats()
+    assert stats.rows_rejected == 1
+    assert stats.rows_flushed == 2
+    assert stats.flush_errors == 0
+    table, _ = read_log(tmp_path)
+    assert table is not None
+    assert table.column("step_index").to_pylist() == [0, 2]
+
+
 def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: Path) -> None:
     # A long interval: only this test's flushes run, so the failure lands where it expects.
     config = ExperienceLogConfig(flush_interval_s=60, fsync=False)

@@ -110,3 +110,35 @@ def test_a_huge_watchdog_total_is_bounded_by_the_steps_received(
     assert time.monotonic() - start < 5.0
     assert [r.WhichOneof("kind") for r in replies] == ["opened"] + ["action"] * (warmup + 3)
     assert running.metric("tether_client_watchdog_misses_total") <= warmup + 3
+
+
+def test_a_stamp_beyond_int64_is_refused_naming_the_field_and_the_session_goes_on(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    records: list[StepRecord] = []
+    running = make_server(record_step=records.append)
+    identity = RobotIdentity("odd", arm.fingerprint(), arm.obs_dim, arm.act_dim, arm.joint_names)
+
+    def requests():  # type: ignore[no-untyped-def]
+        yield identity.open_message()
+        for index, stamp in enumerate((5, 2**63, 7)):
+            yield pb.ControlStep(
+                step=pb.StepData(
+                    observation=[0.0] * arm.obs_dim,
+                    episode_id="e",
+                    step_index=index,
+                    client_timestamp_ns=stamp,
+                )
+            )
+
+    with grpc.insecure_channel(running.address) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
+        replies = list(stub.Control(requests(), timeout=10))
+    kinds = [r.WhichOneof("kind") for r in replies]
+    assert kinds == ["opened", "action", "error", "action"]
+    assert "step.client_timestamp_ns" in replies[2].error.message
+    assert replies[2].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    deadline = time.monotonic() + 5
+    while len(records) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r.client_timestamp_ns for r in records] == [5, 7]

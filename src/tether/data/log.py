@@ -34,6 +34,11 @@ from tether.data.records import Transition
 logger = logging.getLogger(__name__)
 
 
+# What a row that cannot be stored raises while it is converted (an int beyond int64 is an
+# OverflowError, which escaped the rejection once and cost a whole flush of other rows).
+_UNSTORABLE = (ValueError, TypeError, OverflowError, pa.ArrowException)
+
+
 class ExperienceLogConfig(BaseModel):
     """How often the log flushes, how big its chunks get, and how much it keeps."""
 
@@ -138,7 +143,15 @@ class ExperienceLog:
                 parts, self._pending = self._pending, []
                 self._pending_rows = 0
             rows = [t for part in parts for t in part]
-            batch, rows = self._convert(rows) if rows else (None, rows)
+            try:
+                batch, rows = self._convert(rows) if rows else (None, rows)
+            except Exception as exc:  # unforeseen: keep every row for the next try, loudly
+                with self._pending_lock:
+                    self._pending.insert(0, rows)
+                    self._pending_rows += len(rows)
+                self._n["flush_errors"] += 1
+                self._last_error = repr(exc)
+                raise
             if batch is not None:
                 try:
                     self._write(batch)
@@ -188,13 +201,13 @@ class ExperienceLog:
         so one malformed transition cannot block every later flush."""
         try:
             return record_batch(rows, self._schema), rows
-        except (ValueError, TypeError, pa.ArrowException):
+        except _UNSTORABLE:
             good = [t for t in rows if self._fits(t)]
             rejected = len(rows) - len(good)
             self._n["rows_rejected"] += rejected
             logger.error(
                 "experience log %s: rejected %d transitions that do not fit obs_dim=%d, "
-                "act_dim=%d or the known action sources; they are not logged",
+                "act_dim=%d, the known action sources or int64 fields; they are not logged",
                 self.directory,
                 rejected,
                 self.obs_dim,
@@ -205,7 +218,7 @@ class ExperienceLog:
     def _fits(self, transition: Transition) -> bool:
         try:
             record_batch([transition], self._schema)
-        except (ValueError, TypeError, pa.ArrowException):
+        except _UNSTORABLE:
             return False
         return True
 

@@ -40,7 +40,7 @@ from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.session import ControlSession
 from tether.serving.supervision import SupervisorFactory
-from tether.serving.validation import identifier, scalar, vector
+from tether.serving.validation import identifier, scalar, stored_int, vector
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
 
@@ -200,6 +200,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             cfg = self._config.validation
             obs = vector(step.observation, "step.observation", self._spec.obs_dim, self._max_obs)
             reward = scalar(step.reward, "step.reward", cfg.max_abs_reward)
+            stored_int(step.step_index, "step.step_index")
+            stored_int(step.client_timestamp_ns, "step.client_timestamp_ns")
             episode = identifier(step.episode_id, "step.episode_id", cfg)
             executed = None
             if len(step.executed_action):

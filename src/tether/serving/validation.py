@@ -62,3 +62,14 @@ def scalar(value: float, field: str, max_abs: float) -> float:
     if not math.isfinite(value) or abs(value) > max_abs:
         raise RequestInvalid(f"{field} is {value}, expected a finite number within ±{max_abs:g}")
     return float(value)
+
+
+# Counts, indices and stamps that the experience log stores as int64 (the wire's uint64
+# goes beyond it: a stamp of 2**63 made a whole flush of other robots' rows fail).
+MAX_STORED_INT = 2**63 - 1
+
+
+def stored_int(value: int, field: str) -> int:
+    if value > MAX_STORED_INT:
+        raise RequestInvalid(f"{field} is {value}, expected at most {MAX_STORED_INT} (int64)")
+    return int(value)
