@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ def _plan(seed: int, task_seeds: tuple[int, ...]) -> RobotPlan:
         drift=DriftSchedule(),
         pin_version=None,
         client=ClientOptions(),
+        parent_pid=os.getpid(),
     )
 
 

@@ -38,6 +38,7 @@ from tether.learning.errors import LearnerProcessError
 from tether.learning.learner import N_COUNTERS, Learner, LearnerCounters
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import learner_placement
+from tether.lifeline import die_with_parent
 from tether.policy.bundle import load_bundle
 from tether.policy.shared_weights import SharedWeights
 
@@ -56,6 +57,7 @@ class LearnerLaunch:
     resume: bool
     cores: tuple[int, ...]
     torch_threads: int
+    parent_pid: int
 
 
 def _place(launch: LearnerLaunch, nice: int) -> None:
@@ -78,8 +80,10 @@ def learner_main(
     stop: MpEvent,
 ) -> None:
     """Entry point of the learner process."""
-    # Ctrl-C reaches the whole process group; the parent decides when the learner stops.
+    # Ctrl-C reaches the whole process group; the parent decides when the learner stops,
+    # and if the parent dies the learner goes with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(launch.parent_pid)
     config = LearnerConfig.model_validate_json(launch.config_json)
     _place(launch, config.nice)
     bundle = load_bundle(launch.bundle_path)
@@ -206,6 +210,7 @@ class LearnerSupervisor:
             resume=resume,
             cores=self.cores,
             torch_threads=self.torch_threads,
+            parent_pid=os.getpid(),
         )
         process = self._ctx.Process(
             target=learner_main,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tether.lifeline import die_with_parent
 from tether.runtime.records import EpisodeRecord, RobotSnapshot, RunEvent
 from tether.serving.client.options import ClientOptions
 from tether.serving.client.sync import PolicyClient
@@ -55,6 +56,7 @@ class RobotPlan:
     drift: DriftSchedule
     pin_version: int | None
     client: ClientOptions  # the server's token and TLS root, if it has them
+    parent_pid: int  # the run's main process: the robot dies with it
 
 
 class StartSignal:
@@ -116,8 +118,10 @@ class _Episode:
 def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
     """Process entry point: drive the arm until ``stop`` is set or the duration is over."""
     logging.basicConfig(level=logging.WARNING)
-    # Ctrl-C reaches the whole process group; the parent decides when robots stop.
+    # Ctrl-C reaches the whole process group; the parent decides when robots stop, and if
+    # the parent dies its robots go with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(plan.parent_pid)
     base = ArmDynamics.nominal()
     env = ArmEnv(dynamics=base, seed=plan.seed)
     spec = env.robot_spec

@@ -388,6 +388,7 @@ class RunSystem:
                     drift=drift,
                     pin_version=self._initial if baseline else None,
                     client=client,
+                    parent_pid=os.getpid(),
                 )
             )
         return plans
