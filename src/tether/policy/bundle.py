@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -268,17 +269,42 @@ def _read_tensors(
 
 
 def _read_bounded(file: Path, limit: int, what: str) -> bytes:
-    """Read ``file`` only if it is at most ``limit`` bytes, checked before and while reading."""
+    """Read ``file`` only if it is a regular file inside its bundle of at most ``limit``
+    bytes, checked before and while reading.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO put where the
+    weights belong is refused instead of hanging the reader, and a symbolic link that
+    leads out of the bundle directory is refused instead of followed.
+    """
+    root = file.parent.resolve()
     try:
-        size = file.stat().st_size
-        if size > limit:
-            raise BundleSizeError(
-                f"{file}: {size} bytes exceeds {limit} bytes ({what}); refusing to read it"
-            )
-        with file.open("rb") as fh:
-            data = fh.read(limit + 1)
+        resolved = file.resolve(strict=True)
     except FileNotFoundError as exc:
         raise BundleNotFound(f"{file}: missing; a bundle needs this file") from exc
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise BundleFormatError(f"{file}: cannot be resolved ({exc})") from exc
+    if resolved.parent != root:
+        raise BundleFormatError(
+            f"{file}: a link to {resolved}, outside the bundle directory; a bundle's files "
+            "must lie in it (copy the file in instead of linking it)"
+        )
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise BundleNotFound(f"{file}: missing; a bundle needs this file") from exc
+    except OSError as exc:
+        raise BundleFormatError(f"{file}: cannot be opened ({exc.strerror})") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise BundleFormatError(f"{file}: {kind}; a bundle's files are regular files")
+    with os.fdopen(fd, "rb") as fh:
+        if info.st_size > limit:
+            raise BundleSizeError(
+                f"{file}: {info.st_size} bytes exceeds {limit} bytes ({what}); refusing to read it"
+            )
+        data = fh.read(limit + 1)
     if len(data) > limit:
         raise BundleSizeError(f"{file}: grew past {limit} bytes ({what}) while being read")
     return data

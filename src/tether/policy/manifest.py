@@ -274,6 +274,45 @@ class BundleManifest:
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
+# Every field the format has, per section (``robot.spec`` is a RobotSpec document with its
+# own reader). A field outside these is refused by name: it is a typo, or a newer format
+# this tether would silently misread.
+_FIELDS: dict[str, frozenset[str]] = {
+    "": frozenset(
+        {
+            "format", "format_version", "created_at", "version", "observation", "action",
+            "normalizer", "architecture", "weights", "training", "robot", "training_metadata",
+        }
+    ),
+    "version": frozenset({"id", "name", "parent"}),
+    "observation": frozenset({"dim", "names"}),
+    "action": frozenset({"dim", "names", "low", "high"}),
+    "normalizer": frozenset({"mean", "var", "clip", "epsilon"}),
+    "architecture": frozenset({"kind", "obs_dim", "act_dim", "hidden_sizes", "activation"}),
+    "weights": frozenset({"file", "sha256", "size_bytes"}),
+    "training": frozenset({"file", "sha256", "size_bytes"}),
+    "robot": frozenset({"fingerprint", "spec"}),
+    "training_metadata": frozenset(
+        {"algorithm", "source", "env_steps", "gradient_updates", "seed", "metrics"}
+    ),
+}  # fmt: skip
+
+
+def _refuse_unknown_fields(source: str, root: dict[str, Any]) -> None:
+    sections = [("", root)] + [
+        (name, root[name]) for name in _FIELDS if name and isinstance(root.get(name), dict)
+    ]
+    for name, section in sections:
+        unknown = sorted(set(section) - _FIELDS[name])
+        if unknown:
+            where = f"'{name}.{unknown[0]}'" if name else f"'{unknown[0]}'"
+            raise BundleFormatError(
+                f"{source}: field {where} is not part of {FORMAT_NAME} format "
+                f"{FORMAT_VERSION} (unknown: {', '.join(unknown)}); a newer tether wrote "
+                "this bundle, or the field is mistyped"
+            )
+
+
 def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest:
     """Parse and validate manifest JSON; errors name ``source`` and the field."""
     try:
@@ -282,8 +321,13 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
         raise BundleFormatError(
             f"{source}: not valid JSON ({exc}); rewrite it with save_bundle"
         ) from exc
+    except RecursionError:
+        raise BundleFormatError(
+            f"{source}: JSON nested too deeply to be a manifest; rewrite it with save_bundle"
+        ) from None
     r = _Reader(source)
     root = r.obj(doc, "")
+    _refuse_unknown_fields(source, root)
     fmt = r.get(root, "format", str)
     if fmt != FORMAT_NAME:
         raise BundleFormatError(f"{source}: field 'format' must be {FORMAT_NAME!r}, found {fmt!r}")
