@@ -7,6 +7,8 @@ halves at the drift and never comes back, and a learning robot that recovers to 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import struct
 from pathlib import Path
@@ -24,6 +26,7 @@ from tether.runtime.records import (
     EVENTS_FILE,
     LATENCY_FILE,
     SNAPSHOTS_FILE,
+    SUMMARY_FILE,
     EpisodeRecord,
     JsonlWriter,
     RobotSnapshot,
@@ -33,6 +36,8 @@ from tether.runtime.records import (
 from tether.runtime.report import ReportConfig, ReportError, build_report, summarize_run
 from tether.runtime.report_data import load_run
 from tether.runtime.report_plots import moving_average
+from tether.runtime.report_stats import ratio_interval, wilson_interval
+from tether.runtime.report_summary import headline
 
 DRIFT_S = 100.0
 END_S = 400.0
@@ -458,3 +463,52 @@ def test_one_drift_reported_by_every_robot_is_marked_once(tmp_path: Path) -> Non
     writer.close()
     data = load_run(tmp_path)
     assert data.drifts == ((10.0, "drift begins"), (20.0, "drift complete"))
+
+
+def test_wilson_and_ratio_intervals_match_known_values() -> None:
+    low, high = wilson_interval(0, 10) or (None, None)
+    assert low == 0.0
+    assert high == pytest.approx(0.2775, abs=1e-3)
+    low, high = wilson_interval(10, 10) or (None, None)
+    assert low == pytest.approx(0.7225, abs=1e-3)
+    assert high == 1.0
+    assert wilson_interval(0, 0) is None
+    kept = ratio_interval(9, 10, 9, 10)
+    assert kept is not None
+    assert kept[0] == 1.0
+    assert kept[1] < 1.0 < kept[2]
+    assert ratio_interval(3, 10, 0, 10) is None  # no reference success: no ratio
+
+
+def test_summary_json_holds_every_roles_figures_and_the_headline(run_dir: Path) -> None:
+    build_report(run_dir)
+    doc = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    assert set(doc["roles"]) == {"learning", "baseline"}
+    learning = doc["roles"]["learning"]
+    assert learning["pre_drift"]["success_rate"] == 1.0
+    assert learning["post_drift"]["successes"] == 5
+    assert learning["post_drift"]["episodes"] == 11
+    low, high = learning["post_drift"]["success_ci95"]
+    assert low < 5 / 11 < high
+    kept, kept_low, kept_high = learning["success_kept"]
+    assert kept == pytest.approx(5 / 11, abs=1e-6)
+    assert kept_low < kept < kept_high
+    for key in ("promotions", "rejections", "rollbacks", "latency_ms", "violations", "contacts"):
+        assert key in doc
+    assert doc["headline"] == headline(summarize_run(run_dir))
+    # 5/11 against 0/11 after 9/9 before: both intervals are wide at 11 episodes
+    assert doc["headline"].startswith("No clear effect of learning")
+    assert doc["headline"] in (run_dir / "report.html").read_text(encoding="utf-8")
+
+
+def test_the_headline_says_learning_helped_when_the_intervals_separate(run_dir: Path) -> None:
+    s = summarize_run(run_dir)
+    learning, baseline = s.role("learning"), s.role("baseline")
+    clear = dataclasses.replace(
+        s,
+        roles=(
+            dataclasses.replace(learning, success_kept=(0.95, 0.85, 1.0)),
+            dataclasses.replace(baseline, success_kept=(0.3, 0.15, 0.5)),
+        ),
+    )
+    assert headline(clear).startswith("Learning helped: the learning robots kept 95%")

@@ -95,7 +95,13 @@ def test_no_degradation_in_the_first_20_s_of_control_time(run_dir: Path) -> None
 
 
 def test_run_directory_holds_everything_the_report_needs(run_dir: Path) -> None:
-    for name in ("config.yaml", "events.jsonl", "episodes.jsonl", "snapshots.jsonl"):
+    for name in (
+        "config.yaml",
+        "events.jsonl",
+        "episodes.jsonl",
+        "snapshots.jsonl",
+        "summary.json",
+    ):
         assert (run_dir / name).stat().st_size > 0, name
     assert np.load(run_dir / "latency_ms.npy").size > 100
     assert (run_dir / "final_bundle" / "manifest.json").exists()

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.runtime.report import ReportConfig, ReportError, build_report, summarize_run
+from tether.runtime.report_summary import headline
 from tether.runtime.report_table import rich_facts, rich_summary
 
 _FIELDS = ReportConfig.model_fields
@@ -40,6 +41,7 @@ def report(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
         )
         raise typer.Exit(code=1) from exc
+    console.print(headline(summary), markup=False, highlight=False, soft_wrap=True)
     console.print(rich_facts(summary))
     console.print(rich_summary(summary))
     for line in summary.notes + summary.unreadable:

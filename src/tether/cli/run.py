@@ -15,6 +15,7 @@ from rich.markup import escape
 from tether.errors import TetherError
 from tether.runtime.config import RunConfig, config_reference
 from tether.runtime.report import summarize_run
+from tether.runtime.report_summary import headline
 from tether.runtime.report_table import rich_facts, rich_summary
 from tether.runtime.system import RunSystem, new_run_dir
 
@@ -108,6 +109,7 @@ def run(
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from exc
     console = Console()
+    console.print(headline(summary), markup=False, highlight=False, soft_wrap=True)
     console.print(rich_facts(summary))
     console.print(rich_summary(summary))
     console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)

@@ -34,6 +34,7 @@ CONFIG_FILE = "config.yaml"
 EXPERIENCE_DIR = "experience"
 FINAL_BUNDLE_DIR = "final_bundle"
 REPORT_FILE = "report.html"
+SUMMARY_FILE = "summary.json"
 PLOTS_DIR = "plots"
 
 
@@ -81,6 +82,7 @@ class EpisodeRecord:
     violations: int
     contacts: int
     drift_phase: str
+    final_distance_m: float | None = None  # end effector to target at the episode's end
 
 
 @dataclass(frozen=True)

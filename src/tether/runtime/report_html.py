@@ -12,7 +12,7 @@ from html import escape
 
 from tether.runtime.records import SystemSnapshot
 from tether.runtime.report_plots import Plot
-from tether.runtime.report_summary import RunSummary
+from tether.runtime.report_summary import RunSummary, headline
 from tether.runtime.report_table import (
     GATE_COLUMNS,
     ROLE_COLUMNS,
@@ -24,7 +24,7 @@ from tether.runtime.report_table import (
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #212121; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
+h1 { font-size: 1.5em; } .headline { font-size: 1.1em; font-weight: bold; } h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 th, td { border: 1px solid #cfd8dc; padding: 0.3em 0.6em; text-align: left; }
 th { background: #eceff1; }
@@ -51,10 +51,15 @@ def render_html(
         f"<title>tether run report: {escape(summary.run_dir.name)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>tether run report: {escape(summary.run_dir.name)}</h1>",
+        f'<p class="headline">{escape(headline(summary))}</p>',
         _facts(summary),
         _problems(summary),
         "<h2>Summary by role</h2>",
-        _table(ROLE_COLUMNS, [role_row(r) for r in summary.roles], bad_columns=(9, 10)),
+        _table(
+            ROLE_COLUMNS,
+            [role_row(r) for r in summary.roles],
+            bad_columns=(ROLE_COLUMNS.index("violations"), ROLE_COLUMNS.index("contacts")),
+        ),
         _notes(summary.notes),
         "<h2>Promotions, rejections and rollbacks</h2>",
         _gate(summary),

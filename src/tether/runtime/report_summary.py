@@ -23,6 +23,7 @@ from tether.runtime.degradation_view import level_style
 from tether.runtime.records import EpisodeRecord, RunEvent
 from tether.runtime.report_config import ReportConfig, ReportError
 from tether.runtime.report_data import RunData, load_run
+from tether.runtime.report_stats import mean_and_error, ratio_interval, wilson_interval
 
 GATE_EVENT_KINDS = ("promotion", "rejection", "rollback")
 
@@ -46,6 +47,15 @@ class RoleSummary:
     backups: int
     violations: int
     contacts: int
+    # How sure the success figures are (95 %, see report_stats), and the episodes' final
+    # distance to the target (mean, standard error), before the drift and at the end.
+    pre_drift_successes: int = 0
+    post_drift_successes: int = 0
+    pre_drift_success_ci: tuple[float, float] | None = None
+    post_drift_success_ci: tuple[float, float] | None = None
+    success_kept: tuple[float, float, float] | None = None  # post/pre success: ratio, low, high
+    pre_drift_final_distance_m: tuple[float, float] | None = None
+    post_drift_final_distance_m: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,7 @@ def _role_summary(
         notes.append(
             f"{role}: no episode ended after {post_from:.1f} s: post-drift return undefined"
         )
+    k_pre, k_post = sum(e.success for e in pre), sum(e.success for e in post)
     ratio: float | None = None
     if pre_return is not None and post_return is not None:
         if pre_return > 0.0:
@@ -222,7 +233,18 @@ def _role_summary(
         backups=sum(e.backups for e in episodes),
         violations=sum(e.violations for e in episodes),
         contacts=sum(e.contacts for e in episodes),
+        pre_drift_successes=k_pre,
+        post_drift_successes=k_post,
+        pre_drift_success_ci=wilson_interval(k_pre, len(pre)),
+        post_drift_success_ci=wilson_interval(k_post, len(post)),
+        success_kept=ratio_interval(k_post, len(post), k_pre, len(pre)),
+        pre_drift_final_distance_m=mean_and_error(_distances(pre)),
+        post_drift_final_distance_m=mean_and_error(_distances(post)),
     )
+
+
+def _distances(episodes: Sequence[EpisodeRecord]) -> list[float]:
+    return [e.final_distance_m for e in episodes if e.final_distance_m is not None]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -251,3 +273,89 @@ def _detail(value: object) -> str:
 
 def _degradation_targets(events: Sequence[RunEvent]) -> list[str]:
     return [str(e.details["to"]) for e in events if e.kind == "degradation" and "to" in e.details]
+
+
+def headline(s: RunSummary) -> str:
+    """The run's outcome in words: did learning help, by how much, and how sure."""
+    parts = []
+    for role, who in (("learning", "the learning robots"), ("baseline", "the frozen baseline")):
+        summary = next((r for r in s.roles if r.role == role), None)
+        if summary is None or summary.success_kept is None:
+            continue
+        kept, low, high = summary.success_kept
+        parts.append(
+            f"{who} kept {kept:.0%} of their pre-drift success (95 % CI {low:.0%}–{high:.0%}; "
+            f"{summary.post_drift_successes}/{summary.post_drift_episodes} episodes at the end "
+            f"against {summary.pre_drift_successes}/{summary.pre_drift_episodes} before the drift)"
+        )
+    if not parts:
+        return "Not enough episodes before the drift and at the end to say whether learning helped."
+    verdict = ""
+    learning = next((r for r in s.roles if r.role == "learning"), None)
+    baseline = next((r for r in s.roles if r.role == "baseline"), None)
+    if learning and baseline and learning.success_kept and baseline.success_kept:
+        if learning.success_kept[1] > baseline.success_kept[2]:
+            verdict = "Learning helped: "
+        elif learning.success_kept[2] < baseline.success_kept[1]:
+            verdict = "Learning hurt: "
+        else:
+            verdict = "No clear effect of learning (the intervals overlap): "
+    return verdict + "; ".join(parts) + "."
+
+
+def summary_document(s: RunSummary) -> dict[str, object]:
+    """``summary.json``: the run's figures for scripts and CI, one entry per role."""
+
+    def interval(ci: tuple[float, ...] | None) -> list[float] | None:
+        return None if ci is None else [round(float(v), 6) for v in ci]
+
+    return {
+        "run_dir": str(s.run_dir),
+        "headline": headline(s),
+        "duration_s": s.duration_s,
+        "interrupted_by": s.interrupted_by,
+        "first_drift_s": s.first_drift_s,
+        "post_drift_from_s": s.post_drift_from_s,
+        "roles": {
+            r.role: {
+                "robots": list(r.robots),
+                "episodes": r.episodes,
+                "pre_drift": {
+                    "episodes": r.pre_drift_episodes,
+                    "successes": r.pre_drift_successes,
+                    "success_rate": r.pre_drift_success_rate,
+                    "success_ci95": interval(r.pre_drift_success_ci),
+                    "final_distance_m": interval(r.pre_drift_final_distance_m),
+                    "return": r.pre_drift_return,
+                },
+                "post_drift": {
+                    "episodes": r.post_drift_episodes,
+                    "successes": r.post_drift_successes,
+                    "success_rate": r.post_drift_success_rate,
+                    "success_ci95": interval(r.post_drift_success_ci),
+                    "final_distance_m": interval(r.post_drift_final_distance_m),
+                    "return": r.post_drift_return,
+                },
+                "success_kept": interval(r.success_kept),
+                "interventions": r.interventions,
+                "backups": r.backups,
+                "violations": r.violations,
+                "contacts": r.contacts,
+            }
+            for r in s.roles
+        },
+        "promotions": [{"t_s": g.t_s, "version": g.version} for g in s.promotions],
+        "rejections": [
+            {"t_s": g.t_s, "version": g.version, "stage": g.stage} for g in s.rejections
+        ],
+        "rollbacks": [{"t_s": g.t_s, "version": g.version} for g in s.rollbacks],
+        "degradation_transitions": s.degradation_transitions,
+        "worst_degradation_level": s.worst_degradation_level,
+        "violations": s.violations,
+        "contacts": s.contacts,
+        "latency_ms": {
+            "p50": s.latency_p50_ms,
+            "p99": s.latency_p99_ms,
+            "samples": s.latency_samples,
+        },
+    }

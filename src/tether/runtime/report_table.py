@@ -20,6 +20,8 @@ ROLE_COLUMNS: tuple[str, ...] = (
     "post-drift return",
     "recovery post/pre",
     "success pre / post / all",
+    "success kept (95 % CI)",
+    "final distance pre / post",
     "interventions",
     "backups",
     "violations",
@@ -49,11 +51,23 @@ def role_row(r: RoleSummary) -> tuple[str, ...]:
         number(r.post_drift_return),
         percent(r.recovery_ratio),
         success,
+        _kept(r.success_kept),
+        " / ".join(
+            _distance(d) for d in (r.pre_drift_final_distance_m, r.post_drift_final_distance_m)
+        ),
         str(r.interventions),
         str(r.backups),
         str(r.violations),
         str(r.contacts),
     )
+
+
+def _kept(kept: tuple[float, float, float] | None) -> str:
+    return UNDEFINED if kept is None else f"{kept[0]:.0%} ({kept[1]:.0%}–{kept[2]:.0%})"
+
+
+def _distance(mean_se: tuple[float, float] | None) -> str:
+    return UNDEFINED if mean_se is None else f"{mean_se[0] * 100:.1f} cm"
 
 
 def gate_events(summary: RunSummary) -> tuple[GateEvent, ...]:

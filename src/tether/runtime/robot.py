@@ -113,6 +113,7 @@ class _Episode:
         self.violations = 0
         self.contacts = 0
         self.version = 0
+        self.final_distance_m: float | None = None
 
 
 def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
@@ -213,6 +214,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                     # Success is judged on the episode's last step, as the gate and the
                     # evaluations judge it: reaching the target in passing does not count.
                     ep.success = bool(info["success"])
+                    ep.final_distance_m = float(info["distance_m"])
                     ep.violations += int(info["joint_limit_violation"])
                     ep.contacts += int(info["obstacle_contact"])
                 if now - last_snapshot >= _SNAPSHOT_INTERVAL_S:
@@ -265,6 +267,7 @@ def _episode_record(plan: RobotPlan, t_s: float, n: int, ep: _Episode, phase: st
         violations=ep.violations,
         contacts=ep.contacts,
         drift_phase=phase,
+        final_distance_m=ep.final_distance_m,
     )
 
 
