@@ -267,3 +267,19 @@ def test_tether_admin_defaults_to_the_admin_port() -> None:
     helped = _admin_cli("--help")
     assert helped.returncode == 0
     assert DEFAULT_TARGET in helped.stdout
+
+
+def test_plaintext_off_loopback_is_warned_about_loudly() -> None:
+    """`tether serve` prints this warning on stderr at start (tests bind loopback only)."""
+    from tether.serving.security import exposure_warning
+
+    assert exposure_warning("127.0.0.1", tls=False, token=False) is None
+    assert exposure_warning("[::1]", tls=False, token=True) is None
+    assert exposure_warning("localhost", tls=False, token=False) is None
+    assert exposure_warning("0.0.0.0", tls=True, token=True) is None
+    open_door = exposure_warning("0.0.0.0", tls=False, token=False)
+    assert open_door is not None
+    assert "anyone" in open_door
+    leaked = exposure_warning("192.0.2.7", tls=False, token=True)
+    assert leaked is not None
+    assert "token in the clear" in leaked

@@ -31,6 +31,10 @@ def _announce(server: PolicyServer, admin_port: int | None) -> None:
         f"metrics {metrics}, admin {admin}",
         flush=True,
     )
+    if server.exposure_warning is not None:
+        Console(stderr=True).print(
+            f"[bold red]WARNING:[/] {escape(server.exposure_warning)}", soft_wrap=True
+        )
 
 
 def serve(

@@ -10,6 +10,7 @@ without secrets; every other method needs ``authorization: Bearer <token>``.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -115,3 +116,34 @@ def _deny(handler: Handler, why: str) -> Handler:
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(streaming, des, ser)
     return grpc.unary_unary_rpc_method_handler(unary, des, ser)
+
+
+def exposure_warning(host: str, *, tls: bool, token: bool) -> str | None:
+    """What a server bound to ``host`` exposes that it should not, or None.
+
+    Loopback is reachable from this machine alone; any other address puts robot commands
+    (and a bearer token, if one is configured) on the network in the clear without TLS.
+    """
+    if tls or _is_loopback(host):
+        return None
+    if token:
+        return (
+            f"serving on {host} without TLS sends the bearer token in the clear: anyone on "
+            "the network can read it and command the robots; set security.tls_cert_file and "
+            "security.tls_key_file"
+        )
+    return (
+        f"serving on {host} without TLS or a token: anyone who reaches this address can "
+        "command the robots; set security.tls_cert_file/tls_key_file and "
+        "security.bearer_token_file, or bind 127.0.0.1"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    bare = host.strip("[]")
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:  # a host name: only its resolution would tell; assume exposed
+        return False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -35,12 +36,19 @@ from tether.serving.holder import EngineLike, LiveModel, ModelSource, VersionRou
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
 from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
-from tether.serving.security import BearerTokenInterceptor, bearer_token, server_credentials
+from tether.serving.security import (
+    BearerTokenInterceptor,
+    bearer_token,
+    exposure_warning,
+    server_credentials,
+)
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
 from tether.serving.supervision import SupervisorFactory
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
 
 _GAUGE_PERIOD_S = 0.05
 POLICY_SERVICE = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
@@ -96,6 +104,7 @@ class PolicyServer:
         self._metrics_http: MetricsHttpServer | None = None
         self.port = 0
         self.metrics_port: int | None = None
+        self.exposure_warning: str | None = None  # set by start(): plaintext off loopback
         self._next_gauge_update = 0.0
 
     @property
@@ -115,6 +124,11 @@ class PolicyServer:
             check_port_free(cfg.metrics_host, cfg.metrics_port, "--metrics-port")
         credentials = server_credentials(cfg.security)
         token = bearer_token(cfg.security)
+        self.exposure_warning = exposure_warning(
+            cfg.host, tls=credentials is not None, token=bool(token)
+        )
+        if self.exposure_warning is not None:
+            log.warning("%s", self.exposure_warning)
         self._batcher = DynamicBatcher(
             self._pipeline.run,
             cfg.batcher,
