@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tether.config_errors import describe_validation_error
+from tether.config import describe_validation_error
 from tether.data.channel import ChannelConfig
 from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig

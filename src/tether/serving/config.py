@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tether.config_errors import describe_validation_error
+from tether.config import describe_validation_error
 from tether.errors import ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
