@@ -1,4 +1,5 @@
-"""Supervisor cost per action: a 7-joint synthetic robot and the built-in MuJoCo arm.
+"""Supervisor cost per action: a 7-joint synthetic robot and the built-in MuJoCo arm,
+and the supervisor for commanded positions beside the torque one on the arm.
 
 Target (issue 4): tens of microseconds per action for a 7-joint spec. Cases: an action
 already inside every limit (the common case, returned untouched), random actions that
@@ -11,7 +12,15 @@ Each case is timed for ``Supervisor`` and for ``ReferenceSupervisor``
 same interleaved runs. With ``--baseline-src TREE`` (a checkout of an earlier commit),
 the shipped policy's closed loop is also timed for that tree's supervisor and this
 one's, each in a fresh process on its own closed loop, rounds alternating. Every figure
-comes from one run of this script:
+comes from one run of this script.
+
+The second table times ``PositionSupervisor`` (commanded joint positions, issue 14;
+target ≤ 20 µs per action) beside ``Supervisor`` (torques) on the built-in arm in the
+same interleaved runs: a command or action inside every limit at the home pose, random
+ones at random states, NaN, and each one's closed loop on the MuJoCo arm (the torque
+supervisor's random policy as above; for positions a random-target policy tracked by
+the joint impedance law τ = Kp·(q_cmd − q) − Kd·q̇ + g(q) at the physics rate, emulated
+here until ``tether.sim`` has its own):
 
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
 """
@@ -32,6 +41,8 @@ import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
+from tether.safety.position import ARM_IMPEDANCE
+from tether.safety.position.presets import arm_position_supervisor
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmEnv, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
@@ -107,6 +118,49 @@ def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.n
         if terminated or truncated:
             obs, _ = env.reset()
             previous = None
+    return out
+
+
+def impedance_trajectory(
+    steps: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(observation, proposed command, previous command) along a closed loop on the MuJoCo
+    arm: a policy that heads for a new random pose every 25 steps, in steps of up to 0.1
+    rad, through the position supervisor, tracked by the impedance law at the physics
+    rate (ARM_IMPEDANCE, nominal gravity, saturated at the torque limits)."""
+    import mujoco
+
+    from tether.sim.geometry import ARM
+    from tether.sim.mjcf import build_model
+
+    spec = arm_spec()
+    model = build_model(ARM)
+    data = mujoco.MjData(model)
+    kin = ArmKinematics(spec)
+    supervisor = arm_position_supervisor()
+    rng = np.random.default_rng(seed)
+    low, high = np.asarray(spec.joint_position_low_rad), np.asarray(spec.joint_position_high_rad)
+    limit = np.asarray(spec.torque_limit_nm)
+    kp = np.asarray(ARM_IMPEDANCE.stiffness_nm_per_rad)
+    kd = np.asarray(ARM_IMPEDANCE.damping_nm_s_per_rad)
+    data.qpos[:] = spec.home_position_rad
+    mujoco.mj_forward(model, data)
+    previous: np.ndarray | None = None
+    target = np.asarray(spec.home_position_rad)
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for step in range(steps):
+        if step % 25 == 0:
+            target = rng.uniform(low, high)
+        obs = np.zeros(spec.obs_dim, dtype=np.float32)
+        obs[:4], obs[4:8] = data.qpos, data.qvel
+        q = data.qpos.copy()
+        command = (q + np.clip(target - q, -0.1, 0.1)).astype(np.float32)
+        out.append((obs, command, previous))
+        previous, _ = supervisor.filter(obs, command, previous)
+        for _ in range(ARM.substeps):
+            tau = kp * (previous - data.qpos) - kd * data.qvel + kin.gravity_torque(data.qpos)
+            data.ctrl[:] = np.clip(tau, -limit, limit) / limit
+            mujoco.mj_step(model, data)
     return out
 
 
@@ -292,6 +346,49 @@ def main() -> None:
         ),
     ):
         cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
+    # Position commands beside torques on the built-in arm.
+    pos_pass, pos_random_sup, pos_loop_sup = (arm_position_supervisor() for _ in range(3))
+    pos_nan_sup = arm_position_supervisor()
+    at_home = np.zeros(arm.obs_dim, dtype=np.float32)
+    at_home[:4] = arm.home_position_rad
+    home_command = np.asarray(arm.home_position_rad, dtype=np.float32)
+    hold_home = (kin.gravity_torque(at_home[:4].astype(np.float64)) / arm.torque_limit_nm).astype(
+        np.float32
+    )
+    assert pos_pass.filter(at_home, home_command)[1].source == "policy"
+    assert sup_arm.filter(at_home, hold_home)[1].source == "policy"
+    random_commands = [
+        (s, (s[:4] + rng.uniform(-0.1, 0.1, 4)).astype(np.float32), None) for s in states_arm
+    ]
+    pos_corrected = sum(
+        pos_random_sup.filter(o, c)[1].source != "policy" for o, c, _ in random_commands
+    ) / len(random_commands)
+    pos_loop = impedance_trajectory(2000, seed=0)
+    nan4 = np.full(4, np.nan, dtype=np.float32)
+    torque_pass, torque_nan = arm_supervisor(), arm_supervisor()
+    for label, position, torque in (
+        (
+            "inside every limit at the home pose",
+            lambda: pos_pass.filter(at_home, home_command),
+            lambda: torque_pass.filter(at_home, hold_home),
+        ),
+        (
+            f"random at random states (positions: within 0.1 rad, {pos_corrected:.0%} corrected)",
+            cycling(random_commands, pos_random_sup),
+            cycling(random_arm, sup_arm),
+        ),
+        (
+            "closed loop on the MuJoCo arm (2,000 steps)",
+            cycling(pos_loop, pos_loop_sup),
+            cycling(loop, loop_sup),
+        ),
+        (
+            "NaN -> backup",
+            lambda: pos_nan_sup.filter(at_home, nan4),
+            lambda: torque_nan.filter(at_home, nan4),
+        ),
+    ):
+        cases += [(f"{label} || position", position), (f"{label} || torque", torque)]
     cases += [
         ("  of which kinematics: gravity + end effector + spheres | -", kinematics),
         ("reference: numpy add of two 7-vectors | -", lambda: a + a),
@@ -310,7 +407,12 @@ def main() -> None:
         f"numpy {np.__version__}, torch {torch.__version__}"
     )
     table: dict[str, dict[str, float]] = {}
+    side_by_side: dict[str, dict[str, float]] = {}
     for name, us in rows:
+        if " || " in name:
+            label, which = name.split(" || ")
+            side_by_side.setdefault(label, {})[which] = us
+            continue
         label, which = name.split(" | ")
         table.setdefault(label, {})[which] = us
     print("| case | Supervisor µs | reference µs | speed-up |")
@@ -321,6 +423,11 @@ def main() -> None:
             print(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.1f}x |")
         else:
             print(f"| {label} | {got['-']:.1f} | | |")
+    print("\nBuilt-in arm, commanded positions beside torques (same runs):")
+    print("| case | PositionSupervisor µs | Supervisor (torque) µs |")
+    print("|---|---|---|")
+    for label, got in side_by_side.items():
+        print(f"| {label} | {got['position']:.1f} | {got['torque']:.1f} |")
     if args.baseline_src is not None:
         print(f"\nShipped policy's closed loop ({args.episodes} episodes, deterministic, nominal):")
         print("| supervisor | µs per action | actions corrected |")

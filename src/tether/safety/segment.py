@@ -10,8 +10,9 @@ a margin may leave it.
 
 Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it clear:
 a whole segment whose ends are both provably clear of the last pose evaluated exactly
-(the bound is convex along a straight segment), and, within a sweep, every sample the
-clearance just measured proves clear. Clearances come in closed form where the
+(the bound is convex along a straight segment), a segment whose end is clearer than the
+segment is long, and, within a sweep, every sample the clearance just measured proves
+clear. Clearances come in closed form where the
 kinematics offers it (``tether.safety.chain``), else through the kinematics calls.
 
 Invariant: the answer depends only on the two poses, the limits and the kinematics; the
@@ -40,20 +41,24 @@ Measure = Callable[[Sequence[float]], float]
 
 
 class SegmentAnchor(ClearanceAnchor):
-    """A :class:`ClearanceAnchor` that proves a whole segment clear in one pass."""
+    """A :class:`ClearanceAnchor` that bounds the clearance at both ends of a segment
+    in one pass."""
 
     __slots__ = ()
 
-    def proves_segment(self, start: Sequence[float], end: Sequence[float]) -> bool:
-        """``proves_clear`` of both ends, hence (the bound is convex) of the segment."""
+    def margins(self, start: Sequence[float], end: Sequence[float]) -> tuple[float, float]:
+        """Lower bounds of the clearance at ``start`` and at ``end`` (m; -inf without an
+        anchor): the anchor's clearance less the reach-bound distance to each."""
         anchor = self._q
         if anchor is None:
-            return False
+            return -math.inf, -math.inf
         to_start = to_end = 0.0
         for r, x, y, a in zip(self._reach, start, end, anchor, strict=True):
-            to_start += r * abs(x - a)
-            to_end += r * abs(y - a)
-        return (to_start if to_start > to_end else to_end) + SLACK_M < self._clearance
+            d = x - a
+            to_start += r * (d if d > 0.0 else -d)
+            d = y - a
+            to_end += r * (d if d > 0.0 else -d)
+        return self._clearance - to_start, self._clearance - to_end
 
 
 class SegmentClearance:
@@ -101,9 +106,13 @@ class SegmentClearance:
         bits = 0
         fraction = 1.0
         for bit, measure, anchor in self._checks:
-            if anchor is not None and anchor.proves_segment(start, end):
-                continue
-            clear = self._sweep(start, end, measure, anchor)
+            at_start = -math.inf
+            if anchor is not None:
+                at_start, at_end = anchor.margins(start, end)
+                # Both ends proven clear: the bound is convex along the segment.
+                if at_start > SLACK_M and at_end > SLACK_M:
+                    continue
+            clear = self._sweep(start, end, measure, anchor, at_start)
             if clear < 1.0:
                 bits |= bit
                 fraction = clear if clear < fraction else fraction
@@ -115,10 +124,24 @@ class SegmentClearance:
         end: Sequence[float],
         measure: Measure,
         anchor: SegmentAnchor | None,
+        at_start: float,
     ) -> float:
-        """The fraction of the segment before its first breaching sample (1.0: none)."""
+        """The fraction of the segment before its first breaching sample (1.0: none).
+        ``at_start`` is a lower bound of the clearance at ``start`` (-inf: none)."""
         reach = self._reach
         count, length = path_count(start, end, reach, self._spacing, self._max_samples)
+        # The end first: it is where the arm is headed, so it anchors the next segment
+        # best. By the reach bound, a pose t along the segment (reach metric) has at
+        # least max(at_start − t, ahead − (length − t)) of clearance, which stays above
+        # the slack everywhere when the two bounds overlap.
+        ahead = measure(end)
+        if reach is not None and (
+            ahead - length > SLACK_M
+            or (at_start > SLACK_M and ahead > SLACK_M and at_start + ahead - length > 2 * SLACK_M)
+        ):
+            if anchor is not None:
+                anchor.update(list(end), ahead)
+            return 1.0
         step = length / count
         now: float | None = None
         last: list[float] | None = None

@@ -18,7 +18,7 @@ from tether.safety.position.backups import (
     HoldCommand,
     make_command_backup,
 )
-from tether.safety.position.envelope import CommandBounds, CommandEnvelope
+from tether.safety.position.envelope import CommandEnvelope, JointResult
 from tether.safety.position.impedance import ARM_IMPEDANCE, ImpedanceModel
 from tether.safety.position.supervisor import PositionSupervisor, PositionSupervisorConfig
 from tether.safety.position.verdict import PositionVerdict
@@ -27,11 +27,11 @@ __all__ = [
     "ARM_IMPEDANCE",
     "BrakeCommand",
     "CommandBackup",
-    "CommandBounds",
     "CommandEnvelope",
     "GoHomeCommand",
     "HoldCommand",
     "ImpedanceModel",
+    "JointResult",
     "PositionSupervisor",
     "PositionSupervisorConfig",
     "PositionVerdict",

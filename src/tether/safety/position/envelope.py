@@ -42,25 +42,28 @@ from tether.safety.limits import SafetyLimits
 from tether.safety.position.impedance import ImpedanceModel
 from tether.safety.verdict import SafetyCheck
 
-# The checks in the order their intervals are intersected (see the module docstring).
-STAGE_CHECKS = (
+
+class JointResult(NamedTuple):
+    """A command put through the joint checks."""
+
+    values: list[float]  # the command inside every interval (the input itself if it was)
+    inside: bool  # the command was inside every interval already
+    checks: int  # the check bits that moved it
+    # Squared distance (rad², summed over joints) each check moved it, in the order
+    # POSITION, VELOCITY, ACCELERATION, TORQUE (MOVED_CHECKS).
+    moved: tuple[float, float, float, float]
+
+
+MOVED_CHECKS = (
     SafetyCheck.POSITION,
     SafetyCheck.VELOCITY,
-    SafetyCheck.POSITION,
     SafetyCheck.ACCELERATION,
     SafetyCheck.TORQUE,
 )
-_STAGE_BITS = tuple(int(c) for c in STAGE_CHECKS)
-
-
-class CommandBounds(NamedTuple):
-    """The intervals for one state (lists of n floats)."""
-
-    lo: list[float]  # the final interval: every check, with priority fallback
-    hi: list[float]
-    # Per joint, the interval after each check in STAGE_CHECKS order:
-    # (lo_1, hi_1, lo_2, hi_2, ...), each nested in the one before.
-    stages: list[tuple[float, ...]]
+_POSITION = int(SafetyCheck.POSITION)
+_VELOCITY = int(SafetyCheck.VELOCITY)
+_ACCELERATION = int(SafetyCheck.ACCELERATION)
+_TORQUE = int(SafetyCheck.TORQUE)
 
 
 def inset(x: float) -> float:
@@ -70,7 +73,7 @@ def inset(x: float) -> float:
 
 
 class CommandEnvelope:
-    """Computes :class:`CommandBounds` for one set of limits and gains."""
+    """The joint checks for one set of limits and gains (constants precomputed)."""
 
     def __init__(self, limits: SafetyLimits, impedance: ImpedanceModel) -> None:
         n = limits.n_joints
@@ -85,6 +88,10 @@ class CommandEnvelope:
         margin, hard = limits.position_margin_rad, limits.hard_margin_rad
         self.hard_lo = [low[i] + hard[i] for i in range(n)]
         self.hard_hi = [high[i] - hard[i] for i in range(n)]
+        self._hard_in = [
+            (lo + inset(lo), hi - inset(hi))
+            for lo, hi in zip(self.hard_lo, self.hard_hi, strict=True)
+        ]
         self.soft_lo = [low[i] + margin[i] for i in range(n)]
         self.soft_hi = [high[i] - margin[i] for i in range(n)]
         self.step = [v * dt for v in limits.velocity_limit_rad_s]
@@ -110,32 +117,46 @@ class CommandEnvelope:
                 self.stiffness,
                 self.damping,
                 self.torque,
+                self._hard_in,
                 strict=True,
             )
         )
 
-    def bounds(
+    def clip(
         self,
         q: Sequence[float],
         v: Sequence[float],
         gravity_nm: Sequence[float],
         reference: Sequence[float],
         previous_change: Sequence[float],
-        command: Sequence[float] | None = None,
-    ) -> tuple[CommandBounds, bool]:
-        """The intervals, and whether ``command`` (if given) lies inside every one of
-        them (the intervals never depend on it)."""
+        command: Sequence[float],
+        exact: bool = True,
+    ) -> JointResult:
+        """``command`` moved into every interval for this state, and which checks moved
+        it how far. ``exact``: the command's values are float32 already (a policy's
+        command), so one inside every interval is returned as it is; otherwise (a
+        backup's target, a backed-off command) every value is kept ``inset`` inside."""
         # Hot path (every command): the interval meets are written out inline, since a
         # Python call costs more than the arithmetic it wraps.
         sqrt = math.sqrt
-        lo: list[float] = []
-        hi: list[float] = []
-        stages: list[tuple[float, ...]] = []
-        inside = command is not None
-        cmd: Sequence[float] = command if command is not None else ()
-        for i, (h_lo, h_hi, s_lo, s_hi, step, s, two_over_s, far, kp, kd, tau) in enumerate(
-            self._joints
-        ):
+        out: list[float] = []
+        inside = exact
+        checks = 0
+        m_pos = m_vel = m_acc = m_tau = 0.0
+        for i, (
+            h_lo,
+            h_hi,
+            s_lo,
+            s_hi,
+            step,
+            s,
+            two_over_s,
+            far,
+            kp,
+            kd,
+            tau,
+            hard_in,
+        ) in enumerate(self._joints):
             r = reference[i]
             # 1. hard range.
             lo1, hi1 = h_lo, h_hi
@@ -179,44 +200,61 @@ class CommandEnvelope:
             hi5 = b if b < hi4 else hi4
             if lo5 > hi5:
                 lo5 = hi5 = _edge(lo4, hi4, b < lo4)
-            lo.append(lo5)
-            hi.append(hi5)
-            stages.append((lo1, hi1, lo2, hi2, lo3, hi3, lo4, hi4, lo5, hi5))
-            if inside:
-                inside = lo5 <= cmd[i] <= hi5
-        return CommandBounds(lo, hi, stages), inside
 
-    def place(self, command: Sequence[float], b: CommandBounds) -> list[float]:
-        """``command`` moved into the final intervals, kept ``inset`` inside their ends
-        (and always inside the hard range), as float64 values to be cast to float32."""
-        out: list[float] = []
-        for i, x in enumerate(command):
-            lo, hi = b.lo[i], b.hi[i]
-            lo_in = lo + inset(lo)
-            hi_in = hi - inset(hi)
+            x = command[i]
+            if exact and lo5 <= x <= hi5:
+                out.append(x)
+                continue
+            inside = False
+            # Which checks move it, and how far: clipped into each check's (nested)
+            # interval in turn.
+            y = lo1 if x < lo1 else hi1 if x > hi1 else x
+            z = lo2 if y < lo2 else hi2 if y > hi2 else y
+            if y != x:
+                checks |= _POSITION
+                m_pos += (y - x) * (y - x)
+            if z != y:
+                checks |= _VELOCITY
+                m_vel += (z - y) * (z - y)
+            y = lo3 if z < lo3 else hi3 if z > hi3 else z
+            if y != z:
+                checks |= _POSITION
+                m_pos += (y - z) * (y - z)
+            z = lo4 if y < lo4 else hi4 if y > hi4 else y
+            if z != y:
+                checks |= _ACCELERATION
+                m_acc += (z - y) * (z - y)
+            y = lo5 if z < lo5 else hi5 if z > hi5 else z
+            if y != z:
+                checks |= _TORQUE
+                m_tau += (y - z) * (y - z)
+            # Placed inset inside the final interval (inset() written out), and always
+            # inside the hard range.
+            lo_in = lo5 + 1e-6 * (1.0 + (lo5 if lo5 > 0.0 else -lo5))
+            hi_in = hi5 - 1e-6 * (1.0 + (hi5 if hi5 > 0.0 else -hi5))
             if lo_in <= hi_in:
-                out.append(lo_in if x < lo_in else hi_in if x > hi_in else x)
+                y = lo_in if y < lo_in else hi_in if y > hi_in else y
             else:
-                out.append(_narrow(lo, hi, b.stages[i]))
-        return self.hold(out)
+                y = _narrow(lo5, hi5, (lo1, hi1, lo2, hi2, lo3, hi3, lo4, hi4))
+            h_lo, h_hi = hard_in
+            out.append(h_lo if y < h_lo else h_hi if y > h_hi else y)
+        return JointResult(out, inside, checks, (m_pos, m_vel, m_acc, m_tau))
 
     def hold(self, pose: Sequence[float]) -> list[float]:
         """``pose`` moved inside the hard range (kept ``inset`` inside its ends)."""
-        out: list[float] = []
-        for x, lo, hi in zip(pose, self.hard_lo, self.hard_hi, strict=True):
-            lo += inset(lo)
-            hi -= inset(hi)
-            out.append(lo if x < lo else hi if x > hi else x)
-        return out
+        return [
+            lo if x < lo else hi if x > hi else x
+            for x, (lo, hi) in zip(pose, self._hard_in, strict=True)
+        ]
 
 
-def _narrow(lo: float, hi: float, stages: tuple[float, ...]) -> float:
+def _narrow(lo: float, hi: float, earlier: tuple[float, ...]) -> float:
     """A command for a final interval too narrow to hold a float32 inset inside it: its
-    middle, moved inset inside every earlier interval wide enough for that, so what
-    rounding breaks is only the latest checks', by less than the inset."""
+    middle, moved inset inside every earlier interval (lo_1, hi_1, lo_2, …) wide enough
+    for that, so rounding can break only the latest checks, by less than the inset."""
     y = 0.5 * (lo + hi)
-    for k in range(0, len(stages), 2):
-        a, b = stages[k], stages[k + 1]
+    for k in range(0, len(earlier), 2):
+        a, b = earlier[k], earlier[k + 1]
         a += inset(a)
         b -= inset(b)
         if a > b:
@@ -235,19 +273,3 @@ def _edge(lo: float, hi: float, low_side: bool) -> float:
         return x if x < mid else mid
     x = hi - inset(hi)
     return x if x > mid else mid
-
-
-def attribute(command: Sequence[float], b: CommandBounds) -> tuple[int, list[float]]:
-    """Which checks move ``command`` and how far (squared rad, summed over joints, per
-    entry of STAGE_CHECKS): the command clipped into each stage's interval in turn."""
-    bits = 0
-    moved = [0.0] * len(_STAGE_BITS)
-    for x, stages in zip(command, b.stages, strict=True):
-        for k, bit in enumerate(_STAGE_BITS):
-            lo, hi = stages[2 * k], stages[2 * k + 1]
-            y = lo if x < lo else hi if x > hi else x
-            if y != x:
-                bits |= bit
-                moved[k] += (y - x) * (y - x)
-                x = y
-    return bits, moved

@@ -37,7 +37,9 @@ use one supervisor per robot session.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -48,12 +50,7 @@ from tether.safety.chain_gravity import chain_gravity
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.safety.position.backups import CommandBackup, make_command_backup
-from tether.safety.position.envelope import (
-    STAGE_CHECKS,
-    CommandBounds,
-    CommandEnvelope,
-    attribute,
-)
+from tether.safety.position.envelope import MOVED_CHECKS, CommandEnvelope
 from tether.safety.position.impedance import ImpedanceModel
 from tether.safety.position.verdict import PositionVerdict
 from tether.safety.segment import SegmentClearance
@@ -209,30 +206,32 @@ class PositionSupervisor:
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
                 checks |= _STALE
         replacing = checks & _REPLACING
-        bounds, inside = self.envelope.bounds(
-            q, v, self._gravity(q), reference, change, None if replacing else values
-        )
-
-        moved: list[float] | None = None
+        envelope = self.envelope
+        gravity = self._gravity(q)
         if replacing:
-            candidate = _rounded(self.envelope.place(self.backup.target(q, reference), bounds))
-        elif inside:
-            assert values is not None
-            candidate = values
+            target = self.backup.target(q, reference)
+            joint = envelope.clip(q, v, gravity, reference, change, target, exact=False)
         else:
             assert values is not None
-            joint_checks, moved = attribute(values, bounds)
-            checks |= joint_checks
-            candidate = _rounded(self.envelope.place(values, bounds))
-
-        cartesian = 0
+            joint = envelope.clip(q, v, gravity, reference, change, values)
+            checks |= joint.checks
+        out: np.ndarray | None = None
+        if joint.inside:
+            candidate = joint.values
+            out = command
+        else:
+            out = np.array(joint.values, dtype=np.float32)
+            candidate = out.tolist()
         placed = candidate
+        cartesian = 0
         if self._segment.active:
-            cartesian, candidate = self._cartesian(q, candidate, bounds)
-            checks |= cartesian
-        out = command if command is not None and candidate is values else _float32(candidate)
-        self._last = (candidate, [x - r for x, r in zip(candidate, reference, strict=True)])
-        if checks & _REPLACING or command is None or values is None:
+            cartesian, candidate = self._cartesian(q, v, gravity, reference, change, candidate)
+            if cartesian:
+                checks |= cartesian
+                out = np.array(candidate, dtype=np.float32)
+        assert out is not None
+        self._last = (candidate, list(map(operator.sub, candidate, reference)))
+        if replacing or values is None:
             return out, PositionVerdict(
                 ActionSource.BACKUP, _flags(checks), _distance(candidate, q), self._all_joints
             )
@@ -240,27 +239,29 @@ class PositionSupervisor:
             if not checks:
                 return out, PASSED
             return out, SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
-        entries: list[tuple[SafetyCheck, float]] = []
-        if moved is not None:
-            for check, squared in zip(STAGE_CHECKS, moved, strict=True):
-                if squared:
-                    entries.append((check, math.sqrt(squared)))
+        moved: list[tuple[SafetyCheck, float]] = [
+            (check, math.sqrt(squared))
+            for check, squared in zip(MOVED_CHECKS, joint.moved, strict=True)
+            if squared
+        ]
         if cartesian:
             distance = _distance(candidate, placed)
             for check in (SafetyCheck.WORKSPACE, SafetyCheck.OBSTACLE):
                 if cartesian & int(check):
-                    entries.append((check, distance))
-        joints = tuple(i for i, (x, y) in enumerate(zip(candidate, values, strict=True)) if x != y)
+                    moved.append((check, distance))
+        joints = tuple(compress(self._all_joints, map(operator.ne, candidate, values)))
         return out, PositionVerdict(
-            ActionSource.CLIPPED,
-            _flags(checks),
-            _distance(candidate, values),
-            joints,
-            _merge(entries),
+            ActionSource.CLIPPED, _flags(checks), _distance(candidate, values), joints, tuple(moved)
         )
 
     def _cartesian(
-        self, q: list[float], candidate: list[float], bounds: CommandBounds
+        self,
+        q: list[float],
+        v: list[float],
+        gravity: list[float],
+        reference: list[float],
+        change: list[float],
+        candidate: list[float],
     ) -> tuple[int, list[float]]:
         """The Cartesian bits breached and the command to execute instead (see step 6);
         commands in and out are float32 values."""
@@ -269,12 +270,13 @@ class PositionSupervisor:
         if not bits:
             return 0, candidate
         envelope = self.envelope
-        tries: list[list[float]] = []
+        targets: list[list[float]] = []
         if fraction > 0.0:
-            backed_off = [a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)]
-            tries.append(_rounded(envelope.place(backed_off, bounds)))
-        tries.append(_rounded(envelope.place(q, bounds)))
-        for trial in tries:
+            targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
+        targets.append(q)
+        for target in targets:
+            placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
+            trial = _rounded(placed.values)
             if not segment.breaches(q, trial):
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
@@ -335,8 +337,8 @@ class PositionSupervisor:
             known = self._last_pose
         else:
             known = list(self.limits.home_position_rad)
-        values = _rounded(self.envelope.hold(known))
-        out = _float32(values)
+        out = np.array(self.envelope.hold(known), dtype=np.float32)
+        values = out.tolist()
         self._last = (values, self._zeros)
         return out, PositionVerdict(
             ActionSource.BACKUP,
@@ -367,26 +369,11 @@ def _command(proposed: Any, n: int) -> tuple[np.ndarray | None, list[float] | No
     return command, command.tolist()
 
 
-def _float32(values: list[float]) -> np.ndarray:
-    return np.array(values, dtype=np.float32)
-
-
 def _rounded(values: list[float]) -> list[float]:
     """``values`` as the float32 command will carry them."""
-    rounded: list[float] = _float32(values).tolist()
+    rounded: list[float] = np.array(values, dtype=np.float32).tolist()
     return rounded
 
 
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
-    total = 0.0
-    for x, y in zip(a, b, strict=True):
-        total += (x - y) * (x - y)
-    return math.sqrt(total)
-
-
-def _merge(entries: list[tuple[SafetyCheck, float]]) -> tuple[tuple[SafetyCheck, float], ...]:
-    """One entry per check (the hard and the braking range are both POSITION)."""
-    merged: dict[SafetyCheck, float] = {}
-    for check, distance in entries:
-        merged[check] = math.hypot(merged.get(check, 0.0), distance)
-    return tuple(merged.items())
+    return math.dist(a, b)
