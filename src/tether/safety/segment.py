@@ -30,7 +30,7 @@ from tether.safety.chain import chain_clearance
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
-from tether.safety.reach import SLACK_M, ClearanceAnchor, joint_reach
+from tether.safety.reach import SLACK_M, joint_reach
 from tether.safety.sweep import path_count, path_pose
 from tether.safety.verdict import SafetyCheck
 
@@ -40,31 +40,11 @@ _OBSTACLE = int(SafetyCheck.OBSTACLE)
 Measure = Callable[[Sequence[float]], float]
 
 
-class SegmentAnchor(ClearanceAnchor):
-    """A :class:`ClearanceAnchor` that bounds the clearance at both ends of a segment
-    in one pass."""
-
-    __slots__ = ()
-
-    def margins(self, start: Sequence[float], end: Sequence[float]) -> tuple[float, float]:
-        """Lower bounds of the clearance at ``start`` and at ``end`` (m; -inf without an
-        anchor): the anchor's clearance less the reach-bound distance to each."""
-        anchor = self._q
-        if anchor is None:
-            return -math.inf, -math.inf
-        to_start = to_end = 0.0
-        for r, x, y, a in zip(self._reach, start, end, anchor, strict=True):
-            d = x - a
-            to_start += r * (d if d > 0.0 else -d)
-            d = y - a
-            to_end += r * (d if d > 0.0 else -d)
-        return self._clearance - to_start, self._clearance - to_end
-
-
 class SegmentClearance:
     """Workspace and obstacle checks of joint-space segments for one set of limits.
 
-    Keeps one anchor per margin (the last pose it evaluated), so use one per robot.
+    Keeps one anchor per margin (the last pose it evaluated exactly and its clearance),
+    so use one per robot.
     """
 
     def __init__(
@@ -86,14 +66,16 @@ class SegmentClearance:
         reach = joint_reach(kinematics) if self.active and kinematics is not None else None
         self._reach = reach
         chain = chain_clearance(limits, kinematics) if self.active else None
-        checks: list[tuple[int, Measure, SegmentAnchor | None]] = []
+        checks: list[tuple[int, Measure]] = []
         if self.active and clearance.has_workspace:
-            measure = chain.workspace if chain is not None else self._workspace_exact
-            checks.append((_WORKSPACE, measure, None if reach is None else SegmentAnchor(reach)))
+            checks.append((_WORKSPACE, chain.workspace if chain else self._workspace_exact))
         if self.active and clearance.has_obstacles:
-            measure = chain.obstacles if chain is not None else self._obstacles_exact
-            checks.append((_OBSTACLE, measure, None if reach is None else SegmentAnchor(reach)))
+            checks.append((_OBSTACLE, chain.obstacles if chain else self._obstacles_exact))
         self._checks = tuple(checks)
+        # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
+        # clearance was not finite) and its clearance.
+        self._anchor: list[list[float] | None] = [None] * len(checks)
+        self._anchor_clearance = [0.0] * len(checks)
 
     def breaches(self, start: Sequence[float], end: Sequence[float]) -> int:
         """The check bits (WORKSPACE, OBSTACLE) whose margin the segment breaches."""
@@ -103,33 +85,94 @@ class SegmentClearance:
     def clear_fraction(self, start: Sequence[float], end: Sequence[float]) -> tuple[int, float]:
         """The breached check bits and the largest fraction of the way from ``start``
         to ``end`` up to which every sample was found clear (1.0 when none breached)."""
+        reach = self._reach
+        checks = self._checks
+        if reach is None:
+            _, length = path_count(start, end, None, self._spacing, self._max_samples)
+            margins = [(-math.inf, -math.inf)] * len(checks)
+        else:
+            length, margins = self._margins(reach, start, end)
         bits = 0
         fraction = 1.0
-        for bit, measure, anchor in self._checks:
-            at_start = -math.inf
-            if anchor is not None:
-                at_start, at_end = anchor.margins(start, end)
-                # Both ends proven clear: the bound is convex along the segment.
-                if at_start > SLACK_M and at_end > SLACK_M:
-                    continue
-            clear = self._sweep(start, end, measure, anchor, at_start)
+        # One list for the end pose, so checks anchored there share it (see _margins).
+        end_pose = list(end)
+        for index, (bit, measure) in enumerate(checks):
+            at_start, at_end = margins[index]
+            # Both ends proven clear: the bound is convex along the segment.
+            if at_start > SLACK_M and at_end > SLACK_M:
+                continue
+            clear = self._sweep(start, end_pose, measure, index, at_start, length)
             if clear < 1.0:
                 bits |= bit
                 fraction = clear if clear < fraction else fraction
         return bits, fraction
 
+    def _margins(
+        self, reach: Sequence[float], start: Sequence[float], end: Sequence[float]
+    ) -> tuple[float, list[tuple[float, float]]]:
+        """The segment's length by the reach bound, and per check lower bounds of the
+        clearance at its start and its end from that check's anchor (-inf without one).
+        One pass for up to two anchors (workspace, obstacles): this runs every step."""
+        anchors = self._anchor
+        first = anchors[0] if anchors and anchors[0] is not None else start
+        second = anchors[1] if len(anchors) > 1 and anchors[1] is not None else start
+        length = s0 = e0 = s1 = e1 = 0.0
+        if second is first or second is start:
+            # One anchor to measure from (both checks last evaluated at the same pose).
+            for r, x, y, a in zip(reach, start, end, first, strict=True):
+                d = y - x
+                length += r * (d if d > 0.0 else -d)
+                d = x - a
+                s0 += r * (d if d > 0.0 else -d)
+                d = y - a
+                e0 += r * (d if d > 0.0 else -d)
+            if second is first:
+                s1, e1 = s0, e0
+        else:
+            for r, x, y, a, b in zip(reach, start, end, first, second, strict=True):
+                d = y - x
+                length += r * (d if d > 0.0 else -d)
+                d = x - a
+                s0 += r * (d if d > 0.0 else -d)
+                d = y - a
+                e0 += r * (d if d > 0.0 else -d)
+                d = x - b
+                s1 += r * (d if d > 0.0 else -d)
+                d = y - b
+                e1 += r * (d if d > 0.0 else -d)
+        out: list[tuple[float, float]] = []
+        for index, (to_start, to_end) in enumerate(((s0, e0), (s1, e1))[: len(anchors)]):
+            if anchors[index] is None:
+                out.append((-math.inf, -math.inf))
+            else:
+                c = self._anchor_clearance[index]
+                out.append((c - to_start, c - to_end))
+        for index in range(2, len(anchors)):  # more than two checks: one pass each
+            anchor = anchors[index]
+            if anchor is None:
+                out.append((-math.inf, -math.inf))
+                continue
+            c = self._anchor_clearance[index]
+            to_start = to_end = 0.0
+            for r, x, y, a in zip(reach, start, end, anchor, strict=True):
+                to_start += r * abs(x - a)
+                to_end += r * abs(y - a)
+            out.append((c - to_start, c - to_end))
+        return length, out
+
     def _sweep(
         self,
         start: Sequence[float],
-        end: Sequence[float],
+        end: list[float],
         measure: Measure,
-        anchor: SegmentAnchor | None,
+        index: int,
         at_start: float,
+        length: float,
     ) -> float:
         """The fraction of the segment before its first breaching sample (1.0: none).
-        ``at_start`` is a lower bound of the clearance at ``start`` (-inf: none)."""
+        ``at_start`` is a lower bound of the clearance at ``start`` (-inf: none) and
+        ``length`` the segment's length by the reach bound."""
         reach = self._reach
-        count, length = path_count(start, end, reach, self._spacing, self._max_samples)
         # The end first: it is where the arm is headed, so it anchors the next segment
         # best. By the reach bound, a pose t along the segment (reach metric) has at
         # least max(at_start − t, ahead − (length − t)) of clearance, which stays above
@@ -139,9 +182,9 @@ class SegmentClearance:
             ahead - length > SLACK_M
             or (at_start > SLACK_M and ahead > SLACK_M and at_start + ahead - length > 2 * SLACK_M)
         ):
-            if anchor is not None:
-                anchor.update(list(end), ahead)
+            self._anchor_at(index, end, ahead)
             return 1.0
+        count, _ = path_count(start, end, reach, self._spacing, self._max_samples)
         step = length / count
         now: float | None = None
         last: list[float] | None = None
@@ -163,9 +206,14 @@ class SegmentClearance:
             if reach is not None and step > 0.0 and ahead > SLACK_M:
                 # Samples within (clearance − slack) of this one, by the reach bound, are clear.
                 k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
-        if anchor is not None and last is not None:
-            anchor.update(last, last_clearance)
+        if reach is not None and last is not None:
+            self._anchor_at(index, last, last_clearance)
         return clear
+
+    def _anchor_at(self, index: int, pose: list[float], clearance: float) -> None:
+        finite = math.isfinite(clearance)
+        self._anchor[index] = pose if finite else None
+        self._anchor_clearance[index] = clearance if finite else 0.0
 
     def _workspace_exact(self, q: Sequence[float]) -> float:
         kin = self._kinematics
