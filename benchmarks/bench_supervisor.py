@@ -20,9 +20,11 @@ same interleaved runs: a command or action inside every limit at the home pose, 
 ones at random states, NaN, and each one's closed loop on the MuJoCo arm (the torque
 supervisor's random policy as above; for positions a random-target policy tracked by
 the joint impedance law τ = Kp·(q_cmd − q) − Kd·q̇ + g(q) at the physics rate, emulated
-here until ``tether.sim`` has its own):
+here until ``tether.sim`` has its own). With ``--physics STEPS`` it also counts MuJoCo's
+obstacle contacts and joint-limit violations under a uniformly random command policy.
 
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
+        [--physics 10000]
 """
 
 from __future__ import annotations
@@ -121,47 +123,97 @@ def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.n
     return out
 
 
+class ImpedanceArm:
+    """The MuJoCo arm tracking joint-position commands with the impedance law at the
+    physics rate (ARM_IMPEDANCE, nominal gravity, saturated at the torque limits), as
+    ``tether.sim`` will; ``drifted`` applies ``DriftSchedule.demo()`` at its end (gain,
+    friction, payload; its one step of delay is left out)."""
+
+    def __init__(self, drifted: bool = False) -> None:
+        import mujoco
+
+        from tether.sim.drift import DriftSchedule
+        from tether.sim.dynamics import ArmDynamics, apply_dynamics
+        from tether.sim.geometry import ARM
+        from tether.sim.mjcf import build_model
+
+        self._mujoco = mujoco
+        self.spec = spec = arm_spec()
+        self._model = build_model(ARM)
+        if drifted:
+            apply_dynamics(self._model, DriftSchedule.demo().dynamics_at(10**9, ArmDynamics()))
+        self._data = mujoco.MjData(self._model)
+        self._substeps = ARM.substeps
+        self._kin = ArmKinematics(spec)
+        self.low = np.asarray(spec.joint_position_low_rad)
+        self.high = np.asarray(spec.joint_position_high_rad)
+        self._limit = np.asarray(spec.torque_limit_nm)
+        self._kp = np.asarray(ARM_IMPEDANCE.stiffness_nm_per_rad)
+        self._kd = np.asarray(ARM_IMPEDANCE.damping_nm_s_per_rad)
+        self._data.qpos[:] = spec.home_position_rad
+        mujoco.mj_forward(self._model, self._data)
+
+    def observation(self) -> np.ndarray:
+        obs = np.zeros(self.spec.obs_dim, dtype=np.float32)
+        obs[:4], obs[4:8] = self._data.qpos, self._data.qvel
+        return obs
+
+    def step(self, command: np.ndarray) -> tuple[bool, bool]:
+        """One control period tracking ``command``: (any obstacle contact, any joint
+        beyond its limits) during it."""
+        data, touched, beyond = self._data, False, False
+        for _ in range(self._substeps):
+            tau = self._kp * (command - data.qpos) - self._kd * data.qvel
+            tau += self._kin.gravity_torque(data.qpos)
+            data.ctrl[:] = np.clip(tau, -self._limit, self._limit) / self._limit
+            self._mujoco.mj_step(self._model, data)
+            touched |= data.ncon > 0
+            beyond |= bool(np.any((data.qpos < self.low) | (data.qpos > self.high)))
+        return touched, beyond
+
+
 def impedance_trajectory(
     steps: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-    """(observation, proposed command, previous command) along a closed loop on the MuJoCo
-    arm: a policy that heads for a new random pose every 25 steps, in steps of up to 0.1
-    rad, through the position supervisor, tracked by the impedance law at the physics
-    rate (ARM_IMPEDANCE, nominal gravity, saturated at the torque limits)."""
-    import mujoco
-
-    from tether.sim.geometry import ARM
-    from tether.sim.mjcf import build_model
-
-    spec = arm_spec()
-    model = build_model(ARM)
-    data = mujoco.MjData(model)
-    kin = ArmKinematics(spec)
+    """(observation, proposed command, previous command) along a closed loop on the
+    :class:`ImpedanceArm`: a policy that heads for a new random pose every 25 steps, in
+    steps of up to 0.1 rad, through the position supervisor."""
+    arm = ImpedanceArm()
     supervisor = arm_position_supervisor()
     rng = np.random.default_rng(seed)
-    low, high = np.asarray(spec.joint_position_low_rad), np.asarray(spec.joint_position_high_rad)
-    limit = np.asarray(spec.torque_limit_nm)
-    kp = np.asarray(ARM_IMPEDANCE.stiffness_nm_per_rad)
-    kd = np.asarray(ARM_IMPEDANCE.damping_nm_s_per_rad)
-    data.qpos[:] = spec.home_position_rad
-    mujoco.mj_forward(model, data)
     previous: np.ndarray | None = None
-    target = np.asarray(spec.home_position_rad)
+    target = np.asarray(arm.spec.home_position_rad)
     out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
     for step in range(steps):
         if step % 25 == 0:
-            target = rng.uniform(low, high)
-        obs = np.zeros(spec.obs_dim, dtype=np.float32)
-        obs[:4], obs[4:8] = data.qpos, data.qvel
-        q = data.qpos.copy()
+            target = rng.uniform(arm.low, arm.high)
+        obs = arm.observation()
+        q = obs[:4].astype(np.float64)
         command = (q + np.clip(target - q, -0.1, 0.1)).astype(np.float32)
         out.append((obs, command, previous))
         previous, _ = supervisor.filter(obs, command, previous)
-        for _ in range(ARM.substeps):
-            tau = kp * (previous - data.qpos) - kd * data.qvel + kin.gravity_torque(data.qpos)
-            data.ctrl[:] = np.clip(tau, -limit, limit) / limit
-            mujoco.mj_step(model, data)
+        arm.step(previous)
     return out
+
+
+def physics_counts(steps: int, drifted: bool, supervised: bool, seed: int) -> tuple[int, int]:
+    """(obstacle-contact steps, joint-limit-violation steps) of a uniformly random
+    position-command policy on the :class:`ImpedanceArm`, with or without the position
+    supervisor."""
+    arm = ImpedanceArm(drifted)
+    supervisor = arm_position_supervisor()
+    rng = np.random.default_rng(seed)
+    previous: np.ndarray | None = None
+    contacts = violations = 0
+    for _ in range(steps):
+        command = rng.uniform(arm.low, arm.high).astype(np.float32)
+        if supervised:
+            command, _ = supervisor.filter(arm.observation(), command, previous)
+        previous = command
+        touched, beyond = arm.step(command)
+        contacts += touched
+        violations += beyond
+    return contacts, violations
 
 
 # The shipped policy's closed loop through a tree's own supervisor, then that supervisor
@@ -270,6 +322,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--episodes", type=int, default=10, help="shipped-policy episodes per closed loop"
+    )
+    parser.add_argument(
+        "--physics",
+        type=int,
+        default=0,
+        help="also count obstacle contacts and joint-limit violations of this many steps "
+        "of a uniformly random position-command policy, nominal and drifted arm, with and "
+        "without the position supervisor (0: skip)",
     )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -428,6 +488,17 @@ def main() -> None:
     print("|---|---|---|")
     for label, got in side_by_side.items():
         print(f"| {label} | {got['position']:.1f} | {got['torque']:.1f} |")
+    if args.physics:
+        print(f"\nUniformly random position commands, {args.physics} steps (emulated impedance):")
+        print("| arm | supervisor | obstacle-contact steps | joint-limit-violation steps |")
+        print("|---|---|---|---|")
+        for drifted in (False, True):
+            for supervised in (False, True):
+                contacts, violations = physics_counts(args.physics, drifted, supervised, 0)
+                print(
+                    f"| {'drifted' if drifted else 'nominal'} | {'on' if supervised else 'off'} "
+                    f"| {contacts} | {violations} |"
+                )
     if args.baseline_src is not None:
         print(f"\nShipped policy's closed loop ({args.episodes} episodes, deterministic, nominal):")
         print("| supervisor | µs per action | actions corrected |")
