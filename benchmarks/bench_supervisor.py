@@ -1,4 +1,5 @@
-"""Supervisor cost per action: a 7-joint synthetic robot and the built-in MuJoCo arm.
+"""Supervisor cost per action: a 7-joint synthetic robot and the built-in MuJoCo arm,
+and the supervisor for commanded positions beside the torque one on the arm.
 
 Target (issue 4): tens of microseconds per action for a 7-joint spec. Cases: an action
 already inside every limit (the common case, returned untouched), random actions that
@@ -11,9 +12,19 @@ Each case is timed for ``Supervisor`` and for ``ReferenceSupervisor``
 same interleaved runs. With ``--baseline-src TREE`` (a checkout of an earlier commit),
 the shipped policy's closed loop is also timed for that tree's supervisor and this
 one's, each in a fresh process on its own closed loop, rounds alternating. Every figure
-comes from one run of this script:
+comes from one run of this script.
+
+The second table times ``PositionSupervisor`` (commanded joint positions, issue 14;
+target ≤ 20 µs per action) beside ``Supervisor`` (torques) on the built-in arm in the
+same interleaved runs: a command or action inside every limit at the home pose, random
+ones at random states, NaN, and each one's closed loop on the MuJoCo arm (the torque
+supervisor's random policy as above; for positions a random-target policy tracked by
+the joint impedance law τ = Kp·(q_cmd − q) − Kd·q̇ + g(q) at the physics rate, emulated
+here until ``tether.sim`` has its own). With ``--physics STEPS`` it also counts MuJoCo's
+obstacle contacts and joint-limit violations under a uniformly random command policy.
 
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
+        [--physics 10000]
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
+from tether.safety.position import ARM_IMPEDANCE
+from tether.safety.position.presets import arm_position_supervisor
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmEnv, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
@@ -108,6 +121,99 @@ def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.n
             obs, _ = env.reset()
             previous = None
     return out
+
+
+class ImpedanceArm:
+    """The MuJoCo arm tracking joint-position commands with the impedance law at the
+    physics rate (ARM_IMPEDANCE, nominal gravity, saturated at the torque limits), as
+    ``tether.sim`` will; ``drifted`` applies ``DriftSchedule.demo()`` at its end (gain,
+    friction, payload; its one step of delay is left out)."""
+
+    def __init__(self, drifted: bool = False) -> None:
+        import mujoco
+
+        from tether.sim.drift import DriftSchedule
+        from tether.sim.dynamics import ArmDynamics, apply_dynamics
+        from tether.sim.geometry import ARM
+        from tether.sim.mjcf import build_model
+
+        self._mujoco = mujoco
+        self.spec = spec = arm_spec()
+        self._model = build_model(ARM)
+        if drifted:
+            apply_dynamics(self._model, DriftSchedule.demo().dynamics_at(10**9, ArmDynamics()))
+        self._data = mujoco.MjData(self._model)
+        self._substeps = ARM.substeps
+        self._kin = ArmKinematics(spec)
+        self.low = np.asarray(spec.joint_position_low_rad)
+        self.high = np.asarray(spec.joint_position_high_rad)
+        self._limit = np.asarray(spec.torque_limit_nm)
+        self._kp = np.asarray(ARM_IMPEDANCE.stiffness_nm_per_rad)
+        self._kd = np.asarray(ARM_IMPEDANCE.damping_nm_s_per_rad)
+        self._data.qpos[:] = spec.home_position_rad
+        mujoco.mj_forward(self._model, self._data)
+
+    def observation(self) -> np.ndarray:
+        obs = np.zeros(self.spec.obs_dim, dtype=np.float32)
+        obs[:4], obs[4:8] = self._data.qpos, self._data.qvel
+        return obs
+
+    def step(self, command: np.ndarray) -> tuple[bool, bool]:
+        """One control period tracking ``command``: (any obstacle contact, any joint
+        beyond its limits) during it."""
+        data, touched, beyond = self._data, False, False
+        for _ in range(self._substeps):
+            tau = self._kp * (command - data.qpos) - self._kd * data.qvel
+            tau += self._kin.gravity_torque(data.qpos)
+            data.ctrl[:] = np.clip(tau, -self._limit, self._limit) / self._limit
+            self._mujoco.mj_step(self._model, data)
+            touched |= data.ncon > 0
+            beyond |= bool(np.any((data.qpos < self.low) | (data.qpos > self.high)))
+        return touched, beyond
+
+
+def impedance_trajectory(
+    steps: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(observation, proposed command, previous command) along a closed loop on the
+    :class:`ImpedanceArm`: a policy that heads for a new random pose every 25 steps, in
+    steps of up to 0.1 rad, through the position supervisor."""
+    arm = ImpedanceArm()
+    supervisor = arm_position_supervisor()
+    rng = np.random.default_rng(seed)
+    previous: np.ndarray | None = None
+    target = np.asarray(arm.spec.home_position_rad)
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for step in range(steps):
+        if step % 25 == 0:
+            target = rng.uniform(arm.low, arm.high)
+        obs = arm.observation()
+        q = obs[:4].astype(np.float64)
+        command = (q + np.clip(target - q, -0.1, 0.1)).astype(np.float32)
+        out.append((obs, command, previous))
+        previous, _ = supervisor.filter(obs, command, previous)
+        arm.step(previous)
+    return out
+
+
+def physics_counts(steps: int, drifted: bool, supervised: bool, seed: int) -> tuple[int, int]:
+    """(obstacle-contact steps, joint-limit-violation steps) of a uniformly random
+    position-command policy on the :class:`ImpedanceArm`, with or without the position
+    supervisor."""
+    arm = ImpedanceArm(drifted)
+    supervisor = arm_position_supervisor()
+    rng = np.random.default_rng(seed)
+    previous: np.ndarray | None = None
+    contacts = violations = 0
+    for _ in range(steps):
+        command = rng.uniform(arm.low, arm.high).astype(np.float32)
+        if supervised:
+            command, _ = supervisor.filter(arm.observation(), command, previous)
+        previous = command
+        touched, beyond = arm.step(command)
+        contacts += touched
+        violations += beyond
+    return contacts, violations
 
 
 # The shipped policy's closed loop through a tree's own supervisor, then that supervisor
@@ -217,6 +323,14 @@ def main() -> None:
     parser.add_argument(
         "--episodes", type=int, default=10, help="shipped-policy episodes per closed loop"
     )
+    parser.add_argument(
+        "--physics",
+        type=int,
+        default=0,
+        help="also count obstacle contacts and joint-limit violations of this many steps "
+        "of a uniformly random position-command policy, nominal and drifted arm, with and "
+        "without the position supervisor (0: skip)",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
 
@@ -292,6 +406,49 @@ def main() -> None:
         ),
     ):
         cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
+    # Position commands beside torques on the built-in arm.
+    pos_pass, pos_random_sup, pos_loop_sup = (arm_position_supervisor() for _ in range(3))
+    pos_nan_sup = arm_position_supervisor()
+    at_home = np.zeros(arm.obs_dim, dtype=np.float32)
+    at_home[:4] = arm.home_position_rad
+    home_command = np.asarray(arm.home_position_rad, dtype=np.float32)
+    hold_home = (kin.gravity_torque(at_home[:4].astype(np.float64)) / arm.torque_limit_nm).astype(
+        np.float32
+    )
+    assert pos_pass.filter(at_home, home_command)[1].source == "policy"
+    assert sup_arm.filter(at_home, hold_home)[1].source == "policy"
+    random_commands = [
+        (s, (s[:4] + rng.uniform(-0.1, 0.1, 4)).astype(np.float32), None) for s in states_arm
+    ]
+    pos_corrected = sum(
+        pos_random_sup.filter(o, c)[1].source != "policy" for o, c, _ in random_commands
+    ) / len(random_commands)
+    pos_loop = impedance_trajectory(2000, seed=0)
+    nan4 = np.full(4, np.nan, dtype=np.float32)
+    torque_pass, torque_nan = arm_supervisor(), arm_supervisor()
+    for label, position, torque in (
+        (
+            "inside every limit at the home pose",
+            lambda: pos_pass.filter(at_home, home_command),
+            lambda: torque_pass.filter(at_home, hold_home),
+        ),
+        (
+            f"random at random states (positions: within 0.1 rad, {pos_corrected:.0%} corrected)",
+            cycling(random_commands, pos_random_sup),
+            cycling(random_arm, sup_arm),
+        ),
+        (
+            "closed loop on the MuJoCo arm (2,000 steps)",
+            cycling(pos_loop, pos_loop_sup),
+            cycling(loop, loop_sup),
+        ),
+        (
+            "NaN -> backup",
+            lambda: pos_nan_sup.filter(at_home, nan4),
+            lambda: torque_nan.filter(at_home, nan4),
+        ),
+    ):
+        cases += [(f"{label} || position", position), (f"{label} || torque", torque)]
     cases += [
         ("  of which kinematics: gravity + end effector + spheres | -", kinematics),
         ("reference: numpy add of two 7-vectors | -", lambda: a + a),
@@ -310,7 +467,12 @@ def main() -> None:
         f"numpy {np.__version__}, torch {torch.__version__}"
     )
     table: dict[str, dict[str, float]] = {}
+    side_by_side: dict[str, dict[str, float]] = {}
     for name, us in rows:
+        if " || " in name:
+            label, which = name.split(" || ")
+            side_by_side.setdefault(label, {})[which] = us
+            continue
         label, which = name.split(" | ")
         table.setdefault(label, {})[which] = us
     print("| case | Supervisor µs | reference µs | speed-up |")
@@ -321,6 +483,22 @@ def main() -> None:
             print(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.1f}x |")
         else:
             print(f"| {label} | {got['-']:.1f} | | |")
+    print("\nBuilt-in arm, commanded positions beside torques (same runs):")
+    print("| case | PositionSupervisor µs | Supervisor (torque) µs |")
+    print("|---|---|---|")
+    for label, got in side_by_side.items():
+        print(f"| {label} | {got['position']:.1f} | {got['torque']:.1f} |")
+    if args.physics:
+        print(f"\nUniformly random position commands, {args.physics} steps (emulated impedance):")
+        print("| arm | supervisor | obstacle-contact steps | joint-limit-violation steps |")
+        print("|---|---|---|---|")
+        for drifted in (False, True):
+            for supervised in (False, True):
+                contacts, violations = physics_counts(args.physics, drifted, supervised, 0)
+                print(
+                    f"| {'drifted' if drifted else 'nominal'} | {'on' if supervised else 'off'} "
+                    f"| {contacts} | {violations} |"
+                )
     if args.baseline_src is not None:
         print(f"\nShipped policy's closed loop ({args.episodes} episodes, deterministic, nominal):")
         print("| supervisor | µs per action | actions corrected |")

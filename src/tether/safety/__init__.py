@@ -10,6 +10,8 @@ Public API (see docs/safety.md for the semantics of every check and level):
 - degradation: :class:`DegradationMachine`, :class:`DegradationConfig`, :class:`LevelThresholds`,
   :class:`DegradationLevel`, :class:`EventKind`, :class:`DegradationTransition`, :class:`WindowCounts`
 - errors: :class:`SafetyError`, :class:`LimitsError`, :class:`DegradationError`
+- commanded positions (:mod:`tether.safety.position`): :class:`PositionSupervisor`,
+  :class:`PositionSupervisorConfig`, :class:`ImpedanceModel`, :class:`PositionVerdict`
 """
 
 from tether.safety.backups import (
@@ -26,6 +28,12 @@ from tether.safety.errors import DegradationError, LimitsError, SafetyError
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind, WindowCounts
 from tether.safety.limits import LimitsConfig, SafetyLimits
+from tether.safety.position import (
+    ImpedanceModel,
+    PositionSupervisor,
+    PositionSupervisorConfig,
+    PositionVerdict,
+)
 from tether.safety.supervisor import Supervisor, SupervisorConfig
 from tether.safety.verdict import PASSED, ActionSource, SafetyCheck, SafetyVerdict
 
@@ -43,10 +51,14 @@ __all__ = [
     "EventKind",
     "GoHomeBackup",
     "HoldBackup",
+    "ImpedanceModel",
     "Kinematics",
     "LevelThresholds",
     "LimitsConfig",
     "LimitsError",
+    "PositionSupervisor",
+    "PositionSupervisorConfig",
+    "PositionVerdict",
     "SafetyCheck",
     "SafetyError",
     "SafetyLimits",

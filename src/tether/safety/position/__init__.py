@@ -1,0 +1,39 @@
+"""tether.safety.position: the supervisor for commanded joint positions.
+
+- :class:`PositionSupervisor` (``filter``, ``backup_action``, ``with_limits``,
+  ``take_state``), :class:`PositionSupervisorConfig`
+- :class:`ImpedanceModel`, ``ARM_IMPEDANCE``: the gains of the robot's impedance law
+- :class:`PositionVerdict`: a :class:`~tether.safety.SafetyVerdict` with how far each
+  check moved the command
+- backups: :class:`HoldCommand`, :class:`BrakeCommand`, :class:`GoHomeCommand`
+
+``tether.safety.position.presets`` holds the built-in arm's settings (it imports
+``tether.sim``). See docs/safety.md, "Commanded positions".
+"""
+
+from tether.safety.position.backups import (
+    BrakeCommand,
+    CommandBackup,
+    GoHomeCommand,
+    HoldCommand,
+    make_command_backup,
+)
+from tether.safety.position.envelope import CommandEnvelope, JointResult
+from tether.safety.position.impedance import ARM_IMPEDANCE, ImpedanceModel
+from tether.safety.position.supervisor import PositionSupervisor, PositionSupervisorConfig
+from tether.safety.position.verdict import PositionVerdict
+
+__all__ = [
+    "ARM_IMPEDANCE",
+    "BrakeCommand",
+    "CommandBackup",
+    "CommandEnvelope",
+    "GoHomeCommand",
+    "HoldCommand",
+    "ImpedanceModel",
+    "JointResult",
+    "PositionSupervisor",
+    "PositionSupervisorConfig",
+    "PositionVerdict",
+    "make_command_backup",
+]
