@@ -11,19 +11,20 @@ import torch
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, SimulationStageConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig
-from tether.learning.verdicts import (
+from tether.policy import PolicyBundle
+from tether.policy.shared_weights import SharedWeights
+from tether.versions.gate import GateConfig
+from tether.versions.records import GateStage
+from tether.versions.stages.simulation import SimulationStageConfig
+from tether.versions.verdict_files import (
     gate_record_versions,
     list_gate_records,
     read_gate_record,
     read_gate_verdicts,
 )
-from tether.policy import PolicyBundle
-from tether.policy.shared_weights import SharedWeights
-from tether.serving.gate_records import GateStage
 
 from .conftest import resolve_pending
 

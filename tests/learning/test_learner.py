@@ -12,13 +12,15 @@ from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.step import ACTION_SOURCES
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, OfflineStageConfig, SimulationStageConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
+from tether.versions.gate import GateConfig
+from tether.versions.stages.offline import OfflineStageConfig
+from tether.versions.stages.simulation import SimulationStageConfig
 
 Traffic = Callable[..., TransitionArrays]
 

@@ -11,14 +11,15 @@ from pathlib import Path
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, SimulationStageConfig
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEventKind, LearnerSupervisor
 from tether.learning.publication import PublicationConfig
-from tether.learning.verdicts import read_gate_record
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
+from tether.versions.gate import GateConfig
+from tether.versions.stages.simulation import SimulationStageConfig
+from tether.versions.verdict_files import read_gate_record
 
 from .conftest import resolve_pending
 

@@ -13,9 +13,9 @@ from tether.learning.publication import (
     PublishOutcome,
     RecentStates,
     TrustRegion,
-    gaussian_kl,
     polyak_blend,
 )
+from tether.policy.distance import gaussian_kl
 from tether.policy.networks import Actor, ActorArchitecture
 
 ARCH = ActorArchitecture(obs_dim=5, act_dim=3, hidden_sizes=(16, 16))

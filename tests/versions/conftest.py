@@ -26,12 +26,12 @@ from tether.safety.supervisor import Supervisor
 from tether.serving.admin import AdminServicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth, AdminIdentity, AdminRole, AdminToken
 from tether.serving.admin_client import AdminClient
-from tether.serving.model_dir import load_into
-from tether.serving.promotion import PromotionConfig, PromotionController
-from tether.serving.registry import ModelRegistry
-from tether.serving.rollout import TrafficRouter
 from tether.sim import ArmKinematics, arm_spec
 from tether.spec import RobotSpec
+from tether.versions.model_dir import load_into
+from tether.versions.promotion import PromotionConfig, PromotionController
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import TrafficRouter
 
 HIDDEN = (32, 32)
 

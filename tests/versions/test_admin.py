@@ -13,14 +13,14 @@ import pytest
 from tether.policy.bundle import PolicyBundle
 from tether.safety.levels import DegradationLevel
 from tether.safety.supervisor import Supervisor
-from tether.serving.admin import start_admin_server
+from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import METHOD_ROLES, AdminAuth, AdminIdentity, AdminRole
 from tether.serving.admin_client import AdminCallError, AdminClient
 from tether.serving.config import SecurityConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.security import server_credentials
-from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.v1 import admin_pb2 as apb
+from tether.versions.facade import PolicyVersions, VersionsConfig
 
 from .conftest import AUTH, OPERATOR, VIEWER, Admin, derived, make_engine, nudged
 
@@ -159,7 +159,7 @@ def test_admin_over_tls(
         VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
     )
     versions.load(tmp_path / "base")
-    servicer = versions.admin_servicer(AUTH)
+    servicer = admin_servicer(versions, AUTH)
     assert servicer is not None
     credentials = server_credentials(SecurityConfig(tls_cert_file=cert, tls_key_file=key))
     server, port = asyncio.run_coroutine_threadsafe(
@@ -182,4 +182,4 @@ def test_no_token_file_means_no_admin_service(supervisor: Supervisor) -> None:
     versions = PolicyVersions(
         VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
     )
-    assert versions.admin_servicer() is None
+    assert admin_servicer(versions) is None

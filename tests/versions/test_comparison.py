@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.serving.comparison import clearly_worse, mean_difference, not_worse
+from tether.versions.statistics import clearly_worse, mean_difference, not_worse
 
 values = st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=40)
 

@@ -8,19 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from tether.learning.gate import (
-    GateConfig,
-    OfflineStageConfig,
-    PromotionGate,
-    SimulationStageConfig,
-    offline_stage,
-    simulation_stage,
-)
 from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import TwinCritic
 from tether.safety.supervisor import Supervisor
-from tether.serving.gate_records import GateStage
 from tether.spec import RobotSpec
+from tether.versions.gate import GateConfig, PromotionGate
+from tether.versions.records import GateStage
+from tether.versions.stages.offline import OfflineStageConfig, offline_stage
+from tether.versions.stages.simulation import SimulationStageConfig, simulation_stage
 
 from .conftest import arm_observations, derived, make_engine, negated, nudged, reaching_bundle
 

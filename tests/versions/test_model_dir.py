@@ -8,9 +8,10 @@ from pathlib import Path
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
-from tether.serving.model_dir import load_into, reload_model_dir
-from tether.serving.registry import ModelRegistry, VersionSource, VersionState
 from tether.spec import RobotSpec
+from tether.versions.model_dir import load_into, reload_model_dir
+from tether.versions.records import VersionSource, VersionState
+from tether.versions.registry import ModelRegistry
 
 from .conftest import HIDDEN, derived, make_engine, nudged
 

@@ -9,13 +9,20 @@ import pytest
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
-from tether.serving.canary import CanaryConfig
-from tether.serving.gate_records import GateStage, Measurement, StageVerdict
-from tether.serving.promotion import GateOutcome, PromotionConfig, PromotionController
-from tether.serving.registry import ModelRegistry, VersionError, VersionSource, VersionState
-from tether.serving.rollout import Role, TrafficRouter
-from tether.serving.shadow import ShadowConfig
 from tether.spec import RobotSpec
+from tether.versions.errors import VersionError
+from tether.versions.promotion import GateOutcome, PromotionConfig, PromotionController
+from tether.versions.records import (
+    GateStage,
+    Measurement,
+    StageVerdict,
+    VersionSource,
+    VersionState,
+)
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import Role, TrafficRouter
+from tether.versions.stages.canary import CanaryConfig
+from tether.versions.stages.shadow import ShadowConfig
 
 from .conftest import arm_observations, derived, make_engine, negated, nudged
 from .test_stages import outcomes
@@ -186,7 +193,7 @@ def test_a_rollback_during_shadow_abandons_the_evaluation(
 def test_promote_directly_skips_the_gate_and_says_so(
     base_bundle: PolicyBundle, tmp_path: Path, supervisor: Supervisor
 ) -> None:
-    from tether.serving.versions import PolicyVersions, VersionsConfig
+    from tether.versions.facade import PolicyVersions, VersionsConfig
 
     versions = PolicyVersions(
         VersionsConfig(),

@@ -11,19 +11,17 @@ import pytest
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.verdict import SafetyCheck
-from tether.serving.errors import NoPolicyLoaded, VersionUnavailable
-from tether.serving.model_dir import renumbered
-from tether.serving.registry import (
-    TRANSITIONS,
+from tether.spec import RobotSpec
+from tether.versions.errors import (
     IllegalTransition,
-    LiveChange,
-    ModelRegistry,
+    NoPolicyLoaded,
     UnknownVersion,
     VersionError,
-    VersionSource,
-    VersionState,
+    VersionUnavailable,
 )
-from tether.spec import RobotSpec
+from tether.versions.model_dir import renumbered
+from tether.versions.records import LiveChange, VersionSource, VersionState
+from tether.versions.registry import TRANSITIONS, ModelRegistry
 
 from .conftest import arm_observations, derived, make_engine, nudged
 

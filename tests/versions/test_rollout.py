@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
-from tether.serving.registry import ModelRegistry, VersionError, VersionSource, VersionState
-from tether.serving.rollout import Role, TrafficRouter, TrafficSplit, _pick, unit_hash
+from tether.versions.errors import VersionError
+from tether.versions.records import VersionSource, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import Role, TrafficRouter, TrafficSplit, _pick, unit_hash
 
 from .conftest import derived, make_engine, nudged
 

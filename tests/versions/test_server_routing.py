@@ -17,9 +17,9 @@ from tether.safety.supervisor import Supervisor
 from tether.serving.client import PolicyClient
 from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
-from tether.serving.registry import VersionSource, VersionState
-from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.spec import RobotSpec
+from tether.versions.facade import PolicyVersions, VersionsConfig
+from tether.versions.records import VersionSource, VersionState
 
 from .conftest import arm_observations, derived, make_engine, nudged
 
@@ -43,7 +43,7 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
     versions.router.start_canary(candidate.id, fraction=0.5, tightening=0.8)
     config = ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0))
-    server = build_server(tmp_path / "base", config, models=versions, router=versions)
+    server = build_server(tmp_path / "base", config, versions=versions)
     running = RunningServer(server)
     obs = arm_observations(spec, 8, seed=2)
     try:

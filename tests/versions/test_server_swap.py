@@ -18,18 +18,18 @@ import numpy as np
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
-from tether.serving.admin import start_admin_server
+from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
-from tether.serving.promotion import PromotionConfig
-from tether.serving.registry import VersionState
-from tether.serving.shadow import ShadowConfig
-from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.spec import RobotSpec
 from tether.v1 import admin_pb2 as apb
 from tether.v1 import admin_pb2_grpc as apb_grpc
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.versions.facade import PolicyVersions, VersionsConfig
+from tether.versions.promotion import PromotionConfig
+from tether.versions.records import VersionState
+from tether.versions.stages.shadow import ShadowConfig
 
 from .conftest import AUTH, OPERATOR, arm_observations, derived, make_engine, nudged
 
@@ -76,7 +76,7 @@ def test_swaps_and_reload_under_load_fail_no_request(
 
     async def scenario() -> None:
         await server.start()
-        admin_server, admin_port = await start_admin_server(versions.admin_servicer(AUTH), AUTH)
+        admin_server, admin_port = await start_admin_server(admin_servicer(versions, AUTH), AUTH)
         meta = (("authorization", f"Bearer {OPERATOR}"),)
         stop = asyncio.Event()
         async with (
@@ -132,8 +132,7 @@ def test_registry_as_the_servers_model_source_serves_pins_and_feeds_shadow(
     server = build_server(
         tmp_path / "base",
         ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0)),
-        models=versions,
-        on_batch=lambda e, o, a, p: versions.on_batch(e.version.id, o, a, p),
+        versions=versions,
     )
     v2 = derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)
     versions.load(v2.path, make_live=True)  # type: ignore[arg-type]

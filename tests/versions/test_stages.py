@@ -13,13 +13,20 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.limits import SafetyLimits
 from tether.safety.supervisor import Supervisor
-from tether.serving.canary import CanaryConfig, CanaryEvaluator
-from tether.serving.gate_records import EpisodeOutcome, GateStage, StageVerdict
-from tether.serving.registry import LiveChange, ModelRegistry, VersionSource, VersionState
-from tether.serving.rollback import RollbackConfig, RollbackEvent, RollbackMonitor
-from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 from tether.sim import ArmKinematics
 from tether.spec import RobotSpec
+from tether.versions.records import (
+    EpisodeOutcome,
+    GateStage,
+    LiveChange,
+    StageVerdict,
+    VersionSource,
+    VersionState,
+)
+from tether.versions.registry import ModelRegistry
+from tether.versions.rollback import RollbackConfig, RollbackEvent, RollbackMonitor
+from tether.versions.stages.canary import CanaryConfig, CanaryEvaluator
+from tether.versions.stages.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 
 from .conftest import arm_observations, derived, make_engine, negated, nudged
 

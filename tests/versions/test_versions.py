@@ -12,25 +12,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.learning.gate import (
-    GateConfig,
-    OfflineStageConfig,
-    PromotionGate,
-    SimulationStageConfig,
-)
 from tether.policy.bundle import PolicyBundle
 from tether.safety.supervisor import Supervisor
-from tether.serving.canary import CanaryConfig
-from tether.serving.gate_records import EpisodeOutcome, GateStage
-from tether.serving.model_dir import install_sighup_reload
-from tether.serving.promotion import PromotionConfig
-from tether.serving.registry import LiveChange, VersionState
-from tether.serving.rollback import RollbackConfig
-from tether.serving.rollout import Role
-from tether.serving.shadow import ShadowConfig
-from tether.serving.versions import PolicyVersions, VersionsConfig
 from tether.sim.env import ArmEnv
 from tether.spec import RobotSpec
+from tether.versions.facade import PolicyVersions, VersionsConfig
+from tether.versions.gate import GateConfig, PromotionGate
+from tether.versions.model_dir import install_sighup_reload
+from tether.versions.promotion import PromotionConfig
+from tether.versions.records import EpisodeOutcome, GateStage, LiveChange, VersionState
+from tether.versions.rollback import RollbackConfig
+from tether.versions.routing import Role
+from tether.versions.stages.canary import CanaryConfig
+from tether.versions.stages.offline import OfflineStageConfig
+from tether.versions.stages.shadow import ShadowConfig
+from tether.versions.stages.simulation import SimulationStageConfig
 
 from .conftest import arm_observations, derived, make_engine, negated, nudged, reaching_bundle
 

@@ -25,7 +25,7 @@ _SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from tether.serving.config import ServerConfig
-from tether.serving.versions import VersionsConfig
+from tether.versions.facade import VersionsConfig
 from tether.serving.versions_launch import serve_versions
 
 def announce(server, admin_port):

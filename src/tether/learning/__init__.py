@@ -6,8 +6,7 @@
   restarted from :func:`save_checkpoint` checkpoints), :class:`LearnerConfig`,
   :func:`learner_placement`;
 - deployment: :class:`PublicationConfig`, :class:`TrustRegion`, :func:`polyak_blend`;
-- the learner-side gate: :class:`GateConfig` (``LearnerConfig.gate``), the verdict files
-  the server reads (:func:`read_gate_verdicts`, :func:`list_gate_records`);
+  the candidate it proposes is judged by the gate of ``tether.versions``;
 - pretraining: :func:`pretrain`, :class:`PretrainConfig`, :func:`evaluate_actor`.
 
 See docs/learning.md.
@@ -15,15 +14,8 @@ See docs/learning.md.
 
 from tether.learning.checkpoint import LearnerProgress, restore_checkpoint, save_checkpoint
 from tether.learning.config import SACConfig
-from tether.learning.errors import (
-    CheckpointError,
-    GateInputError,
-    LearnerProcessError,
-    LearningError,
-    VerdictFileError,
-)
+from tether.learning.errors import CheckpointError, LearnerProcessError, LearningError
 from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
-from tether.learning.gate import GateConfig, PromotionGate
 from tether.learning.learner import Learner, LearnerCounters
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import LearnerPlacement, learner_placement
@@ -34,31 +26,19 @@ from tether.learning.process import (
     LearnerSupervisor,
 )
 from tether.learning.publication import (
-    PolicyDistance,
     PublicationConfig,
     PublishOutcome,
     RecentStates,
     TrustRegion,
     TrustRegionDecision,
-    gaussian_kl,
     polyak_blend,
 )
 from tether.learning.sac import SAC, TrainingStats
-from tether.learning.verdicts import (
-    GateRecord,
-    gate_record_versions,
-    list_gate_records,
-    read_gate_record,
-    read_gate_verdicts,
-)
 
 __all__ = [
     "SAC",
     "CheckpointError",
     "EvaluationResult",
-    "GateConfig",
-    "GateInputError",
-    "GateRecord",
     "Learner",
     "LearnerConfig",
     "LearnerCounters",
@@ -70,10 +50,8 @@ __all__ = [
     "LearnerSupervisor",
     "LearningError",
     "ObservationNormalizer",
-    "PolicyDistance",
     "PretrainConfig",
     "PretrainResult",
-    "PromotionGate",
     "PublicationConfig",
     "PublishOutcome",
     "RecentStates",
@@ -81,16 +59,10 @@ __all__ = [
     "TrainingStats",
     "TrustRegion",
     "TrustRegionDecision",
-    "VerdictFileError",
     "evaluate_actor",
-    "gate_record_versions",
-    "gaussian_kl",
     "learner_placement",
-    "list_gate_records",
     "polyak_blend",
     "pretrain",
-    "read_gate_record",
-    "read_gate_verdicts",
     "restore_checkpoint",
     "save_checkpoint",
 ]

@@ -1,7 +1,7 @@
 """The learner's side of candidate handling: judge before publishing, remember live weights.
 
 :class:`CandidateJudge` runs the learner-side stages of the promotion gate (offline,
-simulation; :class:`~tether.learning.gate.PromotionGate`) on a candidate against the
+simulation; :class:`~tether.versions.gate.PromotionGate`) on a candidate against the
 weights live on the server, and writes the outcome to the verdict directory whether it
 passed or not. Simulated episodes go through the same supervisor the robots have when
 the bundle is the built-in arm.
@@ -25,8 +25,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.learning.gate import GateConfig, PromotionGate
-from tether.learning.verdicts import GateRecord, write_gate_record
 from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
@@ -35,6 +33,9 @@ from tether.policy.networks import TwinCritic
 from tether.policy.tensors import state_sha256
 from tether.safety.presets import arm_supervisor
 from tether.sim.spec import arm_spec
+from tether.versions.gate import GateConfig, PromotionGate
+from tether.versions.records import GateRecord
+from tether.versions.verdict_files import write_gate_record
 
 StateDict = dict[str, torch.Tensor]
 

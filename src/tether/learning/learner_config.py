@@ -6,8 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig
 from tether.learning.publication import PublicationConfig
+from tether.versions.gate import GateConfig
 
 
 class LearnerConfig(BaseModel):

@@ -130,7 +130,7 @@ class LearnerSupervisor:
         self._weights = weights
         self._channel = channel
         self._checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
-        # Where the learner writes <version>.json gate verdicts (see tether.learning.verdicts).
+        # Where the learner writes <version>.json gate verdicts (see tether.versions.verdict_files).
         self.verdict_dir = None if verdict_dir is None else Path(verdict_dir)
         self._on_event = on_event
         # Decided here, in the parent, from the cores it may use now: a child inherits the

@@ -21,12 +21,12 @@ from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
 from tether.safety.degradation_config import DegradationConfig
-from tether.serving.canary import CanaryConfig
 from tether.serving.config import ServerConfig
-from tether.serving.promotion import PromotionConfig
-from tether.serving.rollback import RollbackConfig
-from tether.serving.versions import VersionsConfig
 from tether.sim.drift import DriftSchedule
+from tether.versions.facade import VersionsConfig
+from tether.versions.promotion import PromotionConfig
+from tether.versions.rollback import RollbackConfig
+from tether.versions.stages.canary import CanaryConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 

@@ -40,7 +40,6 @@ from tether.data.step import StepRecord
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
-from tether.learning.verdicts import GateRecord, list_gate_records, read_gate_verdicts
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
@@ -66,17 +65,18 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.levels import DegradationTransition
 from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
-from tether.serving.admin import start_admin_server
+from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.client.options import ClientOptions
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
-from tether.serving.promotion import GateOutcome
-from tether.serving.registry import LiveChange, VersionSource, VersionState
 from tether.serving.security import bearer_token, server_credentials
 from tether.serving.server import PolicyServer
 from tether.serving.supervision import kinematics_for
-from tether.serving.versions import PolicyVersions
+from tether.versions.facade import PolicyVersions
+from tether.versions.promotion import GateOutcome
+from tether.versions.records import GateRecord, LiveChange, VersionSource, VersionState
+from tether.versions.verdict_files import list_gate_records, read_gate_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +260,7 @@ class RunSystem:
             limits=self.limits,
             record_step=self._record_step,
             end_session=self._recorder.end_session,
-            models=self._versions,
-            router=self._versions,
+            versions=self._versions,
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
 
@@ -532,7 +531,7 @@ class RunSystem:
         # Operators reach this run like a `tether serve`: list, promote, roll back, and
         # resume from TAKEOVER (the only way out of it).
         auth = AdminAuth.from_file(vcfg.admin_tokens_file)
-        servicer = self._versions.admin_servicer(auth)
+        servicer = admin_servicer(self._versions, auth)
         if servicer is not None:
             self._admin, port = await start_admin_server(
                 servicer,

@@ -1,8 +1,8 @@
 """AdminService: operators list, load, split, promote, roll back, resume and reload.
 
-A thin gRPC layer over the registry (:mod:`tether.serving.registry`), the router
-(:mod:`tether.serving.rollout`), the server-side gate (:mod:`tether.serving.promotion`),
-the model directory (:mod:`tether.serving.model_dir`) and the safety
+A thin gRPC layer over the registry (:mod:`tether.versions.registry`), the router
+(:mod:`tether.versions.routing`), the server-side gate (:mod:`tether.versions.promotion`),
+the model directory (:mod:`tether.versions.model_dir`) and the safety
 ``DegradationMachine``. Authentication and roles are checked before a handler runs
 (:mod:`tether.serving.admin_auth`); the operator's name recorded in reasons and in the
 TAKEOVER resume comes from the same token.
@@ -28,13 +28,16 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.errors import SafetyError
 from tether.serving.admin_auth import AdminAuth, AdminAuthInterceptor, AdminIdentity
 from tether.serving.convert import degradation_to_proto
-from tether.serving.errors import ServerSetupError, ServingError
-from tether.serving.model_dir import EngineFactory, load_into, reload_model_dir
-from tether.serving.promotion import PromotionController
-from tether.serving.registry import ModelRegistry, VersionRecord, VersionState
-from tether.serving.rollout import TrafficRouter
+from tether.serving.errors import ServerSetupError, ServingError, status_code
 from tether.v1 import admin_pb2 as apb
 from tether.v1 import admin_pb2_grpc as apb_grpc
+from tether.versions.errors import VersionError
+from tether.versions.facade import PolicyVersions
+from tether.versions.model_dir import EngineFactory, load_into, reload_model_dir
+from tether.versions.promotion import PromotionController
+from tether.versions.records import VersionRecord, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import TrafficRouter
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -281,8 +284,8 @@ async def _run(context: Context, work: Any) -> Any:
         return await work
     except BundleError as exc:
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    except ServingError as exc:
-        await _abort(context, exc.code, str(exc))
+    except (ServingError, VersionError) as exc:
+        await _abort(context, status_code(exc), str(exc))
     except SafetyError as exc:
         await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except TetherError as exc:
@@ -323,3 +326,21 @@ async def start_admin_server(
         )
     await server.start()
     return server, bound
+
+
+def admin_servicer(versions: PolicyVersions, auth: AdminAuth | None = None) -> AdminServicer | None:
+    """The AdminService over ``versions``, or None when no token file is configured."""
+    if auth is None:
+        if versions.config.admin_tokens_file is None:
+            return None
+        auth = AdminAuth.from_file(versions.config.admin_tokens_file)
+    return AdminServicer(
+        registry=versions.registry,
+        router=versions.router,
+        auth=auth,
+        engine_factory=versions.engine_factory,
+        model_dir=versions.config.model_dir,
+        reload_makes_live=versions.config.reload_makes_live,
+        promotion=versions.promotion,
+        degradation=versions.degradation,
+    )

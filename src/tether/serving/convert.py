@@ -15,9 +15,9 @@ from functools import lru_cache
 
 from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
 from tether.serving.batcher import Batched
-from tether.serving.holder import VersionLike
 from tether.serving.inference import ActionOutcome
 from tether.v1 import policy_pb2 as pb
+from tether.versions.protocols import VersionLike
 
 _SOURCES = {
     ActionSource.POLICY: pb.ACTION_SOURCE_POLICY,

@@ -3,7 +3,7 @@
 Each version's most recent episodes are kept in a sliding window. After every episode of
 the live version the monitor compares its window with the last-known-good version's
 window (recorded while *that* version was live) on return, success, intervention rate
-and backup rate, each with ``tether.serving.comparison.clearly_worse``: noise alone never
+and backup rate, each with ``tether.versions.statistics.clearly_worse``: noise alone never
 counts, only a difference beyond the margin at confidence ``z``. When the live version
 is clearly worse on any metric for ``sustain_episodes`` consecutive checks the monitor
 rolls back through the registry, records a :class:`RollbackEvent` with the numbers and
@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.serving.comparison import clearly_worse, compare_episodes
-from tether.serving.gate_records import EpisodeOutcome, Measurement
-from tether.serving.registry import LiveChange, ModelRegistry
+from tether.versions.records import EpisodeOutcome, LiveChange, Measurement
+from tether.versions.registry import ModelRegistry
+from tether.versions.statistics import clearly_worse, compare_episodes
 
 
 class RollbackConfig(BaseModel):

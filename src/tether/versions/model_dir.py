@@ -20,7 +20,8 @@ from typing import Any
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.errors import BundleError
 from tether.policy.manifest import MANIFEST_FILE
-from tether.serving.registry import ModelRegistry, VersionRecord, VersionSource
+from tether.versions.records import VersionRecord, VersionSource
+from tether.versions.registry import ModelRegistry
 
 EngineFactory = Callable[[PolicyBundle], Any]
 

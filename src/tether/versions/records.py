@@ -1,7 +1,7 @@
 """The records the promotion gate writes: one verdict per stage, with the numbers behind it.
 
-The offline and simulation stages run in the learner (``tether.learning.gate``), the
-shadow and canary stages in the server (``tether.serving.rollout``); both write these
+The offline and simulation stages run in the learner (``tether.versions.gate``), the
+shadow and canary stages in the server (``tether.versions.routing``); both write these
 records, so an operator sees one history per candidate no matter where a stage ran.
 Every verdict names its stage, the candidate and the version it was compared with, and
 each number with the threshold it was held to — a rejection is never just "failed".
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal
 
 
@@ -85,3 +86,82 @@ class EpisodeOutcome:
     @property
     def backup_rate(self) -> float:
         return self.backups / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """The learner-side gate's outcome for one candidate version."""
+
+    version: int
+    parent: int  # the live version the candidate was derived from and judged against
+    passed: bool
+    verdicts: tuple[StageVerdict, ...]
+
+
+class VersionState(StrEnum):
+    CANDIDATE = "candidate"
+    SHADOW = "shadow"
+    CANARY = "canary"
+    LIVE = "live"
+    RETIRED = "retired"
+    REJECTED = "rejected"
+
+
+class VersionSource(StrEnum):
+    BUNDLE = "bundle"  # loaded from a bundle directory (startup, LoadBundle, reload)
+    LEARNER = "learner"  # published by the online learner
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One version as the registry knows it (a snapshot; the registry holds the truth)."""
+
+    id: int
+    name: str
+    weights_sha256: str
+    parent: int | None
+    source: VersionSource
+    created_at_s: float  # wall clock (time.time) when registered
+    state: VersionState
+    reason: str  # why it is in this state (gate verdict, operator, rollback numbers)
+    loaded: bool  # an engine is resident and can serve
+    declared_id: int  # the id its bundle or publication declared
+    bundle_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class VersionMetrics:
+    """What one version did on the robots: the numbers the gate and the rollback use."""
+
+    version: int
+    requests: int = 0
+    steps: int = 0
+    interventions: int = 0  # steps where the supervisor changed or replaced the action
+    backups: int = 0
+    interventions_by_check: tuple[tuple[str, int], ...] = ()
+    episodes: int = 0
+    return_sum: float = 0.0
+    successes: int = 0
+
+    @property
+    def mean_return(self) -> float:
+        return self.return_sum / self.episodes if self.episodes else 0.0
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def intervention_rate(self) -> float:
+        return self.interventions / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class LiveChange:
+    """The live version changed; ``kind`` is ``initial``, ``promotion`` or ``rollback``."""
+
+    kind: str
+    previous: VersionRecord | None
+    current: VersionRecord
+    reason: str
+    at_s: float

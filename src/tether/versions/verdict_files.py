@@ -18,24 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from tether.learning.errors import VerdictFileError
-from tether.serving.gate_records import GateStage, Measurement, StageVerdict
+from tether.versions.errors import VerdictFileError
+from tether.versions.records import GateRecord, GateStage, Measurement, StageVerdict
 
 _SUFFIX = ".json"
-
-
-@dataclass(frozen=True)
-class GateRecord:
-    """The learner-side gate's outcome for one candidate version."""
-
-    version: int
-    parent: int  # the live version the candidate was derived from and judged against
-    passed: bool
-    verdicts: tuple[StageVerdict, ...]
 
 
 def verdict_path(verdict_dir: str | os.PathLike[str], version: int) -> Path:
@@ -123,7 +112,7 @@ def read_gate_record(verdict_dir: str | os.PathLike[str], version: int) -> GateR
     except (ValueError, KeyError, TypeError) as exc:
         raise VerdictFileError(
             f"{path}: not a learner gate verdict ({exc}); expected the schema of "
-            "tether.learning.verdicts; delete the file if it was not written by the learner"
+            "tether.versions.verdict_files; delete the file if it was not written by the learner"
         ) from exc
     if record.version != version:
         raise VerdictFileError(

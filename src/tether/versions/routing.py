@@ -9,7 +9,7 @@ The router answers with a :class:`RouteDecision` per control step. Its invariant
   episode id, so every step of one episode is served by the same version; as many
   episodes again are its *control*: the live version under the same tightened limits,
   so the canary is compared with live under equal conditions (judged against live at
-  full limits, a copy of live fails: ``tether.serving.canary``);
+  full limits, a copy of live fails: ``tether.versions.stages.canary``);
 - only versions that passed the gate can be chosen (live, retired for A/B; canary for
   the canary share), and a promotion or rollback clears the split, because a split
   names versions that were chosen against the previous live one.
@@ -25,13 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tether.serving.registry import (
-    PINNABLE,
-    LiveChange,
-    ModelRegistry,
-    VersionError,
-    VersionState,
-)
+from tether.versions.errors import VersionError
+from tether.versions.records import LiveChange, VersionState
+from tether.versions.registry import PINNABLE, ModelRegistry
 
 
 class Role(StrEnum):

@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.serving.canary import CanaryConfig, CanaryEvaluator
-from tether.serving.gate_records import EpisodeOutcome, StageVerdict
-from tether.serving.registry import LiveChange, ModelRegistry, VersionError, VersionState
-from tether.serving.rollout import TrafficRouter
-from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner, Supervises
+from tether.versions.errors import VersionError
+from tether.versions.protocols import Supervises
+from tether.versions.records import EpisodeOutcome, LiveChange, StageVerdict, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import TrafficRouter
+from tether.versions.stages.canary import CanaryConfig, CanaryEvaluator
+from tether.versions.stages.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 
 
 class PromotionConfig(BaseModel):

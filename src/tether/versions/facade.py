@@ -5,7 +5,7 @@ rollback monitor from one :class:`VersionsConfig`, and offers the server exactly
 calls it makes at each point of a control step:
 
 - ``engine_for(pinned)`` / ``live_engine()`` — the ``ModelSource`` interface of
-  ``tether.serving.holder`` (client pins may name live or retired versions only);
+  ``tether.versions.holder`` (client pins may name live or retired versions only);
 - ``route(session_id, episode_id)`` then ``engine_for_route(decision)`` — the operator's
   A/B split and the canary share (canary and control steps use tightened limits:
   ``decision.tightening``);
@@ -29,24 +29,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.degradation import DegradationMachine
 from tether.safety.verdict import ActionSource, SafetyVerdict
-from tether.serving.admin import AdminServicer
-from tether.serving.admin_auth import AdminAuth
-from tether.serving.gate_records import EpisodeOutcome, StageVerdict
-from tether.serving.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
-from tether.serving.promotion import PromotionConfig, PromotionController
-from tether.serving.registry import (
+from tether.versions.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
+from tether.versions.promotion import PromotionConfig, PromotionController
+from tether.versions.protocols import Supervises
+from tether.versions.records import (
+    EpisodeOutcome,
     LiveChange,
-    ModelRegistry,
+    StageVerdict,
     VersionRecord,
     VersionSource,
 )
-from tether.serving.rollback import RollbackConfig, RollbackMonitor
-from tether.serving.rollout import Role, RouteDecision, TrafficRouter
-from tether.serving.shadow import Supervises
+from tether.versions.registry import ModelRegistry
+from tether.versions.rollback import RollbackConfig, RollbackMonitor
+from tether.versions.routing import Role, RouteDecision, TrafficRouter
 
 
 class EngineHolder(Protocol):
-    """What :meth:`PolicyVersions.drive` needs of ``tether.serving.holder.LiveModel``."""
+    """What :meth:`PolicyVersions.drive` needs of ``tether.versions.holder.LiveModel``."""
 
     def replace(self, engine: Any) -> None: ...
 
@@ -106,8 +105,8 @@ class PolicyVersions:
         degradation: DegradationMachine | None = None,
     ) -> None:
         self.config = config
-        self._engine_factory = engine_factory
-        self._degradation = degradation
+        self.engine_factory = engine_factory
+        self.degradation = degradation
         self.registry: ModelRegistry[Any] = ModelRegistry()
         self.router = TrafficRouter(self.registry, max_sessions=config.max_sticky_sessions)
         self.promotion = PromotionController(
@@ -200,7 +199,7 @@ class PolicyVersions:
 
     def load(self, path: Path, *, make_live: bool = False) -> VersionRecord:
         """Verify and register a bundle (call from a worker thread: it builds an engine)."""
-        return load_into(self.registry, path, self._engine_factory, make_live=make_live)
+        return load_into(self.registry, path, self.engine_factory, make_live=make_live)
 
     def reload(self) -> ReloadResult:
         """Re-read the model directory (call from a worker thread; SIGHUP does)."""
@@ -209,7 +208,7 @@ class PolicyVersions:
         return reload_model_dir(
             self.registry,
             self.config.model_dir,
-            self._engine_factory,
+            self.engine_factory,
             make_live=self.config.reload_makes_live,
         )
 
@@ -227,20 +226,3 @@ class PolicyVersions:
     def add_live_listener(self, listener: Callable[[LiveChange], None]) -> None:
         """Called after every promotion or rollback: how the learner learns what is live."""
         self.registry.add_listener(listener)
-
-    def admin_servicer(self, auth: AdminAuth | None = None) -> AdminServicer | None:
-        """The AdminService over these versions, or None when no token file is configured."""
-        if auth is None:
-            if self.config.admin_tokens_file is None:
-                return None
-            auth = AdminAuth.from_file(self.config.admin_tokens_file)
-        return AdminServicer(
-            registry=self.registry,
-            router=self.router,
-            auth=auth,
-            engine_factory=self._engine_factory,
-            model_dir=self.config.model_dir,
-            reload_makes_live=self.config.reload_makes_live,
-            promotion=self.promotion,
-            degradation=self._degradation,
-        )

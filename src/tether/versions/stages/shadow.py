@@ -24,9 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.safety.verdict import SafetyVerdict
-from tether.serving.gate_records import GateStage, Measurement, StageVerdict
-from tether.serving.registry import EngineLike
+from tether.versions.protocols import EngineLike, Supervises
+from tether.versions.records import GateStage, Measurement, StageVerdict
 
 
 class ShadowConfig(BaseModel):
@@ -66,17 +65,6 @@ class ShadowConfig(BaseModel):
 
 class ActingEngine(EngineLike, Protocol):
     def act(self, observations: np.ndarray, deterministic: Any) -> Any: ...
-
-
-class Supervises(Protocol):
-    """What shadow evaluation needs of ``tether.safety.Supervisor``."""
-
-    def filter(
-        self,
-        observation: np.ndarray,
-        proposed_action: np.ndarray,
-        previous_action: np.ndarray | None,
-    ) -> tuple[np.ndarray, SafetyVerdict]: ...
 
 
 class ShadowEvaluator:

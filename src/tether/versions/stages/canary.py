@@ -1,10 +1,10 @@
 """The canary stage: the candidate acts in a fraction of episodes, under tightened limits.
 
-The router (``tether.serving.rollout``) gives the canary its share of episodes and as
+The router (``tether.versions.routing``) gives the canary its share of episodes and as
 many again to its *control*, the live version; the server serves both with
 ``SafetyLimits.tightened(config.safety_tightening)``. This module collects the finished
 episodes of the canary and of its control over the same period and decides with a
-non-inferiority test (``tether.serving.comparison``): return and success may not be
+non-inferiority test (``tether.versions.statistics``): return and success may not be
 shown worse than the control's by more than their margins, and the intervention rate
 may not be shown higher by more than its margin, at the one-sided confidence ``z``.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.serving.comparison import compare_episodes, not_worse
-from tether.serving.gate_records import EpisodeOutcome, GateStage, StageVerdict
+from tether.versions.records import EpisodeOutcome, GateStage, StageVerdict
+from tether.versions.statistics import compare_episodes, not_worse
 
 
 class CanaryConfig(BaseModel):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tether.serving.gate_records import EpisodeOutcome, Measurement
+from tether.versions.records import EpisodeOutcome, Measurement
 
 # Per-episode metrics: how to read one from an outcome, and whether higher is better.
 EPISODE_METRICS: dict[str, tuple[Callable[[EpisodeOutcome], float], bool]] = {

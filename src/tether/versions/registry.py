@@ -24,43 +24,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from enum import IntFlag, StrEnum
+from enum import IntFlag
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-import grpc
-
-from tether.serving.errors import NoPolicyLoaded, ServingError, VersionUnavailable
-from tether.serving.holder import VersionLike as ServedVersion
-
-
-class VersionError(ServingError):
-    """Root of the registry's errors (a version that cannot do what was asked)."""
-
-    code = grpc.StatusCode.FAILED_PRECONDITION
-
-
-class IllegalTransition(VersionError):
-    """A state change the transition table does not allow."""
-
-
-class UnknownVersion(VersionError, VersionUnavailable):
-    """A version id the registry has never seen, or whose engine is unloaded."""
-
-
-class VersionState(StrEnum):
-    CANDIDATE = "candidate"
-    SHADOW = "shadow"
-    CANARY = "canary"
-    LIVE = "live"
-    RETIRED = "retired"
-    REJECTED = "rejected"
-
-
-class VersionSource(StrEnum):
-    BUNDLE = "bundle"  # loaded from a bundle directory (startup, LoadBundle, reload)
-    LEARNER = "learner"  # published by the online learner
-
+from tether.versions.errors import (
+    IllegalTransition,
+    NoPolicyLoaded,
+    UnknownVersion,
+    VersionError,
+    VersionUnavailable,
+)
+from tether.versions.protocols import EngineLike
+from tether.versions.records import (
+    LiveChange,
+    VersionMetrics,
+    VersionRecord,
+    VersionSource,
+    VersionState,
+)
 
 _S = VersionState
 TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
@@ -76,77 +58,7 @@ TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
 # States a request may pin: versions that passed the gate and served before.
 PINNABLE = (_S.LIVE, _S.RETIRED)
 
-
-class VersionLike(ServedVersion, Protocol):
-    """What the registry reads of ``tether.policy.VersionInfo``: serving's view plus lineage."""
-
-    @property
-    def parent(self) -> int | None: ...
-
-
-class EngineLike(Protocol):
-    """What the registry needs of ``tether.policy.PolicyEngine``: the version it runs."""
-
-    @property
-    def version(self) -> VersionLike: ...
-
-
 EngineT = TypeVar("EngineT", bound=EngineLike)
-
-
-@dataclass(frozen=True)
-class VersionRecord:
-    """One version as the registry knows it (a snapshot; the registry holds the truth)."""
-
-    id: int
-    name: str
-    weights_sha256: str
-    parent: int | None
-    source: VersionSource
-    created_at_s: float  # wall clock (time.time) when registered
-    state: VersionState
-    reason: str  # why it is in this state (gate verdict, operator, rollback numbers)
-    loaded: bool  # an engine is resident and can serve
-    declared_id: int  # the id its bundle or publication declared
-    bundle_path: Path | None = None
-
-
-@dataclass(frozen=True)
-class VersionMetrics:
-    """What one version did on the robots: the numbers the gate and the rollback use."""
-
-    version: int
-    requests: int = 0
-    steps: int = 0
-    interventions: int = 0  # steps where the supervisor changed or replaced the action
-    backups: int = 0
-    interventions_by_check: tuple[tuple[str, int], ...] = ()
-    episodes: int = 0
-    return_sum: float = 0.0
-    successes: int = 0
-
-    @property
-    def mean_return(self) -> float:
-        return self.return_sum / self.episodes if self.episodes else 0.0
-
-    @property
-    def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
-
-    @property
-    def intervention_rate(self) -> float:
-        return self.interventions / self.steps if self.steps else 0.0
-
-
-@dataclass(frozen=True)
-class LiveChange:
-    """The live version changed; ``kind`` is ``initial``, ``promotion`` or ``rollback``."""
-
-    kind: str
-    previous: VersionRecord | None
-    current: VersionRecord
-    reason: str
-    at_s: float
 
 
 @dataclass
@@ -321,7 +233,7 @@ class ModelRegistry(Generic[EngineT]):
         """The engine a batch should use, or None before any version is live.
 
         Read once per batch: that is what makes a promotion or rollback take effect at a
-        batch boundary (the ``tether.serving.holder.ModelSource`` interface).
+        batch boundary (the ``tether.versions.holder.ModelSource`` interface).
         """
         with self._lock:
             if self._live is None:
