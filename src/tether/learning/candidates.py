@@ -28,7 +28,7 @@ import torch
 from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
-from tether.policy.manifest import VersionInfo
+from tether.policy.manifest import VersionInfo, learner_version_name
 from tether.policy.networks import TwinCritic
 from tether.policy.tensors import state_sha256
 from tether.safety.presets import arm_supervisor
@@ -51,7 +51,8 @@ def bundle_with(
 
     In memory only: the weights digest names the new tensors (same shapes, same size)."""
     digest = state_sha256(state)
-    info = VersionInfo(id=version, name=f"learner-v{version}", weights_sha256=digest, parent=parent)
+    name = learner_version_name(version)
+    info = VersionInfo(id=version, name=name, weights_sha256=digest, parent=parent)
     m = bundle.manifest
     manifest = replace(m, version=info, weights=replace(m.weights, sha256=digest))
     return replace(bundle, actor_state=state, manifest=manifest)
