@@ -254,7 +254,6 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
             declared_id=r.declared_id,
             bundle_path="" if r.bundle_path is None else str(r.bundle_path),
             metrics=apb.VersionMetrics(
-                requests=m.requests,
                 steps=m.steps,
                 interventions=m.interventions,
                 backups=m.backups,

@@ -52,12 +52,6 @@ def check_names(checks: int) -> tuple[str, ...]:
     )
 
 
-def verdict_to_proto(verdict: SafetyVerdict) -> pb.SafetyVerdict:
-    message = pb.SafetyVerdict()
-    fill_verdict(message, verdict)
-    return message
-
-
 def fill_verdict(message: pb.SafetyVerdict, verdict: SafetyVerdict) -> None:
     """Write ``verdict`` into an empty ``message``; fields left at their default stay unset."""
     message.source = _SOURCES.get(verdict.source, pb.ACTION_SOURCE_UNSPECIFIED)

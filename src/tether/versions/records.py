@@ -134,7 +134,6 @@ class VersionMetrics:
     """What one version did on the robots: the numbers the gate and the rollback use."""
 
     version: int
-    requests: int = 0
     steps: int = 0
     interventions: int = 0  # steps where the supervisor changed or replaced the action
     backups: int = 0

@@ -65,7 +65,6 @@ EngineT = TypeVar("EngineT", bound=EngineLike)
 class _Entry(Generic[EngineT]):
     record: VersionRecord
     engine: EngineT | None
-    requests: int = 0
     steps: int = 0
     interventions: int = 0
     backups: int = 0
@@ -302,10 +301,6 @@ class ModelRegistry(Generic[EngineT]):
 
     # ----------------------------------------------------------------- metrics
 
-    def record_requests(self, version_id: int, count: int = 1) -> None:
-        with self._lock:
-            self._entry(version_id).requests += count
-
     def record_step(
         self, version_id: int, *, checks: IntFlag, intervened: bool, backup: bool
     ) -> None:
@@ -330,7 +325,6 @@ class ModelRegistry(Generic[EngineT]):
             e = self._entry(version_id)
             return VersionMetrics(
                 version=version_id,
-                requests=e.requests,
                 steps=e.steps,
                 interventions=e.interventions,
                 backups=e.backups,
