@@ -31,8 +31,7 @@ from tether.policy.engine import PolicyEngine
 from tether.policy.manifest import VersionInfo, learner_version_name
 from tether.policy.networks import TwinCritic
 from tether.policy.tensors import state_sha256
-from tether.safety.presets import arm_supervisor
-from tether.sim.spec import arm_spec
+from tether.safety.for_spec import is_builtin_arm, supervisor_for
 from tether.versions.gate import GateConfig, PromotionGate
 from tether.versions.records import GateRecord
 from tether.versions.verdict_files import write_gate_record
@@ -96,7 +95,8 @@ class CandidateJudge:
         self.verdict_dir = None if verdict_dir is None else Path(verdict_dir)
         # The built-in arm's own supervisor, so simulated episodes are filtered as the
         # robots' steps are; other robots have no simulator-side kinematics here.
-        supervisor = arm_supervisor() if bundle.robot_spec == arm_spec() else None
+        spec = bundle.robot_spec
+        supervisor = supervisor_for(spec) if spec is not None and is_builtin_arm(spec) else None
         self.gate = PromotionGate(
             config,
             randomization=config.simulation.randomization,

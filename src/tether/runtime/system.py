@@ -62,9 +62,8 @@ from tether.runtime.records import (
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
 from tether.safety.degradation import DegradationMachine
+from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
-from tether.safety.presets import default_limits
-from tether.safety.supervisor import Supervisor
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.client.options import ClientOptions
@@ -72,7 +71,6 @@ from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.security import bearer_token, server_credentials
 from tether.serving.server import PolicyServer
-from tether.serving.supervision import kinematics_for
 from tether.versions.facade import PolicyVersions
 from tether.versions.intake import (
     CandidateIntake,
@@ -118,7 +116,7 @@ class RunSystem:
                 f"bundle {self.bundle_path} records no robot spec; it cannot be supervised"
             )
         self.spec = spec
-        self.limits = default_limits(spec)
+        self.limits = limits_for(spec)
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
@@ -232,7 +230,7 @@ class RunSystem:
         serving = learner_placement().serving_cores
         if set(serving) != set(self._learner.cores):
             os.sched_setaffinity(0, serving)
-        shadow = Supervisor(self.limits, kinematics=kinematics_for(spec))
+        shadow = supervisor_for(spec, self.limits)
         self._versions = PolicyVersions(
             cfg.versions,
             engine_factory=self._engine_for_bundle,

@@ -34,7 +34,6 @@ from tether.safety.limits import LimitsConfig, SafetyLimits
 from tether.safety.supervisor import Supervisor, SupervisorConfig
 from tether.sim import ArmKinematics, DomainRandomization, arm_spec
 from tether.sim.geometry import ARM
-from tether.spec import RobotSpec
 
 ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
 # The largest normalized torque beyond gravity compensation: a full action against a
@@ -70,14 +69,6 @@ def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:
     return SafetyLimits.from_spec(
         arm_spec(), config, viscous_damping_per_rad_s=arm_damping_per_rad_s()
     )
-
-
-def default_limits(spec: RobotSpec) -> SafetyLimits:
-    """The limits to enforce for ``spec``: the arm's preset when ``spec`` is the built-in
-    arm (same fingerprint), else ``SafetyLimits.from_spec(spec)``."""
-    if spec.fingerprint() == arm_spec().fingerprint():
-        return arm_limits()
-    return SafetyLimits.from_spec(spec)
 
 
 def arm_supervisor(

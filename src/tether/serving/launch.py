@@ -17,8 +17,8 @@ from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
+from tether.safety.for_spec import limits_for
 from tether.safety.limits import SafetyLimits
-from tether.safety.presets import default_limits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.served_spec import ServedSpec
@@ -62,7 +62,7 @@ def build_server(
         {"max_batch_size": config.batcher.max_batch_size}
     )
     engine = PolicyEngine(bundle, engine_cfg)
-    limits = limits or default_limits(spec)
+    limits = limits if limits is not None else limits_for(spec)
     if degradation is None:
         degradation = DegradationMachine(limits=limits)
     return PolicyServer(

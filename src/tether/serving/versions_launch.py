@@ -18,15 +18,13 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
-from tether.safety.presets import default_limits
-from tether.safety.supervisor import Supervisor
+from tether.safety.for_spec import limits_for, supervisor_for
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap, robot_spec_of
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer, run_until_signal
-from tether.serving.supervision import kinematics_for
 from tether.versions.facade import PolicyVersions, VersionsConfig
 from tether.versions.model_dir import install_sighup_reload
 
@@ -47,7 +45,7 @@ async def serve_versions(
     first = load_bundle(bundle_path)
     spec = robot_spec_of(first)
     engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
-    limits = default_limits(spec)
+    limits = limits_for(spec)
     degradation = DegradationMachine(limits=limits)
 
     def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
@@ -56,7 +54,7 @@ async def serve_versions(
     versions = PolicyVersions(
         versions_config,
         engine_factory=engine_factory,
-        shadow_supervisor=Supervisor(limits, kinematics=kinematics_for(spec)),
+        shadow_supervisor=supervisor_for(spec, limits),
         degradation=degradation,
     )
     versions.load(Path(bundle_path))
