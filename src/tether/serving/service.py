@@ -190,9 +190,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
         The hand-off waits until grpc has sent the reply: the recorder's worker thread
         wakes on it and takes the GIL to pair the step, and woken before the reply left
-        it competed with the reply's send and added ~90-160 µs to a lone robot's round trip
-        (benchmarks/bench_serving.py, transport probe). Handed over after the send, its
-        work overlaps the robot's turn-around instead. The record is built here, at the
+        it would compete with the reply's send and delay it (measured in
+        docs/benchmarks.md). Handed over after the send, its work overlaps the robot's
+        turn-around instead. The record is built here, at the
         step's own time, so nothing in it depends on when it is handed over.
         """
         arrival = time.perf_counter_ns()

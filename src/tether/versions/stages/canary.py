@@ -8,11 +8,11 @@ non-inferiority test (``tether.versions.statistics``): return and success may no
 shown worse than the control's by more than their margins, and the intervention rate
 may not be shown higher by more than its margin, at the one-sided confidence ``z``.
 
-Only the control counts as "live": live episodes at full limits move faster and are
-corrected less (the shipped policy on the arm at tightened(0.8): return 12.6 → −15.8,
-corrected 54 → 69 % of steps), so judged against them a copy of the live policy fails
-(tests/versions/test_stages.py). Invariant: no verdict before ``episodes`` canary
-episodes and ``min_live_episodes`` control ones.
+Only the control counts as "live": episodes at full limits move faster and are
+corrected less than episodes under tightened ones, so judged against them even a copy
+of the live policy would be shown worse (``tests/versions/test_stages.py`` holds a copy
+to that). Invariant: no verdict before ``episodes`` canary episodes and
+``min_live_episodes`` control ones.
 """
 
 from __future__ import annotations

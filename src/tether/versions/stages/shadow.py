@@ -2,10 +2,9 @@
 
 For ``steps`` observations the candidate's deterministic action is computed beside the
 live policy's deterministic action and handed to the supervisor *as if* it were to be
-sent (with the live engine at hand, the live action is recomputed deterministically:
-robots that ask for sampled actions are served noise the candidate must not be blamed
-for; compared with sampled live actions, a copy of the live policy diverged by the
-sampling noise alone, ~0.25, and every candidate of ``tether run`` failed on it); how often the
+sent. With the live engine at hand, the live action is recomputed deterministically:
+robots that ask for sampled actions are served exploration noise, and measured against
+it even a copy of the live policy would diverge by the noise alone. How often the
 supervisor would have intervened, how far the candidate's actions are from the live
 policy's, and whether any was non-finite decide the verdict. Invariant: nothing the
 candidate computes here leaves this module — the supervisor's corrected action is
