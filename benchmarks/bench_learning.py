@@ -35,7 +35,7 @@ from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
-from tether.learning.evaluation import ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import evaluate_actor
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.process import LearnerSupervisor
 from tether.learning.publication import PublicationConfig
@@ -44,6 +44,7 @@ from tether.policy import PolicyBundle, init_bundle
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.shared_weights import SharedWeights
+from tether.policy.transforms import ObservationNormalizer
 from tether.sim import ArmEnv, arm_spec
 
 SPEC = arm_spec()

@@ -15,7 +15,7 @@ See docs/learning.md.
 from tether.learning.checkpoint import LearnerProgress, restore_checkpoint, save_checkpoint
 from tether.learning.config import SACConfig
 from tether.learning.errors import CheckpointError, LearnerProcessError, LearningError
-from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.learner import Learner, LearnerCounters
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import LearnerPlacement, learner_placement
@@ -49,7 +49,6 @@ __all__ = [
     "LearnerProgress",
     "LearnerSupervisor",
     "LearningError",
-    "ObservationNormalizer",
     "PretrainConfig",
     "PretrainResult",
     "PublicationConfig",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tether.policy.bundle import PolicyBundle
 from tether.policy.distance import policy_distance
 from tether.policy.networks import TwinCritic
+from tether.policy.transforms import ObservationNormalizer
 from tether.versions.records import GateStage, Measurement, StageVerdict
 
 
@@ -47,11 +48,8 @@ class OfflineStageConfig(BaseModel):
 
 
 def _normalized(bundle: PolicyBundle, observations: np.ndarray) -> torch.Tensor:
-    n = bundle.manifest.normalizer
-    mean = np.asarray(n.mean, dtype=np.float64)
-    std = np.sqrt(np.asarray(n.var, dtype=np.float64) + n.epsilon)
-    x = np.clip((np.asarray(observations, dtype=np.float64) - mean) / std, -n.clip, n.clip)
-    return torch.from_numpy(x.astype(np.float32))
+    """``observations`` as the bundle's engine would normalize them."""
+    return torch.from_numpy(ObservationNormalizer(bundle.manifest.normalizer)(observations))
 
 
 def offline_stage(
