@@ -21,7 +21,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.policy.distance import PolicyDistance, policy_distance
+from tether.policy.distance import (
+    MAX_ACTION_CHANGE_RMS,
+    MAX_KL_NATS,
+    PolicyDistance,
+    policy_distance,
+)
 from tether.policy.networks import Actor
 
 StateDict = dict[str, torch.Tensor]
@@ -39,12 +44,12 @@ class PublicationConfig(BaseModel):
         description="Fraction of the way the deployed actor moves toward the learner's per publication (1)",
     )
     max_action_change: float = Field(
-        default=0.1,
+        default=MAX_ACTION_CHANGE_RMS,
         gt=0.0,
         description="Largest RMS change of the deterministic action on recent states, in normalized action units ([-1, 1])",
     )
     max_kl: float = Field(
-        default=0.05,
+        default=MAX_KL_NATS,
         gt=0.0,
         description="Largest mean KL(deployed || candidate) on recent states (nats)",
     )

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+# The trust region's bounds, by default the same for the learner's publication and the
+# gate's offline stage (each config may set its own).
+MAX_ACTION_CHANGE_RMS = 0.1  # normalized action units
+MAX_KL_NATS = 0.05
+
 
 @dataclass(frozen=True)
 class PolicyDistance:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.versions.records import EpisodeOutcome, LiveChange, Measurement
 from tether.versions.registry import ModelRegistry
-from tether.versions.statistics import clearly_worse, compare_episodes
+from tether.versions.statistics import clearly_worse, compare_episodes, confidence_z
 
 
 class RollbackConfig(BaseModel):
@@ -44,11 +44,7 @@ class RollbackConfig(BaseModel):
         ge=1,
         description="Consecutive live episodes that must all show degradation (episodes)",
     )
-    z: float = Field(
-        default=1.645,
-        ge=0.0,
-        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
-    )
+    z: float = confidence_z()
     return_margin: float = Field(
         default=10.0, ge=0.0, description="Tolerated drop of mean return (return)"
     )

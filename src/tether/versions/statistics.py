@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
 
 from tether.versions.records import EpisodeOutcome, Measurement
 
@@ -24,6 +27,19 @@ EPISODE_METRICS: dict[str, tuple[Callable[[EpisodeOutcome], float], bool]] = {
     "intervention_rate": (lambda o: o.intervention_rate, False),
     "backup_rate": (lambda o: o.backup_rate, False),
 }
+
+# One-sided 95 % confidence: the multiplier of the standard error every stage and the
+# rollback monitor use unless configured otherwise.
+Z_95 = 1.645
+
+
+def confidence_z() -> Any:
+    """The ``z`` field of a config that compares episodes (one declaration for all)."""
+    return Field(
+        default=Z_95,
+        ge=0.0,
+        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
+    )
 
 
 @dataclass(frozen=True)

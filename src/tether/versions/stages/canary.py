@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.versions.records import EpisodeOutcome, GateStage, StageVerdict
-from tether.versions.statistics import compare_episodes, not_worse
+from tether.versions.statistics import compare_episodes, confidence_z, not_worse
 
 
 class CanaryConfig(BaseModel):
@@ -51,11 +51,7 @@ class CanaryConfig(BaseModel):
         description="Factor passed to SafetyLimits.tightened() for the canary's and its "
         "control's steps at NORMAL; below NORMAL the RESTRICTED limits apply (ratio)",
     )
-    z: float = Field(
-        default=1.645,
-        ge=0.0,
-        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
-    )
+    z: float = confidence_z()
     return_margin: float = Field(
         default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
     )

@@ -15,7 +15,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.policy.bundle import PolicyBundle
-from tether.policy.distance import policy_distance
+from tether.policy.distance import MAX_ACTION_CHANGE_RMS, MAX_KL_NATS, policy_distance
 from tether.policy.networks import TwinCritic
 from tether.policy.transforms import ObservationNormalizer
 from tether.versions.records import GateStage, Measurement, StageVerdict
@@ -31,12 +31,12 @@ class OfflineStageConfig(BaseModel):
         default=64, ge=1, description="Recent real observations needed to judge (observations)"
     )
     max_action_change: float = Field(
-        default=0.1,
+        default=MAX_ACTION_CHANGE_RMS,
         gt=0.0,
         description="Largest RMS change of the deterministic action (normalized units)",
     )
     max_kl: float = Field(
-        default=0.05,
+        default=MAX_KL_NATS,
         gt=0.0,
         description="Largest mean KL(live || candidate) of the Gaussians (nats)",
     )

@@ -20,7 +20,7 @@ from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
 from tether.versions.protocols import Supervises
 from tether.versions.records import GateStage, StageVerdict
-from tether.versions.statistics import not_worse
+from tether.versions.statistics import confidence_z, not_worse
 
 
 class SimulationStageConfig(BaseModel):
@@ -31,11 +31,7 @@ class SimulationStageConfig(BaseModel):
     enabled: bool = Field(default=True, description="Run this stage (flag)")
     episodes: int = Field(default=8, ge=1, description="Paired episodes per policy (episodes)")
     seed: int = Field(default=0, ge=0, description="Seed of the first episode; the rest follow (1)")
-    z: float = Field(
-        default=1.645,
-        ge=0.0,
-        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
-    )
+    z: float = confidence_z()
     return_margin: float = Field(
         default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
     )
