@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from tests.versions.builders import make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
@@ -21,8 +22,6 @@ from tether.versions.intake import (
 )
 from tether.versions.records import GateRecord, GateStage, Measurement, StageVerdict, VersionState
 from tether.versions.verdict_files import write_gate_record
-
-from .conftest import make_engine, nudged
 
 
 def _intake(

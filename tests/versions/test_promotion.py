@@ -6,6 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.versions.builders import (
+    arm_observations,
+    derived,
+    make_engine,
+    negated,
+    nudged,
+    outcomes,
+)
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
@@ -23,9 +31,6 @@ from tether.versions.registry import ModelRegistry
 from tether.versions.routing import Role, TrafficRouter
 from tether.versions.stages.canary import CanaryConfig
 from tether.versions.stages.shadow import ShadowConfig
-
-from .conftest import arm_observations, derived, make_engine, negated, nudged
-from .test_stages import outcomes
 
 CONFIG = PromotionConfig(
     shadow=ShadowConfig(steps=60, max_intervention_rate=1.0, max_mean_divergence=0.05),

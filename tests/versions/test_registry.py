@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.versions.builders import arm_observations, derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.verdict import SafetyCheck
@@ -22,8 +23,6 @@ from tether.versions.errors import (
 from tether.versions.model_dir import renumbered
 from tether.versions.records import LiveChange, VersionSource, VersionState
 from tether.versions.registry import TRANSITIONS, ModelRegistry
-
-from .conftest import arm_observations, derived, make_engine, nudged
 
 S = VersionState
 

@@ -10,7 +10,7 @@ may not be shown higher by more than its margin, at the one-sided confidence ``z
 
 Only the control counts as "live": episodes at full limits move faster and are
 corrected less than episodes under tightened ones, so judged against them even a copy
-of the live policy would be shown worse (``tests/versions/test_stages.py`` holds a copy
+of the live policy would be shown worse (``tests/versions/stages/test_canary.py`` holds a copy
 to that). Invariant: no verdict before ``episodes`` canary episodes and
 ``min_live_episodes`` control ones.
 """

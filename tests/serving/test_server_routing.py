@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.serving.serving_harness import RunningServer
+from tests.versions.builders import arm_observations, derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.safety.supervisor import Supervisor
 from tether.serving.client import PolicyClient
@@ -20,8 +21,6 @@ from tether.serving.launch import build_server
 from tether.spec import RobotSpec
 from tether.versions.facade import PolicyVersions, VersionsConfig
 from tether.versions.records import VersionSource, VersionState
-
-from .conftest import arm_observations, derived, make_engine, nudged
 
 # Episodes go to the canary by a hash of random session and episode ids: with 8 at a 50 %
 # share all landed on one side about once in 128 runs (seen in CI); 16 make it 1 in 32,768.

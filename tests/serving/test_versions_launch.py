@@ -13,13 +13,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from tests.serving.admin_harness import OPERATOR
+from tests.versions.builders import derived, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.serving.admin_client import AdminClient
 from tether.spec import RobotSpec
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
-
-from .conftest import OPERATOR, derived, nudged
 
 _SCRIPT = """
 import asyncio, sys

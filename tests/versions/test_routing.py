@@ -8,14 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.versions.builders import derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.versions.errors import VersionError
 from tether.versions.records import VersionSource, VersionState
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import Role, TrafficRouter, TrafficSplit, _pick, unit_hash
-
-from .conftest import derived, make_engine, nudged
 
 
 def _setup(base: PolicyBundle, tmp_path: Path) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter]:

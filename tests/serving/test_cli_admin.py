@@ -8,11 +8,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.serving.admin_harness import OPERATOR, VIEWER, Admin
+from tests.versions.builders import derived, nudged
 from tether.cli.admin import parse_weights
 from tether.cli.app import app
 from tether.policy.bundle import PolicyBundle
-
-from .conftest import OPERATOR, VIEWER, Admin, derived, nudged
 
 runner = CliRunner()
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from tests.serving.admin_harness import AUTH, OPERATOR
+from tests.versions.builders import arm_observations, derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
@@ -30,8 +32,6 @@ from tether.versions.facade import PolicyVersions, VersionsConfig
 from tether.versions.promotion import PromotionConfig
 from tether.versions.records import VersionState
 from tether.versions.stages.shadow import ShadowConfig
-
-from .conftest import AUTH, OPERATOR, arm_observations, derived, make_engine, nudged
 
 
 def test_swaps_and_reload_under_load_fail_no_request(

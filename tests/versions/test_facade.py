@@ -12,6 +12,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.versions.builders import (
+    arm_observations,
+    derived,
+    make_engine,
+    negated,
+    nudged,
+    reaching_bundle,
+)
 from tether.policy.bundle import PolicyBundle
 from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv
@@ -27,8 +35,6 @@ from tether.versions.stages.canary import CanaryConfig
 from tether.versions.stages.offline import OfflineStageConfig
 from tether.versions.stages.shadow import ShadowConfig
 from tether.versions.stages.simulation import SimulationStageConfig
-
-from .conftest import arm_observations, derived, make_engine, negated, nudged, reaching_bundle
 
 
 def _episode(

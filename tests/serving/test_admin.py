@@ -10,6 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.serving.admin_harness import AUTH, OPERATOR, VIEWER, Admin
+from tests.versions.builders import derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.safety.levels import DegradationLevel
 from tether.safety.supervisor import Supervisor
@@ -21,8 +23,6 @@ from tether.serving.errors import ServerSetupError
 from tether.serving.security import server_credentials
 from tether.v1 import admin_pb2 as apb
 from tether.versions.facade import PolicyVersions, VersionsConfig
-
-from .conftest import AUTH, OPERATOR, VIEWER, Admin, derived, make_engine, nudged
 
 
 def test_every_admin_method_has_a_role() -> None:
