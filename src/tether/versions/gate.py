@@ -1,17 +1,13 @@
-"""The learner side of the promotion gate: the offline and the simulation stages.
+"""The learner side of the promotion gate: the offline and the simulation stages, in order.
 
 Both run in the learner process (or a worker), never on the serving path, before a
 candidate is handed to the server (whose shadow and canary stages follow, see
 ``tether.versions.promotion``). Each stage returns a ``StageVerdict`` naming every
 number and the threshold it was held to:
 
-1. **offline**, on recent real observations: the candidate's outputs are finite; its
-   deterministic action change (RMS) and Gaussian KL from the live policy stay inside
-   the trust region; the critic's value of its actions is not below the live policy's
-   by more than a margin;
-2. **simulation**: paired episodes (same seeds, same sampled dynamics) on the built-in
-   arm under the current domain randomization, through the safety supervisor when one
-   is given; return and success not worse than live's by more than their margins.
+1. **offline** (``tether.versions.stages.offline``), on recent real observations;
+2. **simulation** (``tether.versions.stages.simulation``), paired episodes on the
+   built-in arm under the current domain randomization.
 
 Invariant: :meth:`PromotionGate.evaluate` stops at the first failing stage, so a
 candidate that fails offline is never even simulated, and never reaches the server.
