@@ -2,7 +2,7 @@
 
 - the algorithm: :class:`SAC` (``update(batch) -> TrainingStats``, ``actor_state()``,
   ``load_actor_state()``), configured by :class:`SACConfig`;
-- the learner: :class:`Learner` (the loop), :class:`LearnerSupervisor` (its own process,
+- the learner: :class:`Learner` (the loop), :class:`LearnerProcess` (its own process,
   restarted from :func:`save_checkpoint` checkpoints), :class:`LearnerConfig`,
   :func:`learner_placement`;
 - deployment: :class:`PublicationConfig`, :class:`TrustRegion`, :func:`polyak_blend`;
@@ -23,7 +23,7 @@ from tether.learning.pretrain import PretrainConfig, PretrainResult, pretrain
 from tether.learning.process import (
     LearnerEvent,
     LearnerEventKind,
-    LearnerSupervisor,
+    LearnerProcess,
 )
 from tether.learning.publication import (
     PublicationConfig,
@@ -45,9 +45,9 @@ __all__ = [
     "LearnerEvent",
     "LearnerEventKind",
     "LearnerPlacement",
+    "LearnerProcess",
     "LearnerProcessError",
     "LearnerProgress",
-    "LearnerSupervisor",
     "LearningError",
     "PretrainConfig",
     "PretrainResult",

@@ -39,7 +39,7 @@ from tether.data.recorder import Recorder
 from tether.data.step import StepRecord
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
-from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
+from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerProcess
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
@@ -215,7 +215,7 @@ class RunSystem:
         self._recorder = Recorder([self._log, self._channel], cfg.recorder)
         self._weights = SharedWeights.create(self.bundle.manifest.architecture)
         self._degradation.add_listener(self._on_degradation)
-        self._learner = LearnerSupervisor(
+        self._learner = LearnerProcess(
             self.bundle_path,
             cfg.learner,
             weights=self._weights,
