@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import IntFlag
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from tether.safety.verdict import SafetyCheck, check_names
 from tether.versions.errors import (
     IllegalTransition,
     NoPolicyLoaded,
@@ -302,7 +302,7 @@ class ModelRegistry(Generic[EngineT]):
     # ----------------------------------------------------------------- metrics
 
     def record_step(
-        self, version_id: int, *, checks: IntFlag, intervened: bool, backup: bool
+        self, version_id: int, *, checks: SafetyCheck, intervened: bool, backup: bool
     ) -> None:
         """One supervised control step of ``version_id`` and which checks fired on it."""
         with self._lock:
@@ -310,7 +310,7 @@ class ModelRegistry(Generic[EngineT]):
             e.steps += 1
             e.interventions += int(intervened)
             e.backups += int(backup)
-            for name in flag_names(checks):
+            for name in check_names(int(checks)):
                 e.by_check[name] = e.by_check.get(name, 0) + 1
 
     def record_episode(self, version_id: int, *, episode_return: float, success: bool) -> None:
@@ -386,10 +386,3 @@ class ModelRegistry(Generic[EngineT]):
             listeners = list(self._listeners)
         for listener in listeners:
             listener(change)
-
-
-def flag_names(flags: IntFlag) -> Iterable[str]:
-    """Names of the single bits set in ``flags`` (works for any IntFlag, e.g. SafetyCheck)."""
-    for member in type(flags):
-        if member.value and member.value & (member.value - 1) == 0 and member in flags:
-            yield member.name or str(member.value)
