@@ -1,10 +1,17 @@
-"""The records the promotion gate writes: one verdict per stage, with the numbers behind it.
+"""The versions layer's records: what a version is, where it stands, and how it was judged.
 
-The offline and simulation stages run in the learner (``tether.versions.gate``), the
-shadow and canary stages in the server (``tether.versions.routing``); both write these
-records, so an operator sees one history per candidate no matter where a stage ran.
-Every verdict names its stage, the candidate and the version it was compared with, and
-each number with the threshold it was held to — a rejection is never just "failed".
+- a version as the registry knows it (:class:`VersionRecord`, its :class:`VersionState`
+  and :class:`VersionSource`, its numbers :class:`VersionMetrics`), and a change of the
+  live version (:class:`LiveChange`);
+- what the robots report of an episode (:class:`EpisodeOutcome`), which the canary and
+  the rollback monitor judge by;
+- the gate's verdicts: one :class:`StageVerdict` per stage, each number a
+  :class:`Measurement` with its threshold, and the learner's :class:`GateRecord` of one
+  candidate. The offline and simulation stages run in the learner
+  (``tether.versions.gate``), the shadow and canary stages in the server
+  (``tether.versions.promotion``); both write these records, so an operator sees one
+  history per candidate no matter where a stage ran. A rejection is never just
+  "failed".
 """
 
 from __future__ import annotations
