@@ -18,7 +18,7 @@ from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
-from tether.versions.gate import GateConfig
+from tether.versions.learner_gate import LearnerGateConfig
 from tether.versions.stages.offline import OfflineStageConfig
 from tether.versions.stages.simulation import SimulationStageConfig
 
@@ -32,7 +32,7 @@ def config(**overrides: object) -> LearnerConfig:
         fine_tune=False,
         idle_poll_s=0.001,
         # These tests are about the loop, not the gate (tests/learning/test_gated_publication.py).
-        gate=GateConfig(
+        gate=LearnerGateConfig(
             offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
             simulation=SimulationStageConfig(enabled=False),
         ),

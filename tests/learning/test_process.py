@@ -17,7 +17,7 @@ from tether.learning.process import LearnerEventKind, LearnerProcess
 from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
-from tether.versions.gate import GateConfig
+from tether.versions.learner_gate import LearnerGateConfig
 from tether.versions.stages.simulation import SimulationStageConfig
 from tether.versions.verdict_files import read_gate_record
 
@@ -40,7 +40,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
     config = LearnerConfig(
         sac=SACConfig(batch_size=32),
         publication=PublicationConfig(min_interval_s=0.05),
-        gate=GateConfig(simulation=SimulationStageConfig(episodes=1)),
+        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=1)),
         fine_tune=False,
         updates_per_transition=None,  # full speed
         checkpoint_interval_s=0.2,

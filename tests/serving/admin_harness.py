@@ -19,9 +19,9 @@ from tether.serving.admin import AdminServicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth, AdminIdentity, AdminRole, AdminToken
 from tether.serving.admin_client import AdminClient
 from tether.versions.model_dir import load_into
-from tether.versions.promotion import PromotionConfig, PromotionController
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import TrafficRouter
+from tether.versions.server_gate import ServerGate, ServerGateConfig
 
 OPERATOR = "op-" + "a" * 30
 VIEWER = "view-" + "b" * 30
@@ -65,7 +65,7 @@ def admin(
         auth=AUTH,
         engine_factory=make_engine,
         model_dir=models,
-        promotion=PromotionController(registry, router, supervisor, PromotionConfig()),
+        promotion=ServerGate(registry, router, supervisor, ServerGateConfig()),
         degradation=degradation,
     )
     future = asyncio.run_coroutine_threadsafe(start_admin_server(servicer, AUTH), loop)

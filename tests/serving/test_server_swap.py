@@ -29,8 +29,8 @@ from tether.v1 import admin_pb2_grpc as apb_grpc
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
 from tether.versions.facade import PolicyVersions, VersionsConfig
-from tether.versions.promotion import PromotionConfig
 from tether.versions.records import VersionState
+from tether.versions.server_gate import ServerGateConfig
 from tether.versions.stages.shadow import ShadowConfig
 
 
@@ -124,7 +124,7 @@ def test_registry_as_the_servers_model_source_serves_pins_and_feeds_shadow(
     # The shadow queue holds every batch of this test, so none is dropped.
     shadow = ShadowConfig(steps=50, max_intervention_rate=1.0, queue_batches=1024)
     versions = PolicyVersions(
-        VersionsConfig(promotion=PromotionConfig(shadow=shadow)),
+        VersionsConfig(promotion=ServerGateConfig(shadow=shadow)),
         engine_factory=make_engine,
         shadow_supervisor=supervisor,
     )

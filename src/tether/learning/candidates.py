@@ -1,7 +1,7 @@
 """The learner's side of candidate handling: judge before publishing, remember live weights.
 
 :class:`CandidateJudge` runs the learner-side stages of the promotion gate (offline,
-simulation; :class:`~tether.versions.gate.PromotionGate`) on a candidate against the
+simulation; :class:`~tether.versions.learner_gate.LearnerGate`) on a candidate against the
 weights live on the server, and writes the outcome to the verdict directory whether it
 passed or not. Simulated episodes go through the same supervisor the robots have when
 the bundle is the built-in arm.
@@ -32,7 +32,7 @@ from tether.policy.manifest import VersionInfo, learner_version_name
 from tether.policy.networks import TwinCritic
 from tether.policy.tensors import state_sha256
 from tether.safety.for_spec import is_builtin_arm, supervisor_for
-from tether.versions.gate import GateConfig, PromotionGate
+from tether.versions.learner_gate import LearnerGate, LearnerGateConfig
 from tether.versions.records import GateRecord
 from tether.versions.verdict_files import write_gate_record
 
@@ -87,7 +87,7 @@ class CandidateJudge:
     def __init__(
         self,
         bundle: PolicyBundle,
-        config: GateConfig,
+        config: LearnerGateConfig,
         *,
         verdict_dir: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -97,7 +97,7 @@ class CandidateJudge:
         # robots' steps are; other robots have no simulator-side kinematics here.
         spec = bundle.robot_spec
         supervisor = supervisor_for(spec) if spec is not None and is_builtin_arm(spec) else None
-        self.gate = PromotionGate(
+        self.gate = LearnerGate(
             config,
             randomization=config.simulation.randomization,
             supervisor=supervisor,

@@ -24,8 +24,8 @@ from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
 from tether.sim.drift import DriftSchedule
 from tether.versions.facade import VersionsConfig
-from tether.versions.promotion import PromotionConfig
 from tether.versions.rollback import RollbackConfig
+from tether.versions.server_gate import ServerGateConfig
 from tether.versions.stages.canary import CanaryConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -39,7 +39,9 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # statistical tests stay the same, so a short canary is a weaker one: the rollback
 # monitor, not the canary, is what catches a slow regression.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=PromotionConfig(canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)),
+    promotion=ServerGateConfig(
+        canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)
+    ),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

@@ -78,8 +78,8 @@ from tether.versions.intake import (
     CandidateSubmitted,
     IntakeEvent,
 )
-from tether.versions.promotion import GateOutcome
 from tether.versions.records import LiveChange
+from tether.versions.server_gate import GateOutcome
 
 log = logging.getLogger(__name__)
 

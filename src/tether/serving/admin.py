@@ -1,7 +1,7 @@
 """AdminService: operators list, load, split, promote, roll back, resume and reload.
 
 A thin gRPC layer over the registry (:mod:`tether.versions.registry`), the router
-(:mod:`tether.versions.routing`), the server-side gate (:mod:`tether.versions.promotion`),
+(:mod:`tether.versions.routing`), the server-side gate (:mod:`tether.versions.server_gate`),
 the model directory (:mod:`tether.versions.model_dir`) and the safety
 ``DegradationMachine``. Authentication and roles are checked before a handler runs
 (:mod:`tether.serving.admin_auth`); the operator's name recorded in reasons and in the
@@ -34,10 +34,10 @@ from tether.v1 import admin_pb2_grpc as apb_grpc
 from tether.versions.errors import VersionError
 from tether.versions.facade import PolicyVersions
 from tether.versions.model_dir import EngineFactory, load_into, reload_model_dir
-from tether.versions.promotion import PromotionController
 from tether.versions.records import VersionRecord, VersionState
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import TrafficRouter
+from tether.versions.server_gate import ServerGate
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -64,7 +64,7 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
         engine_factory: EngineFactory,
         model_dir: Path | None = None,
         reload_makes_live: bool = False,
-        promotion: PromotionController | None = None,
+        promotion: ServerGate | None = None,
         degradation: DegradationMachine | None = None,
     ) -> None:
         self._registry = registry

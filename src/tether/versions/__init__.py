@@ -15,8 +15,9 @@ its stages without loading the registry. By module:
 - ``statistics``: the paired comparisons (``not_worse``, ``clearly_worse``)
 - ``stages``: ``offline``, ``simulation`` (learner side), ``shadow``, ``canary``
   (server side), each with its config
-- ``gate``: ``PromotionGate`` (the learner-side stages in order); ``promotion``:
-  ``PromotionController`` (the server-side stages, then promotion)
+- the gate, in two halves over the same records: ``learner_gate``: ``LearnerGate``
+  (the learner-side stages in order, before publication); ``server_gate``:
+  ``ServerGate`` (the server-side stages, then promotion)
 - ``rollback``: ``RollbackMonitor``; ``verdict_files``: the learner's verdicts on
   disk; ``model_dir``: bundles on disk, reload; ``intake``: learner publications
   into the registry

@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from tether.safety.degradation import DegradationMachine
 from tether.safety.verdict import ActionSource, SafetyVerdict
 from tether.versions.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
-from tether.versions.promotion import PromotionConfig, PromotionController
 from tether.versions.protocols import Supervises
 from tether.versions.records import (
     EpisodeOutcome,
@@ -42,6 +41,7 @@ from tether.versions.records import (
 from tether.versions.registry import ModelRegistry
 from tether.versions.rollback import RollbackConfig, RollbackMonitor
 from tether.versions.routing import Role, RouteDecision, TrafficRouter
+from tether.versions.server_gate import ServerGate, ServerGateConfig
 
 
 class EngineHolder(Protocol):
@@ -78,8 +78,8 @@ class VersionsConfig(BaseModel):
     max_sticky_sessions: int = Field(
         default=65536, ge=1, description="Sessions whose A/B assignment is remembered (sessions)"
     )
-    promotion: PromotionConfig = Field(
-        default_factory=PromotionConfig,
+    promotion: ServerGateConfig = Field(
+        default_factory=ServerGateConfig,
         description="Shadow and canary stages",
     )
     rollback: RollbackConfig = Field(
@@ -109,9 +109,7 @@ class PolicyVersions:
         self.degradation = degradation
         self.registry: ModelRegistry[Any] = ModelRegistry()
         self.router = TrafficRouter(self.registry, max_sessions=config.max_sticky_sessions)
-        self.promotion = PromotionController(
-            self.registry, self.router, shadow_supervisor, config.promotion
-        )
+        self.promotion = ServerGate(self.registry, self.router, shadow_supervisor, config.promotion)
         self.rollback = RollbackMonitor(self.registry, config.rollback)
         if degradation is not None:
             self.registry.add_listener(lambda c: degradation.set_policy_version(c.current.id))

@@ -29,7 +29,6 @@ from pathlib import Path
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
 from tether.policy.tensors import StateDict
 from tether.versions.facade import PolicyVersions
-from tether.versions.promotion import GateOutcome
 from tether.versions.protocols import EngineLike
 from tether.versions.records import (
     GateRecord,
@@ -39,6 +38,7 @@ from tether.versions.records import (
     VersionSource,
     VersionState,
 )
+from tether.versions.server_gate import GateOutcome
 from tether.versions.verdict_files import list_gate_records, read_gate_verdicts
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@
 - the gate's verdicts: one :class:`StageVerdict` per stage, each number a
   :class:`Measurement` with its threshold, and the learner's :class:`GateRecord` of one
   candidate. The offline and simulation stages run in the learner
-  (``tether.versions.gate``), the shadow and canary stages in the server
-  (``tether.versions.promotion``); both write these records, so an operator sees one
+  (``tether.versions.learner_gate``), the shadow and canary stages in the server
+  (``tether.versions.server_gate``); both write these records, so an operator sees one
   history per candidate no matter where a stage ran. A rejection is never just
   "failed".
 """

@@ -44,7 +44,7 @@ class SimulationStageConfig(BaseModel):
     randomization: DomainRandomization | None = Field(
         default=None,
         description="Dynamics the learner simulates under; None is the nominal arm "
-        "(the learner passes it to PromotionGate; ranges per knob)",
+        "(the learner passes it to LearnerGate; ranges per knob)",
     )
 
 

@@ -14,7 +14,7 @@ from tests.versions.builders import (
 )
 from tether.safety.supervisor import Supervisor
 from tether.spec import RobotSpec
-from tether.versions.gate import GateConfig, PromotionGate
+from tether.versions.learner_gate import LearnerGate, LearnerGateConfig
 from tether.versions.records import GateStage
 from tether.versions.stages.offline import OfflineStageConfig
 
@@ -26,12 +26,12 @@ def test_gate_stops_at_the_first_failure_so_a_negated_policy_is_never_simulated(
     live = make_engine(reach_bundle)
     flipped = make_engine(derived(reach_bundle, tmp_path / "flip", 3, "flipped", negated))
     obs = arm_observations(spec, 128, seed=2)
-    gate = PromotionGate(GateConfig(simulation=SIM_STAGE), supervisor=supervisor)
+    gate = LearnerGate(LearnerGateConfig(simulation=SIM_STAGE), supervisor=supervisor)
     verdicts = gate.evaluate(flipped, live, obs)
     assert [v.stage for v in verdicts] == [GateStage.OFFLINE]
     assert not verdicts[0].passed
     # With the offline stage switched off, the simulation stage still refuses it.
-    no_offline = GateConfig(offline=OfflineStageConfig(enabled=False), simulation=SIM_STAGE)
-    verdicts = PromotionGate(no_offline, supervisor=supervisor).evaluate(flipped, live, obs)
+    no_offline = LearnerGateConfig(offline=OfflineStageConfig(enabled=False), simulation=SIM_STAGE)
+    verdicts = LearnerGate(no_offline, supervisor=supervisor).evaluate(flipped, live, obs)
     assert [v.stage for v in verdicts] == [GateStage.SIMULATION]
     assert not verdicts[0].passed

@@ -2,16 +2,16 @@
 
 Both run in the learner process (or a worker), never on the serving path, before a
 candidate is handed to the server (whose shadow and canary stages follow, see
-``tether.versions.promotion``). Each stage returns a ``StageVerdict`` naming every
+``tether.versions.server_gate``). Each stage returns a ``StageVerdict`` naming every
 number and the threshold it was held to:
 
 1. **offline** (``tether.versions.stages.offline``), on recent real observations;
 2. **simulation** (``tether.versions.stages.simulation``), paired episodes on the
    built-in arm under the current domain randomization.
 
-Invariant: :meth:`PromotionGate.evaluate` stops at the first failing stage, so a
+Invariant: :meth:`LearnerGate.evaluate` stops at the first failing stage, so a
 candidate that fails offline is never even simulated, and never reaches the server.
-The offline stage reads the weights of ``engine.bundle``; :meth:`PromotionGate.evaluate`
+The offline stage reads the weights of ``engine.bundle``; :meth:`LearnerGate.evaluate`
 refuses an engine that serves other weights (one changed by ``swap_weights``), so the
 numbers are always those of the policy that would act.
 """
@@ -33,7 +33,7 @@ from tether.versions.stages.offline import OfflineStageConfig, offline_stage
 from tether.versions.stages.simulation import SimulationStageConfig, simulation_stage
 
 
-class GateConfig(BaseModel):
+class LearnerGateConfig(BaseModel):
     """The learner-side stages of the promotion gate."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -55,12 +55,12 @@ def _check_serves_bundle(role: str, engine: PolicyEngine) -> None:
         )
 
 
-class PromotionGate:
+class LearnerGate:
     """Runs the enabled learner-side stages in order and stops at the first failure."""
 
     def __init__(
         self,
-        config: GateConfig,
+        config: LearnerGateConfig,
         *,
         randomization: DomainRandomization | None = None,
         supervisor: Supervises | None = None,

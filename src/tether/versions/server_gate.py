@@ -1,8 +1,8 @@
 """The server side of the gate: a candidate goes shadow → canary → live, or is rejected.
 
 The learner runs the offline and simulation stages and hands over a candidate with
-their verdicts (:meth:`PromotionController.submit`); a candidate loaded by an operator
-arrives with none. From there the controller runs the shadow stage (the candidate
+their verdicts (:meth:`ServerGate.submit`); a candidate loaded by an operator
+arrives with none. From there it runs the shadow stage (the candidate
 never acts), then the canary stage (it acts for a share of episodes under tightened
 limits), and promotes on a pass or rejects with the failing stage and its numbers.
 Invariant: a version reaches a robot only after every stage before the canary passed,
@@ -29,7 +29,7 @@ from tether.versions.stages.canary import CanaryConfig, CanaryEvaluator
 from tether.versions.stages.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 
 
-class PromotionConfig(BaseModel):
+class ServerGateConfig(BaseModel):
     """Which server-side gate stages run, and their criteria."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,7 +52,7 @@ class GateOutcome:
         return f"version {self.version} rejected: {self.verdicts[-1].describe()}"
 
 
-class PromotionController:
+class ServerGate:
     """Drives one candidate at a time through the server-side stages."""
 
     def __init__(
@@ -60,7 +60,7 @@ class PromotionController:
         registry: ModelRegistry[Any],
         router: TrafficRouter,
         supervisor: Supervises,
-        config: PromotionConfig,
+        config: ServerGateConfig,
     ) -> None:
         self._registry = registry
         self._router = router

@@ -19,7 +19,6 @@ from tether.policy.engine import PolicyEngine
 from tether.safety.supervisor import Supervisor
 from tether.spec import RobotSpec
 from tether.versions.errors import VersionError
-from tether.versions.promotion import GateOutcome, PromotionConfig, PromotionController
 from tether.versions.records import (
     GateStage,
     Measurement,
@@ -29,10 +28,11 @@ from tether.versions.records import (
 )
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import Role, TrafficRouter
+from tether.versions.server_gate import GateOutcome, ServerGate, ServerGateConfig
 from tether.versions.stages.canary import CanaryConfig
 from tether.versions.stages.shadow import ShadowConfig
 
-CONFIG = PromotionConfig(
+CONFIG = ServerGateConfig(
     shadow=ShadowConfig(steps=60, max_intervention_rate=1.0, max_mean_divergence=0.05),
     # Ten episodes of a binary outcome say little: the stated success margin is wide.
     canary=CanaryConfig(fraction=0.3, episodes=10, min_live_episodes=10, success_margin=0.5),
@@ -41,7 +41,7 @@ CONFIG = PromotionConfig(
 
 def _system(
     base: PolicyBundle, tmp_path: Path, supervisor: Supervisor
-) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, PromotionController]:
+) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, ServerGate]:
     reg: ModelRegistry[PolicyEngine] = ModelRegistry()
     reg.register(make_engine(base), source=VersionSource.BUNDLE)
     reg.register(
@@ -53,13 +53,13 @@ def _system(
         source=VersionSource.LEARNER,
     )
     router = TrafficRouter(reg)
-    return reg, router, PromotionController(reg, router, supervisor, CONFIG)
+    return reg, router, ServerGate(reg, router, supervisor, CONFIG)
 
 
 def _serve_live_batches(
     reg: ModelRegistry[PolicyEngine],
     router: TrafficRouter,
-    ctl: PromotionController,
+    ctl: ServerGate,
     spec: RobotSpec,
     n: int,
 ) -> set[int | None]:
@@ -77,7 +77,7 @@ def _serve_live_batches(
 
 def _with_canary(
     base: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
-) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, PromotionController]:
+) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter, ServerGate]:
     """The near-copy candidate 3 through shadow and into its canary stage."""
     reg, router, ctl = _system(base, tmp_path, supervisor)
     ctl.submit(3)
