@@ -158,8 +158,8 @@ def _engine_input(queries: list[ActionQuery]) -> tuple[np.ndarray, bool | np.nda
 def _previous_actions(queries: list[ActionQuery]) -> np.ndarray | None:
     """The batch's previous executed actions ``(B, act_dim)``, or None if any is unknown.
 
-    A lone query's is passed as a view, not stacked: ``np.stack`` of one row cost ~3 µs
-    of a single robot's step, on every step of a server with a version registry.
+    A lone query's is passed as a view, not stacked: stacking one row is a copy on every
+    step of a single robot, for a server with policy versions.
     """
     if len(queries) == 1:
         only = queries[0].previous_action

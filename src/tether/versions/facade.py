@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.degradation import DegradationMachine
 from tether.safety.verdict import ActionSource, SafetyVerdict
+from tether.versions.holder import LiveModel
 from tether.versions.model_dir import EngineFactory, ReloadResult, load_into, reload_model_dir
 from tether.versions.protocols import Supervises
 from tether.versions.records import (
@@ -42,12 +43,6 @@ from tether.versions.registry import ModelRegistry
 from tether.versions.rollback import RollbackConfig, RollbackMonitor
 from tether.versions.routing import Role, RouteDecision, TrafficRouter
 from tether.versions.server_gate import ServerGate, ServerGateConfig
-
-
-class EngineHolder(Protocol):
-    """What :meth:`PolicyVersions.drive` needs of ``tether.versions.holder.LiveModel``."""
-
-    def replace(self, engine: Any) -> None: ...
 
 
 class VersionsConfig(BaseModel):
@@ -210,7 +205,7 @@ class PolicyVersions:
             make_live=self.config.reload_makes_live,
         )
 
-    def drive(self, holder: EngineHolder) -> None:
+    def drive(self, holder: LiveModel) -> None:
         """Make ``holder`` (a server's ``LiveModel``) serve the live version, now and after
         every promotion, rollback or reload; its batches pick each swap up at a boundary.
 
