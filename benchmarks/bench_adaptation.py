@@ -41,11 +41,12 @@ import torch
 from tether.assets import load_pretrained_bundle
 from tether.data.columns import TransitionArrays
 from tether.data.replay.buffer import ReplayBuffer
-from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.sac import sac_from_bundle
 from tether.policy.bundle import load_bundle
 from tether.policy.networks import Actor
+from tether.policy.transforms import ObservationNormalizer
 from tether.safety.presets import arm_supervisor
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
 

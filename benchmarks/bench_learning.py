@@ -35,15 +35,16 @@ from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
-from tether.learning.evaluation import ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import evaluate_actor
 from tether.learning.learner_config import LearnerConfig
-from tether.learning.process import LearnerSupervisor
+from tether.learning.process import LearnerProcess
 from tether.learning.publication import PublicationConfig
 from tether.learning.sac import SAC
 from tether.policy import PolicyBundle, init_bundle
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.shared_weights import SharedWeights
+from tether.policy.transforms import ObservationNormalizer
 from tether.sim import ArmEnv, arm_spec
 
 SPEC = arm_spec()
@@ -295,7 +296,7 @@ def bench_sample_efficiency(threshold: float, max_steps: int, seed: int) -> None
 
 def start_full_speed_learner(
     bundle: PolicyBundle, workdir: Path
-) -> tuple[LearnerSupervisor, TransitionChannel, SharedWeights]:
+) -> tuple[LearnerProcess, TransitionChannel, SharedWeights]:
     """A learner process updating as fast as it can (UTD unlimited), publishing every 0.5 s."""
     arch = bundle.architecture
     channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=8192))
@@ -306,33 +307,33 @@ def start_full_speed_learner(
         publication=PublicationConfig(min_interval_s=0.5, max_action_change=10.0, max_kl=1e3),
     )
     assert bundle.path is not None
-    supervisor = LearnerSupervisor(
+    learner = LearnerProcess(
         bundle.path, config, weights=weights, channel=channel, checkpoint_dir=workdir / "ckpt"
     )
-    supervisor.start()
+    learner.start()
     rows = TransitionArrays.empty(4096, arch.obs_dim, arch.act_dim)
     rows.observations[:] = np.random.default_rng(0).standard_normal((4096, arch.obs_dim))
     rows.next_observations[:] = rows.observations
     channel.put_arrays(rows)
-    return supervisor, channel, weights
+    return learner, channel, weights
 
 
 def bench_full_speed_learner(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bundle = init_bundle(Path(tmp) / "b", SPEC, with_training=True)
-        supervisor, channel, weights = start_full_speed_learner(bundle, Path(tmp))
+        learner, channel, weights = start_full_speed_learner(bundle, Path(tmp))
         try:
-            while supervisor.counters().updates == 0:
+            while learner.counters().updates == 0:
                 time.sleep(0.1)
-            first = supervisor.counters().updates
+            first = learner.counters().updates
             time.sleep(seconds)
-            c = supervisor.counters()
+            c = learner.counters()
             print(
                 f"learner process at full speed: {(c.updates - first) / seconds:.1f} updates/s, "
                 f"{c.publications} publications, pinned per learner_placement()"
             )
         finally:
-            supervisor.stop()
+            learner.stop()
             channel.close()
             weights.close()
 

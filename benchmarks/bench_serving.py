@@ -262,7 +262,7 @@ def _server_main(
             await server.stop(1.0)
             return
         from tether.safety.degradation import DegradationMachine
-        from tether.safety.presets import default_limits
+        from tether.safety.for_spec import limits_for
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
@@ -279,7 +279,7 @@ def _server_main(
         policy = build_server(
             Path(bundle),
             config,
-            degradation=DegradationMachine(limits=default_limits(SPEC), clock=clock.now),
+            degradation=DegradationMachine(limits=limits_for(SPEC), clock=clock.now),
             on_batch=clock.advance,
             before_batch=profile_batch_thread if profile else None,
             record_step=steps.record if steps is not None else None,
@@ -616,11 +616,11 @@ def interleaved_us(engine: PolicyEngine, recording: Recording, repeats: int = 30
     cache. (What supervision itself costs per action in the server is in every reply;
     see the breakdown.)"""
     from tether.safety.degradation import DegradationMachine
+    from tether.safety.for_spec import limits_for
     from tether.safety.levels import DegradationLevel
-    from tether.safety.presets import default_limits
     from tether.serving.supervision import SupervisorFactory
 
-    limits = default_limits(SPEC)
+    limits = limits_for(SPEC)
     supervisor = SupervisorFactory(
         SPEC, limits=limits, degradation=DegradationMachine(limits=limits)
     )()

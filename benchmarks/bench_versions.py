@@ -25,20 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.learning.gate import (
-    OfflineStageConfig,
-    SimulationStageConfig,
-    offline_stage,
-    simulation_stage,
-)
 from tether.policy import EngineConfig, PolicyEngine, init_bundle
 from tether.policy.bundle import save_derived_bundle
 from tether.safety.limits import SafetyLimits
 from tether.safety.supervisor import Supervisor
-from tether.serving.registry import ModelRegistry, VersionSource, VersionState
-from tether.serving.rollout import TrafficRouter
-from tether.serving.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
 from tether.sim import ArmKinematics, arm_spec
+from tether.versions.records import VersionSource, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import TrafficRouter
+from tether.versions.stages.offline import OfflineStageConfig, offline_stage
+from tether.versions.stages.shadow import ShadowConfig, ShadowEvaluator, ShadowRunner
+from tether.versions.stages.simulation import SimulationStageConfig, simulation_stage
 
 
 def per_call_us(fn: Callable[[int], object], n: int) -> float:

@@ -11,19 +11,20 @@ import torch
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, SimulationStageConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig
-from tether.learning.verdicts import (
+from tether.policy import PolicyBundle
+from tether.policy.shared_weights import SharedWeights
+from tether.versions.learner_gate import LearnerGateConfig
+from tether.versions.records import GateStage
+from tether.versions.stages.simulation import SimulationStageConfig
+from tether.versions.verdict_files import (
     gate_record_versions,
     list_gate_records,
     read_gate_record,
     read_gate_verdicts,
 )
-from tether.policy import PolicyBundle
-from tether.policy.shared_weights import SharedWeights
-from tether.serving.gate_records import GateStage
 
 from .conftest import resolve_pending
 
@@ -36,7 +37,7 @@ def config() -> LearnerConfig:
         sac=SACConfig(batch_size=32),
         # The trust region is wide here so the gate's own offline thresholds do the judging.
         publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
-        gate=GateConfig(simulation=SimulationStageConfig(episodes=2)),
+        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=2)),
         fine_tune=False,
         updates_per_transition=1.0,
         idle_poll_s=0.001,

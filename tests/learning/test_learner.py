@@ -12,13 +12,15 @@ from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.step import ACTION_SOURCES
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, OfflineStageConfig, SimulationStageConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
+from tether.versions.learner_gate import LearnerGateConfig
+from tether.versions.stages.offline import OfflineStageConfig
+from tether.versions.stages.simulation import SimulationStageConfig
 
 Traffic = Callable[..., TransitionArrays]
 
@@ -30,7 +32,7 @@ def config(**overrides: object) -> LearnerConfig:
         fine_tune=False,
         idle_poll_s=0.001,
         # These tests are about the loop, not the gate (tests/learning/test_gated_publication.py).
-        gate=GateConfig(
+        gate=LearnerGateConfig(
             offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
             simulation=SimulationStageConfig(enabled=False),
         ),

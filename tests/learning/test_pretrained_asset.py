@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tether.assets import load_pretrained_bundle, pretrained_bundle_path
-from tether.learning.evaluation import ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import evaluate_actor
+from tether.policy.transforms import ObservationNormalizer
 from tether.sim import ArmEnv, arm_spec
 
 

@@ -11,14 +11,15 @@ from pathlib import Path
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig, SimulationStageConfig
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.placement import learner_placement
-from tether.learning.process import LearnerEventKind, LearnerSupervisor
+from tether.learning.process import LearnerEventKind, LearnerProcess
 from tether.learning.publication import PublicationConfig
-from tether.learning.verdicts import read_gate_record
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
+from tether.versions.learner_gate import LearnerGateConfig
+from tether.versions.stages.simulation import SimulationStageConfig
+from tether.versions.verdict_files import read_gate_record
 
 from .conftest import resolve_pending
 
@@ -39,7 +40,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
     config = LearnerConfig(
         sac=SACConfig(batch_size=32),
         publication=PublicationConfig(min_interval_s=0.05),
-        gate=GateConfig(simulation=SimulationStageConfig(episodes=1)),
+        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=1)),
         fine_tune=False,
         updates_per_transition=None,  # full speed
         checkpoint_interval_s=0.2,
@@ -52,7 +53,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
         TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=2048)) as channel,
         SharedWeights.create(arch) as weights,
     ):
-        supervisor = LearnerSupervisor(
+        learner = LearnerProcess(
             small_bundle.path,
             config,
             weights=weights,
@@ -60,22 +61,21 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             checkpoint_dir=tmp_path / "ckpt",
             verdict_dir=tmp_path / "verdicts",
         )
-        supervisor.start()
+        learner.start()
         try:
             channel.put_arrays(traffic(small_bundle, 256))
             wait_for(
                 lambda: (
-                    supervisor.counters().checkpoints >= 1
-                    and supervisor.counters().publications >= 1
+                    learner.counters().checkpoints >= 1 and learner.counters().publications >= 1
                 ),
                 120,
                 "a checkpoint and a publication",
             )
-            first_pid = supervisor.pid
+            first_pid = learner.pid
             assert first_pid is not None
             # The learner runs on its own cores, chosen by the parent.
-            assert os.sched_getaffinity(first_pid) == set(supervisor.cores)
-            assert supervisor.cores == learner_placement().learner_cores
+            assert os.sched_getaffinity(first_pid) == set(learner.cores)
+            assert learner.cores == learner_placement().learner_cores
             served = weights.read()
             assert served is not None
             # Gated before it was published, and the verdicts are on disk for the server.
@@ -85,7 +85,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
 
             os.kill(first_pid, signal.SIGKILL)
             wait_for(
-                lambda: any(e.kind is LearnerEventKind.RESTARTED for e in supervisor.events()),
+                lambda: any(e.kind is LearnerEventKind.RESTARTED for e in learner.events()),
                 30,
                 "the restart",
             )
@@ -94,12 +94,12 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             assert still is not None
             assert still.version >= served.version
 
-            wait_for(lambda: supervisor.counters().resumed_from_updates > 0, 120, "the resume")
-            resumed_at = supervisor.counters().resumed_from_updates
+            wait_for(lambda: learner.counters().resumed_from_updates > 0, 120, "the resume")
+            resumed_at = learner.counters().resumed_from_updates
             channel.put_arrays(traffic(small_bundle, 64, seed=1))
-            wait_for(lambda: supervisor.counters().updates > resumed_at, 60, "updates after resume")
-            assert supervisor.pid != first_pid
-            crashes = [e for e in supervisor.events() if e.kind is LearnerEventKind.CRASHED]
+            wait_for(lambda: learner.counters().updates > resumed_at, 60, "updates after resume")
+            assert learner.pid != first_pid
+            crashes = [e for e in learner.events() if e.kind is LearnerEventKind.CRASHED]
             assert [e.exitcode for e in crashes] == [-signal.SIGKILL]
             # Nothing new is published until the server resolves the pending candidate;
             # then versions continue the lineage instead of restarting from the bundle's id.
@@ -110,8 +110,8 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             assert latest is not None
             assert latest.version > still.version
         finally:
-            supervisor.stop()
-    assert supervisor.events()[-1].kind is LearnerEventKind.STOPPED
+            learner.stop()
+    assert learner.events()[-1].kind is LearnerEventKind.STOPPED
 
 
 def test_default_placement_splits_cores() -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from safety.builders import seven_joint_spec
-from tether.safety import SafetyLimits
-from tether.safety.presets import ARM_ACCELERATION_PER_ACTION_SCALE, arm_limits, default_limits
+from tether.safety.presets import ARM_ACCELERATION_PER_ACTION_SCALE, arm_limits
 from tether.sim import arm_spec
 from tether.sim.geometry import ARM
 from tether.sim.mjcf import build_model
@@ -37,10 +35,3 @@ def test_acceleration_per_action_bounds_the_arm_everywhere_in_its_range() -> Non
     declared = np.asarray(arm_spec().joint_acceleration_limit_rad_s2)
     assert np.all(worst > 10 * declared)
     assert np.all(bound == ARM_ACCELERATION_PER_ACTION_SCALE * declared)
-
-
-def test_default_limits_use_the_arm_preset_only_for_the_arm() -> None:
-
-    assert default_limits(arm_spec()) == arm_limits()
-    other = seven_joint_spec()
-    assert default_limits(other) == SafetyLimits.from_spec(other)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.serving.admin_harness import admin, loop
 from tests.serving.serving_harness import (
     MakeServer,
     RunningServer,
@@ -16,6 +17,9 @@ from tests.serving.serving_harness import (
     relaxed_limits,
     server_config,
 )
+
+# Real bundles and supervisors for the edge tests of versions (AdminService, routing).
+from tests.versions.builders import base_bundle, spec, supervisor
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
 from tether.serving.config import ServerConfig
@@ -24,6 +28,8 @@ from tether.serving.server import PolicyServer
 from tether.serving.supervision import SupervisorFactory
 from tether.sim import arm_spec
 from tether.spec import RobotSpec
+
+__all__ = ["admin", "base_bundle", "loop", "spec", "supervisor"]
 
 torch.set_num_threads(1)
 

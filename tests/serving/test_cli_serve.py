@@ -261,7 +261,7 @@ def test_tether_admin_works_as_documented(bundle_path: Path, tmp_path: Path) -> 
 
 def test_tether_admin_defaults_to_the_admin_port() -> None:
     from tether.cli.admin import DEFAULT_TARGET
-    from tether.serving.versions import VersionsConfig
+    from tether.versions.facade import VersionsConfig
 
     assert f"127.0.0.1:{VersionsConfig().admin_port}" == DEFAULT_TARGET
     helped = _admin_cli("--help")

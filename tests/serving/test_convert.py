@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from tether.policy.manifest import VersionInfo
 from tether.safety.levels import DegradationLevel
-from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict, check_names
 from tether.serving.batcher import Batched
-from tether.serving.convert import action_response, check_names, fill_action_response
+from tether.serving.convert import action_response, fill_action_response
 from tether.serving.inference import ActionOutcome
 from tether.v1 import policy_pb2 as pb
 

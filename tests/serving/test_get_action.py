@@ -12,10 +12,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.serving.serving_harness import MakeServer, make_engine, relaxed_limits, server_config
 from tether.policy.engine import PolicyEngine
+from tether.safety.for_spec import kinematics_for
 from tether.safety.supervisor import Supervisor
 from tether.serving.client import ClientOptions, PolicyClient
 from tether.serving.errors import RemoteError
-from tether.serving.supervision import kinematics_for
 from tether.spec import RobotSpec
 
 

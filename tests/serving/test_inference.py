@@ -9,10 +9,10 @@ import numpy as np
 from tests.serving.serving_harness import relaxed_limits
 from tether.data.clock import ingress_ns
 from tether.policy.engine import PolicyEngine
-from tether.serving.holder import LiveModel
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
+from tether.versions.holder import LiveModel
 
 
 def queries(spec: RobotSpec, flags: list[bool], seed: int) -> list[ActionQuery]:
@@ -51,9 +51,18 @@ def test_batch_watchers_get_each_rows_previous_action(engine: PolicyEngine, arm:
     """The shadow stage and the registry see (B, act_dim) previous actions in row order,
     for a lone robot (passed as a view) as for a batch, and None when one is unknown."""
     seen: list[np.ndarray | None] = []
-    pipeline = InferencePipeline(
-        LiveModel(engine), on_batch=lambda _engine, _obs, _proposed, previous: seen.append(previous)
-    )
+
+    class Versions:  # what the pipeline calls of tether.versions.PolicyVersions
+        def on_batch(
+            self,
+            _version: int,
+            _obs: np.ndarray,
+            _proposed: np.ndarray,
+            previous: np.ndarray | None,
+        ) -> None:
+            seen.append(previous)
+
+    pipeline = InferencePipeline(LiveModel(engine), versions=Versions())  # type: ignore[arg-type]
     rng = np.random.default_rng(3)
     for size in (1, 4):
         batch = [

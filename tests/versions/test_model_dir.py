@@ -5,14 +5,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tests.versions.builders import HIDDEN, derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
-from tether.serving.model_dir import load_into, reload_model_dir
-from tether.serving.registry import ModelRegistry, VersionSource, VersionState
 from tether.spec import RobotSpec
-
-from .conftest import HIDDEN, derived, make_engine, nudged
+from tether.versions.model_dir import load_into, reload_model_dir
+from tether.versions.records import VersionSource, VersionState
+from tether.versions.registry import ModelRegistry
 
 
 def test_load_renumbers_a_stale_id_and_keeps_lineage(

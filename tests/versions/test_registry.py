@@ -8,24 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.versions.builders import arm_observations, derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.policy.engine import PolicyEngine
 from tether.safety.verdict import SafetyCheck
-from tether.serving.errors import NoPolicyLoaded, VersionUnavailable
-from tether.serving.model_dir import renumbered
-from tether.serving.registry import (
-    TRANSITIONS,
+from tether.spec import RobotSpec
+from tether.versions.errors import (
     IllegalTransition,
-    LiveChange,
-    ModelRegistry,
+    NoPolicyLoaded,
     UnknownVersion,
     VersionError,
-    VersionSource,
-    VersionState,
+    VersionUnavailable,
 )
-from tether.spec import RobotSpec
-
-from .conftest import arm_observations, derived, make_engine, nudged
+from tether.versions.model_dir import renumbered
+from tether.versions.records import LiveChange, VersionSource, VersionState
+from tether.versions.registry import TRANSITIONS, ModelRegistry
 
 S = VersionState
 
@@ -168,18 +165,15 @@ def test_ids_stay_monotonic(base_bundle: PolicyBundle, tmp_path: Path) -> None:
     assert (rec.id, rec.declared_id) == (3, 1)
 
 
-def test_metrics_count_requests_steps_checks_and_episodes(
-    base_bundle: PolicyBundle, tmp_path: Path
-) -> None:
+def test_metrics_count_steps_checks_and_episodes(base_bundle: PolicyBundle, tmp_path: Path) -> None:
     reg = _registry(base_bundle, tmp_path, 1)
-    reg.record_requests(1, 3)
     reg.record_step(1, checks=SafetyCheck.NONE, intervened=False, backup=False)
     reg.record_step(1, checks=SafetyCheck.RATE | SafetyCheck.TORQUE, intervened=True, backup=False)
     reg.record_step(1, checks=SafetyCheck.NON_FINITE, intervened=True, backup=True)
     reg.record_episode(1, episode_return=-10.0, success=True)
     reg.record_episode(1, episode_return=-30.0, success=False)
     m = reg.metrics(1)
-    assert (m.requests, m.steps, m.interventions, m.backups) == (3, 3, 2, 1)
+    assert (m.steps, m.interventions, m.backups) == (3, 2, 1)
     assert dict(m.interventions_by_check) == {"NON_FINITE": 1, "RATE": 1, "TORQUE": 1}
     assert m.mean_return == -20.0
     assert m.success_rate == 0.5

@@ -13,8 +13,8 @@ from rich.markup import escape
 from tether.errors import TetherError
 from tether.serving.config import ServerConfig
 from tether.serving.server import PolicyServer
-from tether.serving.versions import VersionsConfig
 from tether.serving.versions_launch import serve_versions
+from tether.versions.facade import VersionsConfig
 
 _FIELDS = ServerConfig.model_fields
 _VERSIONS = VersionsConfig.model_fields

@@ -98,10 +98,6 @@ class TransitionArrays(NamedTuple):
         for column, values in zip(self, source, strict=True):
             column[rows] = values
 
-    def to_batch(self) -> TransitionBatch:
-        """The learner's view of all rows (shares memory with these columns)."""
-        return self.batch_of(slice(None))
-
     def batch_of(self, rows: np.ndarray | slice) -> TransitionBatch:
         """The learner's view of the selected rows, gathering only the columns it needs."""
         if isinstance(rows, slice):

@@ -1,7 +1,7 @@
 """The learner's side of candidate handling: judge before publishing, remember live weights.
 
 :class:`CandidateJudge` runs the learner-side stages of the promotion gate (offline,
-simulation; :class:`~tether.learning.gate.PromotionGate`) on a candidate against the
+simulation; :class:`~tether.versions.learner_gate.LearnerGate`) on a candidate against the
 weights live on the server, and writes the outcome to the verdict directory whether it
 passed or not. Simulated episodes go through the same supervisor the robots have when
 the bundle is the built-in arm.
@@ -25,16 +25,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.learning.gate import GateConfig, PromotionGate
-from tether.learning.verdicts import GateRecord, write_gate_record
 from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
-from tether.policy.manifest import VersionInfo
+from tether.policy.manifest import VersionInfo, learner_version_name
 from tether.policy.networks import TwinCritic
 from tether.policy.tensors import state_sha256
-from tether.safety.presets import arm_supervisor
-from tether.sim.spec import arm_spec
+from tether.safety.for_spec import is_builtin_arm, supervisor_for
+from tether.versions.learner_gate import LearnerGate, LearnerGateConfig
+from tether.versions.records import GateRecord
+from tether.versions.verdict_files import write_gate_record
 
 StateDict = dict[str, torch.Tensor]
 
@@ -50,7 +50,8 @@ def bundle_with(
 
     In memory only: the weights digest names the new tensors (same shapes, same size)."""
     digest = state_sha256(state)
-    info = VersionInfo(id=version, name=f"learner-v{version}", weights_sha256=digest, parent=parent)
+    name = learner_version_name(version)
+    info = VersionInfo(id=version, name=name, weights_sha256=digest, parent=parent)
     m = bundle.manifest
     manifest = replace(m, version=info, weights=replace(m.weights, sha256=digest))
     return replace(bundle, actor_state=state, manifest=manifest)
@@ -86,7 +87,7 @@ class CandidateJudge:
     def __init__(
         self,
         bundle: PolicyBundle,
-        config: GateConfig,
+        config: LearnerGateConfig,
         *,
         verdict_dir: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -94,8 +95,9 @@ class CandidateJudge:
         self.verdict_dir = None if verdict_dir is None else Path(verdict_dir)
         # The built-in arm's own supervisor, so simulated episodes are filtered as the
         # robots' steps are; other robots have no simulator-side kinematics here.
-        supervisor = arm_supervisor() if bundle.robot_spec == arm_spec() else None
-        self.gate = PromotionGate(
+        spec = bundle.robot_spec
+        supervisor = supervisor_for(spec) if spec is not None and is_builtin_arm(spec) else None
+        self.gate = LearnerGate(
             config,
             randomization=config.simulation.randomization,
             supervisor=supervisor,

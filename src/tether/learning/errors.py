@@ -3,9 +3,7 @@
 TetherError
 └── LearningError
     ├── CheckpointError     a learner checkpoint that is missing, partial or mismatched
-    ├── LearnerProcessError the learner process could not be started or kept alive
-    ├── VerdictFileError    a gate verdict file that cannot be read back
-    └── GateInputError      engines whose served weights are not the ones the gate would judge
+    └── LearnerProcessError the learner process could not be started or kept alive
 """
 
 from __future__ import annotations
@@ -23,11 +21,3 @@ class CheckpointError(LearningError):
 
 class LearnerProcessError(LearningError):
     """The learner process could not be started, or keeps crashing."""
-
-
-class VerdictFileError(LearningError):
-    """A learner gate verdict file that is malformed or misnamed."""
-
-
-class GateInputError(LearningError):
-    """The gate was handed an engine it cannot judge faithfully."""

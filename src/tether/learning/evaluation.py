@@ -2,7 +2,7 @@
 
 An episode succeeds when the end effector is within the success radius on its last
 step (the same definition the promotion gate's simulation stage uses). Observations
-are normalized with the bundle's normalizer exactly as the engine does.
+are normalized by the engine's own recipe (``tether.policy.transforms.ObservationNormalizer``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tether.policy.manifest import Normalizer
 from tether.policy.networks import Actor
-from tether.policy.transforms import normalize_observation
+from tether.policy.transforms import ObservationNormalizer
 from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv
 
@@ -26,21 +25,6 @@ class EvaluationResult:
     success_rate: float  # fraction of episodes at the target on their last step
     mean_return: float
     mean_final_distance_m: float
-
-
-class ObservationNormalizer:
-    """The bundle normalizer as a callable on numpy batches (float32 in, float32 out)."""
-
-    def __init__(self, normalizer: Normalizer) -> None:
-        self._mean = torch.tensor(normalizer.mean, dtype=torch.float32)
-        self._inv_std = torch.rsqrt(
-            torch.tensor(normalizer.var, dtype=torch.float32) + normalizer.epsilon
-        )
-        self._clip = normalizer.clip
-
-    def __call__(self, observations: np.ndarray) -> np.ndarray:
-        obs = torch.from_numpy(np.ascontiguousarray(observations, dtype=np.float32))
-        return normalize_observation(obs, self._mean, self._inv_std, self._clip).numpy()
 
 
 def evaluate_actor(

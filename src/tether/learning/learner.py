@@ -47,14 +47,15 @@ from tether.learning.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from tether.learning.evaluation import ObservationNormalizer
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.learning.sac import sac_from_bundle
-from tether.learning.verdicts import GateRecord, gate_record_versions
 from tether.policy.bundle import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
+from tether.policy.transforms import ObservationNormalizer
 from tether.safety.levels import DegradationLevel
+from tether.versions.records import GateRecord
+from tether.versions.verdict_files import gate_record_versions
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
 from tether.learning.config import SACConfig
-from tether.learning.gate import GateConfig
 from tether.learning.publication import PublicationConfig
+from tether.versions.learner_gate import LearnerGateConfig
 
 
 class LearnerConfig(BaseModel):
@@ -20,8 +20,8 @@ class LearnerConfig(BaseModel):
         default_factory=PublicationConfig,
         description="Polyak step, trust region and pacing of publications",
     )
-    gate: GateConfig = Field(
-        default_factory=GateConfig,
+    gate: LearnerGateConfig = Field(
+        default_factory=LearnerGateConfig,
         description="Learner-side promotion-gate stages every candidate passes before it is published",
     )
     replay: ReplayBufferConfig = Field(

@@ -30,7 +30,7 @@ from tether.data.replay.sampler import SamplerConfig
 from tether.data.replay.storage import StorageConfig
 from tether.learning.config import SACConfig
 from tether.learning.errors import LearningError
-from tether.learning.evaluation import EvaluationResult, ObservationNormalizer, evaluate_actor
+from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.sac import SAC, sac_from_bundle
 from tether.policy.bundle import (
     PolicyBundle,
@@ -42,6 +42,7 @@ from tether.policy.bundle import (
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
 from tether.policy.networks import ActorArchitecture
+from tether.policy.transforms import ObservationNormalizer
 from tether.safety.presets import arm_supervisor
 from tether.safety.supervisor import Supervisor
 from tether.sim.env import ArmEnv

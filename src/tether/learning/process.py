@@ -1,13 +1,13 @@
-"""The learner as its own OS process, and the supervisor in the parent that keeps it alive.
+"""The learner as its own OS process, and the object in the parent that keeps it alive.
 
 :func:`learner_main` runs in a ``spawn``-ed child: it pins itself to its cores
 (``os.sched_setaffinity``), lowers its priority, caps torch's threads, loads the bundle,
 attaches to the shared weights and the transition channel and runs a
 :class:`~tether.learning.learner.Learner` until told to stop.
 
-:class:`LearnerSupervisor` lives in the serving (parent) process. A crash of the child
+:class:`LearnerProcess` lives in the serving (parent) process. A crash of the child
 is an event, never an exception in the parent: serving continues on the weights already
-published, and the supervisor restarts the child from its last checkpoint after a
+published, and :class:`LearnerProcess` restarts the child from its last checkpoint after a
 back-off, up to ``max_restarts`` within ``restart_window_s`` (then it gives up, with an
 event). Only the bundle path, names of shared-memory blocks and JSON config cross the
 process boundary; weights travel through shared memory.
@@ -118,7 +118,7 @@ class LearnerEvent:
     message: str
 
 
-class LearnerSupervisor:
+class LearnerProcess:
     """Starts the learner process, watches it, and restarts it from its checkpoint."""
 
     def __init__(
@@ -137,7 +137,7 @@ class LearnerSupervisor:
         self._weights = weights
         self._channel = channel
         self._checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
-        # Where the learner writes <version>.json gate verdicts (see tether.learning.verdicts).
+        # Where the learner writes <version>.json gate verdicts (see tether.versions.verdict_files).
         self.verdict_dir = None if verdict_dir is None else Path(verdict_dir)
         self._on_event = on_event
         # Decided here, in the parent, from the cores it may use now: a child inherits the
@@ -178,7 +178,7 @@ class LearnerSupervisor:
             raise LearnerProcessError("learner already started; stop() it before starting again")
         self._spawn(resume=True)
         self._emit(LearnerEventKind.STARTED, "learner process started")
-        self._watcher = threading.Thread(target=self._watch, name="learner-supervisor", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="learner-watch", daemon=True)
         self._watcher.start()
 
     def prepare_stop(self) -> None:

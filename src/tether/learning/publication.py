@@ -4,12 +4,9 @@ The deployed actor never jumps to the learner's weights. Each publication moves 
 ``alpha`` (``deployed + alpha * (learner - deployed)``, parameter-wise). Before that step
 is published, the candidate is compared with the deployed policy on recent *real*
 states: the RMS change of the deterministic action and the mean KL divergence between
-the two Gaussian policies. Above either threshold the step is halved (up to
+the two Gaussian policies (``tether.policy.distance``). Above either threshold the step is halved (up to
 ``max_shrink_steps`` times); if no step fits, the publication is withheld. Every
 decision is a :class:`TrustRegionDecision`, counted by the learner.
-
-The KL is computed on the pre-tanh Gaussians: tanh is a bijection, so the KL between
-the squashed policies is the same number.
 
 Invariant: a step this module accepts satisfies both thresholds on the states it was
 given; the deployed weights it returns are exactly the candidate that was measured.
@@ -24,6 +21,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether.policy.distance import (
+    MAX_ACTION_CHANGE_RMS,
+    MAX_KL_NATS,
+    PolicyDistance,
+    policy_distance,
+)
 from tether.policy.networks import Actor
 
 StateDict = dict[str, torch.Tensor]
@@ -41,12 +44,12 @@ class PublicationConfig(BaseModel):
         description="Fraction of the way the deployed actor moves toward the learner's per publication (1)",
     )
     max_action_change: float = Field(
-        default=0.1,
+        default=MAX_ACTION_CHANGE_RMS,
         gt=0.0,
         description="Largest RMS change of the deterministic action on recent states, in normalized action units ([-1, 1])",
     )
     max_kl: float = Field(
-        default=0.05,
+        default=MAX_KL_NATS,
         gt=0.0,
         description="Largest mean KL(deployed || candidate) on recent states (nats)",
     )
@@ -77,14 +80,6 @@ class PublishOutcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class PolicyDistance:
-    """How far a candidate's behaviour is from the deployed policy's, on a set of states."""
-
-    action_change_rms: float  # normalized action units
-    kl: float  # nats, mean over states
-
-
-@dataclass(frozen=True)
 class TrustRegionDecision:
     outcome: PublishOutcome
     alpha: float  # the step used; 0.0 when withheld
@@ -99,15 +94,6 @@ def polyak_blend(deployed: StateDict, learner: StateDict, alpha: float) -> State
             f"cannot blend actor states with different tensors: {sorted(deployed.keys() ^ learner.keys())}"
         )
     return {k: torch.lerp(deployed[k], learner[k], alpha) for k in deployed}
-
-
-def gaussian_kl(
-    mu_p: torch.Tensor, log_std_p: torch.Tensor, mu_q: torch.Tensor, log_std_q: torch.Tensor
-) -> torch.Tensor:
-    """KL(p || q) of diagonal Gaussians, summed over the last dimension."""
-    var_p = (2 * log_std_p).exp()
-    var_q = (2 * log_std_q).exp()
-    return (log_std_q - log_std_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5).sum(-1)
 
 
 class TrustRegion:
@@ -132,10 +118,7 @@ class TrustRegion:
         with torch.no_grad():
             mu_d, log_std_d = self._deployed(obs)
             mu_c, log_std_c = self._candidate(obs)
-            change = torch.tanh(mu_c) - torch.tanh(mu_d)
-            rms = float(change.pow(2).mean().sqrt())
-            kl = float(gaussian_kl(mu_d, log_std_d, mu_c, log_std_c).mean())
-        return PolicyDistance(action_change_rms=rms, kl=kl)
+            return policy_distance(mu_d, log_std_d, mu_c, log_std_c)
 
     def fits(self, d: PolicyDistance) -> bool:
         return d.action_change_rms <= self.config.max_action_change and d.kl <= self.config.max_kl

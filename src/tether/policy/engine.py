@@ -35,7 +35,7 @@ from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
 from tether.policy.squash import squash
 from tether.policy.tensors import StateDict, check_state, state_sha256
-from tether.policy.transforms import action_arrays, normalizer_arrays
+from tether.policy.transforms import ObservationNormalizer, action_arrays
 
 _WARMUP_CALLS = 3  # TorchScript's profiling executor optimizes after its second run
 
@@ -59,8 +59,7 @@ class PolicyEngine:
         if torch.get_num_threads() > cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         m = bundle.manifest
-        self._mean, self._inv_std = normalizer_arrays(m.normalizer)
-        self._clip = np.float32(m.normalizer.clip)
+        self._normalize = ObservationNormalizer(m.normalizer)
         self._low, self._half_range, self._high = action_arrays(m.action)
         # The sampling generator lives on the host: squash() runs there for every device.
         self._generator = torch.Generator()
@@ -160,7 +159,7 @@ class PolicyEngine:
         """One unchecked pass of ``observations`` through ``path`` (callers hold the lock)."""
         n = observations.shape[0]
         x = np.zeros((_padded(n, self._config.row_block), self.obs_dim), dtype=np.float32)
-        np.clip((observations - self._mean) * self._inv_std, -self._clip, self._clip, out=x[:n])
+        self._normalize(observations, out=x[:n])
         mu, log_std = path(self._to_device(x))
         mu_np, log_std_np = self._to_host(mu, log_std)
         noise: np.ndarray | None = None

@@ -51,6 +51,11 @@ class VersionInfo:
             )
 
 
+def learner_version_name(version: int) -> str:
+    """The name of a version the online learner published (the one place that names it)."""
+    return f"learner-v{version}"
+
+
 @dataclass(frozen=True)
 class ObservationSpec:
     """Names of the observation entries, in vector order."""

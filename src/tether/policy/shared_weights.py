@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from tether.policy.errors import PolicyError
-from tether.policy.manifest import VersionInfo
+from tether.policy.manifest import VersionInfo, learner_version_name
 from tether.policy.networks import ActorArchitecture, actor_parameter_shapes
 from tether.policy.tensors import state_sha256
 
@@ -73,7 +73,7 @@ class WeightsSnapshot:
         """The :class:`VersionInfo` ``PolicyEngine.swap_weights`` expects for this snapshot."""
         return VersionInfo(
             id=self.version,
-            name=name if name is not None else f"learner-v{self.version}",
+            name=name if name is not None else learner_version_name(self.version),
             weights_sha256=state_sha256(self.state),
             parent=self.parent,
         )

@@ -1,8 +1,12 @@
 """The two affine maps around the network, shared by the engine and the exported module.
 
-Written as TorchScript-compatible functions so ``tether export`` embeds exactly the
-code the engine runs. Invariant: scaled actions never leave ``[low, high]``, even when
-rounding would push ``low + (a + 1) * half_range`` one ulp past ``high``.
+:class:`ObservationNormalizer` is the one recipe for the bundle's observation
+normalization on numpy batches: the engine, the learner, the gate's offline stage and
+evaluation all call it, so each sees exactly what the policy sees. The torch functions
+are its TorchScript-compatible twins, so ``tether export`` embeds the same arithmetic
+(the same float32 ``mean`` and ``inv_std``). Invariant: scaled actions never leave
+``[low, high]``, even when rounding would push ``low + (a + 1) * half_range`` one ulp
+past ``high``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,19 @@ def normalizer_arrays(norm: Normalizer) -> tuple[np.ndarray, np.ndarray]:
     var = np.asarray(norm.var, dtype=np.float64)
     inv_std = 1.0 / np.sqrt(var + norm.epsilon)
     return np.asarray(norm.mean, dtype=np.float32), inv_std.astype(np.float32)
+
+
+class ObservationNormalizer:
+    """``clip((obs - mean) * inv_std, -clip, clip)`` on float32 numpy batches (row-independent)."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self.mean, self.inv_std = normalizer_arrays(normalizer)
+        self.clip = np.float32(normalizer.clip)
+
+    def __call__(self, observations: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The normalized ``observations`` (float32), written into ``out`` when given."""
+        obs = np.asarray(observations, dtype=np.float32)
+        return np.clip((obs - self.mean) * self.inv_std, -self.clip, self.clip, out=out)
 
 
 def action_arrays(action: ActionSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

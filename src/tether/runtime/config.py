@@ -22,12 +22,12 @@ from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
 from tether.safety.degradation_config import DegradationConfig
-from tether.serving.canary import CanaryConfig
 from tether.serving.config import ServerConfig
-from tether.serving.promotion import PromotionConfig
-from tether.serving.rollback import RollbackConfig
-from tether.serving.versions import VersionsConfig
 from tether.sim.drift import DriftSchedule
+from tether.versions.facade import VersionsConfig
+from tether.versions.rollback import RollbackConfig
+from tether.versions.server_gate import ServerGateConfig
+from tether.versions.stages.canary import CanaryConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,7 +40,9 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # statistical tests stay the same, so a short canary is a weaker one: the rollback
 # monitor, not the canary, is what catches a slow regression.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=PromotionConfig(canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)),
+    promotion=ServerGateConfig(
+        canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)
+    ),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

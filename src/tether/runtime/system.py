@@ -40,8 +40,7 @@ from tether.data.recorder import Recorder
 from tether.data.step import StepRecord
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
-from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerSupervisor
-from tether.learning.verdicts import GateRecord, list_gate_records, read_gate_verdicts
+from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerProcess
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
@@ -64,20 +63,24 @@ from tether.runtime.records import (
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
 from tether.safety.degradation import DegradationMachine
+from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
-from tether.safety.presets import default_limits
-from tether.safety.supervisor import Supervisor
-from tether.serving.admin import start_admin_server
+from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.client.options import ClientOptions
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
-from tether.serving.promotion import GateOutcome
-from tether.serving.registry import LiveChange, VersionSource, VersionState
 from tether.serving.security import bearer_token, server_credentials
 from tether.serving.server import PolicyServer
-from tether.serving.supervision import kinematics_for
-from tether.serving.versions import PolicyVersions
+from tether.versions.facade import PolicyVersions
+from tether.versions.intake import (
+    CandidateIntake,
+    CandidateRefused,
+    CandidateSubmitted,
+    IntakeEvent,
+)
+from tether.versions.records import LiveChange
+from tether.versions.server_gate import GateOutcome
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ class RunSystem:
                 f"bundle {self.bundle_path} records no robot spec; it cannot be supervised"
             )
         self.spec = spec
-        self.limits = default_limits(spec)
+        self.limits = limits_for(spec)
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
@@ -127,10 +130,6 @@ class RunSystem:
         self._last_rejection = ""
         self._rollbacks = 0
         self._live_since = 0.0
-        # registry id -> the learner's version id of the same candidate
-        self._learner_ids: dict[int, int] = {}
-        # Weights of every version this run saw, to write the live one as the final bundle.
-        self._states: dict[int, Any] = {self.bundle.version.id: self.bundle.actor_state}
         self._last_updates = (time.monotonic(), 0)
         self._updates_per_s = 0.0
         self._steps_served = 0
@@ -158,12 +157,6 @@ class RunSystem:
         )
 
     def _on_live_change(self, change: LiveChange) -> None:
-        # The learner anchors its next candidate on whatever is live now.
-        self._weights.set_live_version(self._learner_ids.get(change.current.id, change.current.id))
-        if self._learner_ids:
-            # Any change of the live version ends the evaluation in progress (promoted, or
-            # abandoned by an operator's promotion or a rollback): the learner may go on.
-            self._weights.set_resolved_version(max(self._learner_ids.values()))
         self._live_since = self.t_s()
         if change.kind == "promotion":
             self._passed += 1
@@ -189,11 +182,8 @@ class RunSystem:
             )
 
     def _on_gate(self, outcome: GateOutcome) -> None:
-        if outcome.promoted:  # the live change (live, then resolved) already told the learner
+        if outcome.promoted:  # counted and logged by _on_live_change
             return
-        learner_id = self._learner_ids.get(outcome.version)
-        if learner_id is not None:
-            self._weights.set_resolved_version(learner_id)
         self._rejected += 1
         last = outcome.verdicts[-1] if outcome.verdicts else None
         self._last_rejection = outcome.describe()
@@ -228,7 +218,7 @@ class RunSystem:
         self._recorder = Recorder([self._log, self._channel], cfg.recorder)
         self._weights = SharedWeights.create(self.bundle.manifest.architecture)
         self._degradation.add_listener(self._on_degradation)
-        self._learner = LearnerSupervisor(
+        self._learner = LearnerProcess(
             self.bundle_path,
             cfg.learner,
             weights=self._weights,
@@ -243,12 +233,20 @@ class RunSystem:
         serving = learner_placement().serving_cores
         if set(serving) != set(self._learner.cores):
             os.sched_setaffinity(0, serving)
-        shadow = Supervisor(self.limits, kinematics=kinematics_for(spec))
+        shadow = supervisor_for(spec, self.limits)
         self._versions = PolicyVersions(
             cfg.versions,
             engine_factory=self._engine_for_bundle,
             shadow_supervisor=shadow,
             degradation=self._degradation,
+        )
+        # Registered first: the learner hears of a live change before the run logs it.
+        self._intake = CandidateIntake(
+            self._versions,
+            self._weights,
+            verdict_dir=self._verdict_dir,
+            build_engine=self._engine_for_snapshot,
+            on_event=self._on_intake,
         )
         self._versions.add_live_listener(self._on_live_change)
         self._versions.promotion.add_listener(self._on_gate)
@@ -263,8 +261,7 @@ class RunSystem:
             limits=self.limits,
             record_step=self._record_step,
             end_session=self._recorder.end_session,
-            models=self._versions,
-            router=self._versions,
+            versions=self._versions,
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
 
@@ -303,62 +300,41 @@ class RunSystem:
     # ------------------------------------------------------------------ candidates
 
     def _intake_candidates(self) -> None:
-        """Thread: learner publications become registry candidates (with the learner-side
-        gate's verdicts as their prior stages), and learner-side rejections become events."""
-        seen: int | None = None
-        records_seen = -1
-        while not self._stop.wait(_CANDIDATE_POLL_S):
-            try:
-                for record in list_gate_records(self._verdict_dir, after=records_seen):
-                    records_seen = record.version
-                    if not record.passed:
-                        self._learner_rejection(record)
-                snap = self._weights.read_if_newer(seen)
-            except Exception:  # a file or header read mid-write is retried on the next poll
-                log.exception("reading the learner's publications failed; retrying")
-                continue
-            if snap is None:
-                continue
-            seen = snap.version
-            self._states[snap.version] = snap.state
-            try:
-                self._submit(snap)
-            except Exception as exc:
-                self._weights.set_resolved_version(snap.version)
-                self._rejected += 1
-                self.event(
-                    "rejection",
-                    f"candidate {snap.version} refused at intake: {exc}",
-                    version=snap.version,
-                    details={"stage": "intake"},
-                )
+        """Thread: learner publications become registry candidates (``CandidateIntake``)."""
+        self._intake.run(self._stop, _CANDIDATE_POLL_S)
 
-    def _learner_rejection(self, record: GateRecord) -> None:
-        last = record.verdicts[-1] if record.verdicts else None
-        self._rejected += 1
-        self._last_rejection = last.describe() if last else f"version {record.version} rejected"
-        details: dict[str, Any] = {"stage": last.stage.value if last else "learner"}
-        if last is not None:
-            details.update({m.name: m.value for m in last.measurements})
-        self.event("rejection", self._last_rejection, version=record.version, details=details)
-
-    def _submit(self, snap: WeightsSnapshot) -> None:
+    def _engine_for_snapshot(self, snap: WeightsSnapshot) -> PolicyEngine:
         engine = PolicyEngine(self.bundle, self._engine_config())
-        engine.swap_weights(snap.version_info(f"learner-{snap.version}"), snap.state)
-        prior = read_gate_verdicts(self._verdict_dir, snap.version) or ()
-        record = self._versions.submit_candidate(
-            engine, prior, source=VersionSource.LEARNER, promote_directly=snap.promote_directly
-        )
-        self._learner_ids[record.id] = snap.version
-        self.event(
-            "candidate",
-            f"learner published version {record.id} (parent {snap.parent}); "
-            f"learner-side stages passed: {[v.stage.value for v in prior]}",
-            version=record.id,
-            details={"parent": snap.parent, "prior_stages": [v.stage.value for v in prior]},
-        )
-        if record.state is VersionState.LIVE and snap.promote_directly:
-            self._weights.set_resolved_version(snap.version)
+        engine.swap_weights(snap.version_info(), snap.state)
+        return engine
+
+    def _on_intake(self, event: IntakeEvent) -> None:
+        if isinstance(event, CandidateSubmitted):
+            prior = [v.stage.value for v in event.prior]
+            self.event(
+                "candidate",
+                f"learner published version {event.record.id} (parent {event.parent}); "
+                f"learner-side stages passed: {prior}",
+                version=event.record.id,
+                details={"parent": event.parent, "prior_stages": prior},
+            )
+        elif isinstance(event, CandidateRefused):
+            self._rejected += 1
+            self.event(
+                "rejection",
+                f"candidate {event.learner_version} refused at intake: {event.reason}",
+                version=event.learner_version,
+                details={"stage": "intake"},
+            )
+        else:
+            record = event.record
+            last = record.verdicts[-1] if record.verdicts else None
+            self._rejected += 1
+            self._last_rejection = last.describe() if last else f"version {record.version} rejected"
+            details: dict[str, Any] = {"stage": last.stage.value if last else "learner"}
+            if last is not None:
+                details.update({m.name: m.value for m in last.measurements})
+            self.event("rejection", self._last_rejection, version=record.version, details=details)
 
     # ------------------------------------------------------------------ robots
 
@@ -554,7 +530,7 @@ class RunSystem:
         # Operators reach this run like a `tether serve`: list, promote, roll back, and
         # resume from TAKEOVER (the only way out of it).
         auth = AdminAuth.from_file(vcfg.admin_tokens_file)
-        servicer = self._versions.admin_servicer(auth)
+        servicer = admin_servicer(self._versions, auth)
         if servicer is not None:
             self._admin, port = await start_admin_server(
                 servicer,
@@ -632,7 +608,9 @@ class RunSystem:
         live = self._versions.live_engine()
         if live is None:
             return
-        state = self._states.get(live.version.id)
+        state = self._intake.weights_of(live.version.id)
+        if state is None and live.version.id == self.bundle.version.id:
+            state = self.bundle.actor_state
         if state is None:
             log.warning(
                 "no weights kept for live version %d; final bundle not written", live.version.id

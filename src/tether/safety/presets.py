@@ -9,9 +9,8 @@ randomization allows, 60 bounds every joint (``tests/safety/test_presets.py`` re
 it on the MuJoCo model, so a change of the arm that breaks the bound fails a test).
 
 The arm declares no limit on *commanded* acceleration: its one acceleration figure is
-the deceleration braking may rely on, and capping commands at it cuts every action of a
-competent policy to a tenth (the shipped policy: 100 % interventions, no success). So
-the preset caps commanded acceleration at what the actuators can produce at all, a full
+the deceleration braking may rely on, and capping commands at it would cut every action
+of a competent policy to a tenth. So the preset caps commanded acceleration at what the actuators can produce at all, a full
 action against a full holding load (``|u − u_gravity| ≤ 2``, i.e. twice the per-action
 bound): at NORMAL the ACCELERATION check never binds inside the torque limit, and the
 RESTRICTED level's tightening (× 0.5 by default) brings it down to one full action
@@ -20,8 +19,8 @@ beyond gravity compensation. Braking is unaffected: it relies only on
 
 The arm's joints are viscously damped (``Link.damping_nm_s``: full torque alone drives a
 joint to only twice its velocity limit). Without that in the one-step model, the fast
-gain above lets the VELOCITY bound allow a small fraction of a full action even at
-standstill, and the supervisor corrected 77 % of the shipped policy's steps. The preset
+gain above lets the VELOCITY bound allow only a small fraction of a full action even at
+standstill, and the supervisor would correct most of a competent policy's steps. The preset
 declares the *smallest* damping the arm may have as a normalized torque: the lowest
 damping multiplier pretraining's domain randomization draws (0.8; no drift preset
 lowers damping, and more damping is the safe direction), divided by the highest
@@ -34,7 +33,6 @@ from tether.safety.limits import LimitsConfig, SafetyLimits
 from tether.safety.supervisor import Supervisor, SupervisorConfig
 from tether.sim import ArmKinematics, DomainRandomization, arm_spec
 from tether.sim.geometry import ARM
-from tether.spec import RobotSpec
 
 ARM_ACCELERATION_PER_ACTION_SCALE = 60.0
 # The largest normalized torque beyond gravity compensation: a full action against a
@@ -43,12 +41,11 @@ _LARGEST_PUSH = 2.0
 ARM_ACCELERATION_LIMIT_SCALE = _LARGEST_PUSH * ARM_ACCELERATION_PER_ACTION_SCALE
 # The one-step model treats the joints one by one: another joint's torque reaching this
 # one through the off-diagonal inertia, and the Coriolis terms of a fast joint, are not
-# in it. When the shipped policy drove the elbow at its lower limit and the wrist at its
-# velocity limit, both chattering at full torque, that coupling carried the forearm
-# about 4 cm past the predicted clearance, through the 3 cm default margin into the
-# obstacle (tether run's robot-0, episode 24; tests/safety/test_pretrained_policy.py).
-# 6 cm covers what was measured, at no measured cost in success; a coupled model (the
-# full M(q)^-1 and bias(q, q-dot)) is the fix that would not need it.
+# in it. With two joints chattering at full torque near their limits, that coupling can
+# carry the forearm centimetres past the predicted clearance, beyond the 3 cm default
+# margin (tests/safety/test_pretrained_policy.py keeps the shipped policy clear of the
+# obstacle with this margin); a coupled model (the full M(q)^-1 and bias(q, q-dot)) is
+# the fix that would not need it.
 ARM_OBSTACLE_MARGIN_M = 0.06
 ARM_LIMITS_CONFIG = LimitsConfig(
     acceleration_per_action_scale=ARM_ACCELERATION_PER_ACTION_SCALE,
@@ -70,14 +67,6 @@ def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:
     return SafetyLimits.from_spec(
         arm_spec(), config, viscous_damping_per_rad_s=arm_damping_per_rad_s()
     )
-
-
-def default_limits(spec: RobotSpec) -> SafetyLimits:
-    """The limits to enforce for ``spec``: the arm's preset when ``spec`` is the built-in
-    arm (same fingerprint), else ``SafetyLimits.from_spec(spec)``."""
-    if spec.fingerprint() == arm_spec().fingerprint():
-        return arm_limits()
-    return SafetyLimits.from_spec(spec)
 
 
 def arm_supervisor(

@@ -121,9 +121,8 @@ class SupervisorConfig(BaseModel):
         "the supervisor stops it for that stop to teach the unmodelled-load estimate (1)",
     )
     # Off by default: an action backed off to the edge of its predicted clear path leaves
-    # none of the slack the full brake has for what the one-step model does not know,
-    # and the shipped policy, sampled, touched the obstacle through it (drifted arm: 185
-    # contact steps in one episode; nominal: a few; tests/safety/test_pretrained_policy.py).
+    # none of the slack the full brake has for what the one-step model does not know
+    # (tests/safety/test_pretrained_policy.py runs the shipped policy with it off).
     sweep_backoff_steps: int = Field(
         default=0,
         ge=0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntFlag, StrEnum
+from functools import lru_cache
 
 
 class ActionSource(StrEnum):
@@ -39,6 +40,16 @@ class SafetyCheck(IntFlag):
     WORKSPACE = 1 << 10  # end effector would leave the workspace box
     OBSTACLE = 1 << 11  # a collision sphere would come too close to an obstacle
     TAKEOVER = 1 << 12  # the degradation level put the backup in control
+
+
+@lru_cache(maxsize=256)
+def check_names(checks: int) -> tuple[str, ...]:
+    """Names of the single-bit checks set in ``checks``, lowest bit first."""
+    return tuple(
+        m.name or str(m.value)
+        for m in SafetyCheck
+        if m.value and m.value & (m.value - 1) == 0 and checks & m.value
+    )
 
 
 # Checks that replace the action with a backup rather than correct it.

@@ -1,8 +1,8 @@
 """AdminService: operators list, load, split, promote, roll back, resume and reload.
 
-A thin gRPC layer over the registry (:mod:`tether.serving.registry`), the router
-(:mod:`tether.serving.rollout`), the server-side gate (:mod:`tether.serving.promotion`),
-the model directory (:mod:`tether.serving.model_dir`) and the safety
+A thin gRPC layer over the registry (:mod:`tether.versions.registry`), the router
+(:mod:`tether.versions.routing`), the server-side gate (:mod:`tether.versions.server_gate`),
+the model directory (:mod:`tether.versions.model_dir`) and the safety
 ``DegradationMachine``. Authentication and roles are checked before a handler runs
 (:mod:`tether.serving.admin_auth`); the operator's name recorded in reasons and in the
 TAKEOVER resume comes from the same token.
@@ -28,14 +28,17 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.errors import SafetyError
 from tether.serving.admin_auth import AdminAuth, AdminAuthInterceptor, AdminIdentity
 from tether.serving.convert import degradation_to_proto
-from tether.serving.errors import ServerSetupError, ServingError
-from tether.serving.model_dir import EngineFactory, load_into, reload_model_dir
+from tether.serving.errors import ServerSetupError, ServingError, status_code
 from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
-from tether.serving.promotion import PromotionController
-from tether.serving.registry import ModelRegistry, VersionRecord, VersionState
-from tether.serving.rollout import TrafficRouter
 from tether.v1 import admin_pb2 as apb
 from tether.v1 import admin_pb2_grpc as apb_grpc
+from tether.versions.errors import VersionError
+from tether.versions.facade import PolicyVersions
+from tether.versions.model_dir import EngineFactory, load_into, reload_model_dir
+from tether.versions.records import VersionRecord, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import TrafficRouter
+from tether.versions.server_gate import ServerGate
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -62,7 +65,7 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
         engine_factory: EngineFactory,
         model_dir: Path | None = None,
         reload_makes_live: bool = False,
-        promotion: PromotionController | None = None,
+        promotion: ServerGate | None = None,
         degradation: DegradationMachine | None = None,
     ) -> None:
         self._registry = registry
@@ -252,7 +255,6 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
             declared_id=r.declared_id,
             bundle_path="" if r.bundle_path is None else str(r.bundle_path),
             metrics=apb.VersionMetrics(
-                requests=m.requests,
                 steps=m.steps,
                 interventions=m.interventions,
                 backups=m.backups,
@@ -282,8 +284,8 @@ async def _run(context: Context, work: Any) -> Any:
         return await work
     except BundleError as exc:
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    except ServingError as exc:
-        await _abort(context, exc.code, str(exc))
+    except (ServingError, VersionError) as exc:
+        await _abort(context, status_code(exc), str(exc))
     except SafetyError as exc:
         await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except TetherError as exc:
@@ -325,3 +327,21 @@ async def start_admin_server(
         )
     await server.start()
     return server, bound
+
+
+def admin_servicer(versions: PolicyVersions, auth: AdminAuth | None = None) -> AdminServicer | None:
+    """The AdminService over ``versions``, or None when no token file is configured."""
+    if auth is None:
+        if versions.config.admin_tokens_file is None:
+            return None
+        auth = AdminAuth.from_file(versions.config.admin_tokens_file)
+    return AdminServicer(
+        registry=versions.registry,
+        router=versions.router,
+        auth=auth,
+        engine_factory=versions.engine_factory,
+        model_dir=versions.config.model_dir,
+        reload_makes_live=versions.config.reload_makes_live,
+        promotion=versions.promotion,
+        degradation=versions.degradation,
+    )

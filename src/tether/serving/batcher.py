@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 from tether.serving.config import BatcherConfig
-from tether.serving.errors import AdmissionRefused, BatchFailed, DeadlineExpired, ServingError
+from tether.serving.errors import AdmissionRefused, BatchFailed, DeadlineExpired
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -51,7 +51,7 @@ Out = TypeVar("Out")
 _PROBE_EVERY = 16
 _QUIET_TO_INLINE = 8
 
-RunBatch = Callable[[list[In]], Sequence[Out | ServingError]]
+RunBatch = Callable[[list[In]], Sequence[Out | Exception]]
 
 
 class Batched(NamedTuple, Generic[Out]):
@@ -299,7 +299,7 @@ class DynamicBatcher(Generic[In, Out]):
 
     def _hooked_call(
         self, items: list[In]
-    ) -> tuple[Sequence[Out | ServingError] | Exception, int, int]:
+    ) -> tuple[Sequence[Out | Exception] | Exception, int, int]:
         """``before_batch``, then the batch: (outcome, start, elapsed), in ns; one
         sequence for every way a batch runs (alone, inline, in the worker thread)."""
         if self._before_batch is not None:
@@ -308,7 +308,7 @@ class DynamicBatcher(Generic[In, Out]):
         outcome = self._call(items)
         return outcome, start, time.perf_counter_ns() - start
 
-    def _call(self, items: list[In]) -> Sequence[Out | ServingError] | Exception:
+    def _call(self, items: list[In]) -> Sequence[Out | Exception] | Exception:
         try:
             results = self._run_batch(items)
         except Exception as exc:  # a broken batch must not kill the worker
@@ -323,7 +323,7 @@ class DynamicBatcher(Generic[In, Out]):
     def _deliver(
         self,
         live: list[_Pending[In, Out]],
-        outcome: Sequence[Out | ServingError] | Exception,
+        outcome: Sequence[Out | Exception] | Exception,
         start_ns: int,
         elapsed_ns: int,
     ) -> None:
@@ -344,7 +344,7 @@ class DynamicBatcher(Generic[In, Out]):
             self._on_batch(BatchStats(size, compute_ns, inline, expired))
 
 
-def _settled(outcome: Sequence[Out | ServingError] | Exception, i: int) -> Out | BaseException:
+def _settled(outcome: Sequence[Out | Exception] | Exception, i: int) -> Out | BaseException:
     """What the ``i``-th caller of a batch gets: its result, its own error, or its own
     ``BatchFailed`` (a fresh object per caller, chained to the shared cause)."""
     if isinstance(outcome, Exception):

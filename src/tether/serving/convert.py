@@ -11,13 +11,11 @@ of every session builds one, and the copies were most of its cost.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+from tether.safety.verdict import ActionSource, SafetyVerdict, check_names
 from tether.serving.batcher import Batched
-from tether.serving.holder import VersionLike
 from tether.serving.inference import ActionOutcome
 from tether.v1 import policy_pb2 as pb
+from tether.versions.protocols import VersionLike
 
 _SOURCES = {
     ActionSource.POLICY: pb.ACTION_SOURCE_POLICY,
@@ -40,22 +38,6 @@ def degradation_to_proto(level: int) -> pb.DegradationLevel:
     return (
         _LEVELS[int(level)] if 0 <= int(level) < len(_LEVELS) else pb.DEGRADATION_LEVEL_UNSPECIFIED
     )
-
-
-@lru_cache(maxsize=256)
-def check_names(checks: int) -> tuple[str, ...]:
-    """Names of the single-bit checks set in ``checks``, lowest bit first."""
-    return tuple(
-        m.name or str(m.value)
-        for m in SafetyCheck
-        if m.value and m.value & (m.value - 1) == 0 and checks & m.value
-    )
-
-
-def verdict_to_proto(verdict: SafetyVerdict) -> pb.SafetyVerdict:
-    message = pb.SafetyVerdict()
-    fill_verdict(message, verdict)
-    return message
 
 
 def fill_verdict(message: pb.SafetyVerdict, verdict: SafetyVerdict) -> None:

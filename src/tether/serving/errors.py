@@ -11,11 +11,13 @@ what was found, and what to do.
         ├── AdmissionRefused            RESOURCE_EXHAUSTED: rate, queue bound, memory
         ├── DeadlineExpired             DEADLINE_EXCEEDED: the deadline passed while queued
         ├── SpecMismatch                FAILED_PRECONDITION: session spec differs from the policy's
-        ├── VersionUnavailable          FAILED_PRECONDITION: pinned version is not live
-        ├── NoPolicyLoaded              UNAVAILABLE: nothing to serve yet (retry later)
         ├── BatchFailed                 INTERNAL: the batch this request was in failed
         ├── ServerSetupError            a server that cannot start (bad TLS path, bad config)
         └── RemoteError                 client side: a call answered with a non-OK status
+
+The versions layer raises its own errors (``tether.versions.errors``, no grpc there);
+:data:`VERSION_STATUS` is the one table that gives each its status code, and
+:func:`status_code` answers for either kind.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ from __future__ import annotations
 import grpc
 
 from tether.errors import TetherError
+from tether.versions.errors import (
+    GateInputError,
+    IllegalTransition,
+    NoPolicyLoaded,
+    UnknownVersion,
+    VerdictFileError,
+    VersionError,
+    VersionUnavailable,
+)
 
 
 class ServingError(TetherError):
@@ -55,18 +66,6 @@ class SpecMismatch(ServingError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class VersionUnavailable(ServingError):
-    """A request pinned to a policy version the server does not serve."""
-
-    code = grpc.StatusCode.FAILED_PRECONDITION
-
-
-class NoPolicyLoaded(ServingError):
-    """The server has no verified policy to serve; clients should retry later."""
-
-    code = grpc.StatusCode.UNAVAILABLE
-
-
 class BatchFailed(ServingError):
     """The batch a request was part of failed as a whole (a bug or a broken engine)."""
 
@@ -84,3 +83,30 @@ class RemoteError(ServingError):
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+
+
+# Most specific first: the first class an error is an instance of gives its code.
+VERSION_STATUS: tuple[tuple[type[VersionError], grpc.StatusCode], ...] = (
+    (NoPolicyLoaded, grpc.StatusCode.UNAVAILABLE),  # nothing live yet: retry later
+    (UnknownVersion, grpc.StatusCode.FAILED_PRECONDITION),
+    (VersionUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # pin to an unservable version
+    (IllegalTransition, grpc.StatusCode.FAILED_PRECONDITION),
+    (VerdictFileError, grpc.StatusCode.FAILED_PRECONDITION),
+    (GateInputError, grpc.StatusCode.FAILED_PRECONDITION),
+    (VersionError, grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+
+def status_code(exc: ServingError | VersionError) -> grpc.StatusCode:
+    """The status code a client receives for ``exc``."""
+    if isinstance(exc, ServingError):
+        return exc.code
+    for cls, code in VERSION_STATUS:
+        if isinstance(exc, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+# What a request can fail with at the edge: its own errors and the versions layer's.
+RequestError = ServingError | VersionError
+REQUEST_ERRORS = (ServingError, VersionError)

@@ -8,7 +8,8 @@ invariant 1 of the design holds here: no action leaves without the supervisor's
 verdict, and the supervisor never returns a non-finite action.
 
 Invariant: ``run`` returns exactly one entry per query, in query order: an
-``ActionOutcome`` or the ``ServingError`` of that query alone.
+``ActionOutcome`` or the error of that query alone (a ``ServingError`` or a
+``tether.versions`` error).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import numpy as np
 from tether.data.clock import ingress_ns
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
-from tether.serving.errors import ServingError
-from tether.serving.holder import EngineLike, ModelSource, VersionLike, VersionRouter
-from tether.serving.rollout import RouteDecision
+from tether.serving.errors import REQUEST_ERRORS, RequestError
 from tether.serving.supervision import SessionSupervisor
+from tether.versions.facade import PolicyVersions
+from tether.versions.holder import ModelSource
+from tether.versions.protocols import EngineLike, VersionLike
+from tether.versions.routing import RouteDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,35 +67,32 @@ class InferencePipeline:
         *,
         level: Callable[[], DegradationLevel] = lambda: DegradationLevel.NORMAL,
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
-        on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
-        | None = None,
-        router: VersionRouter | None = None,
+        versions: PolicyVersions | None = None,
     ) -> None:
         self._models = models
-        self._router = router
+        # With policy versions, routed steps run on the engine their route names, and
+        # every batch is reported back (the shadow stage watches live batches).
+        self._versions = versions
         self._level = level
         self._on_actions = on_actions
-        # (engine, observations, proposed actions, previous executed actions or None):
-        # the promotion gate's shadow stage watches live batches through it.
-        self._on_batch = on_batch
 
-    def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | ServingError]:
-        results: list[ActionOutcome | ServingError | None] = [None] * len(queries)
+    def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | RequestError]:
+        results: list[ActionOutcome | RequestError | None] = [None] * len(queries)
         groups: dict[int, tuple[EngineLike, list[int]]] = {}
         for i, q in enumerate(queries):
             try:
-                if q.route is not None and self._router is not None:
-                    engine = self._router.engine_for_route(q.route)
+                if q.route is not None and self._versions is not None:
+                    engine = self._versions.engine_for_route(q.route)
                 else:
                     engine = self._models.engine_for(q.pinned_version)
-            except ServingError as exc:
+            except REQUEST_ERRORS as exc:
                 results[i] = exc
                 continue
             groups.setdefault(id(engine), (engine, []))[1].append(i)
         level = self._level()  # read once: one batch is supervised at one level
         for engine, rows in groups.values():
             self._run_group(engine, [queries[i] for i in rows], rows, results, level)
-        out: list[ActionOutcome | ServingError] = []
+        out: list[ActionOutcome | RequestError] = []
         for r in results:
             assert r is not None  # every index was filled by a group or an error above
             out.append(r)
@@ -103,18 +103,14 @@ class InferencePipeline:
         engine: EngineLike,
         queries: list[ActionQuery],
         rows: list[int],
-        results: list[ActionOutcome | ServingError | None],
+        results: list[ActionOutcome | RequestError | None],
         level: DegradationLevel,
     ) -> None:
         obs, deterministic = _engine_input(queries)
         out = engine.act(obs, deterministic)
         version = out.version
-        if self._on_batch is not None or self._router is not None:
-            stacked = _previous_actions(queries)
-            if self._on_batch is not None:
-                self._on_batch(engine, obs, out.actions, stacked)
-            if self._router is not None:  # the registry's shadow stage watches live batches
-                self._router.on_batch(version.id, obs, out.actions, stacked)
+        if self._versions is not None:
+            self._versions.on_batch(version.id, obs, out.actions, _previous_actions(queries))
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             tightening = 1.0 if q.route is None else q.route.tightening
@@ -162,8 +158,8 @@ def _engine_input(queries: list[ActionQuery]) -> tuple[np.ndarray, bool | np.nda
 def _previous_actions(queries: list[ActionQuery]) -> np.ndarray | None:
     """The batch's previous executed actions ``(B, act_dim)``, or None if any is unknown.
 
-    A lone query's is passed as a view, not stacked: ``np.stack`` of one row cost ~3 µs
-    of a single robot's step, on every step of a server with a version registry.
+    A lone query's is passed as a view, not stacked: stacking one row is a copy on every
+    step of a single robot, for a server with policy versions.
     """
     if len(queries) == 1:
         only = queries[0].previous_action

@@ -8,27 +8,24 @@ would be no limits to supervise its actions with (design invariant 1).
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
 
 from tether.data.step import StepRecord
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
+from tether.safety.for_spec import limits_for
 from tether.safety.limits import SafetyLimits
-from tether.safety.presets import default_limits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
-from tether.serving.holder import EngineLike, ModelSource, VersionRouter
 from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer, run_until_signal
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
+from tether.versions.facade import PolicyVersions
 
 
 def robot_spec_of(bundle: PolicyBundle) -> RobotSpec:
@@ -51,16 +48,13 @@ def build_server(
     limits: SafetyLimits | None = None,
     record_step: Callable[[StepRecord], object] | None = None,
     end_session: Callable[[str], None] | None = None,
-    before_batch: Callable[[], None] | None = None,
-    models: ModelSource | None = None,
-    on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None] | None = None,
-    router: VersionRouter | None = None,
+    versions: PolicyVersions | None = None,
 ) -> PolicyServer:
     """A ready-to-start server for the bundle at ``bundle_path``.
 
     ``tether run`` passes its degradation machine, the recorder's ``record`` and
-    ``end_session``, and a ``before_batch`` that applies published weights; plain
-    ``tether serve`` passes none of them and gets a fresh degradation machine.
+    ``end_session``, and its policy versions; plain ``tether serve`` passes none of
+    them, gets a fresh degradation machine and serves the bundle alone.
     """
     bundle = load_bundle(bundle_path)
     spec = robot_spec_of(bundle)
@@ -68,7 +62,7 @@ def build_server(
         {"max_batch_size": config.batcher.max_batch_size}
     )
     engine = PolicyEngine(bundle, engine_cfg)
-    limits = limits or default_limits(spec)
+    limits = limits if limits is not None else limits_for(spec)
     if degradation is None:
         degradation = DegradationMachine(limits=limits)
     return PolicyServer(
@@ -78,11 +72,8 @@ def build_server(
         engine=engine,
         record_step=record_step,
         end_session=end_session,
-        before_batch=before_batch,
         cuda=engine.device.type == "cuda",
-        models=models,
-        on_batch=on_batch,
-        router=router,
+        versions=versions,
     )
 
 
@@ -99,15 +90,6 @@ async def serve(
     if announce is not None:
         announce(server)
     await run_until_signal(server)
-
-
-def serve_blocking(
-    bundle_path: Path,
-    config: ServerConfig,
-    *,
-    announce: Callable[[PolicyServer], None] | None = None,
-) -> None:
-    asyncio.run(serve(bundle_path, config, announce=announce))
 
 
 def freeze_startup_heap() -> None:

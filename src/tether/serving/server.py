@@ -32,7 +32,6 @@ from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
-from tether.serving.holder import EngineLike, LiveModel, ModelSource, VersionRouter
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
 from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
@@ -47,6 +46,9 @@ from tether.serving.service import PolicyService
 from tether.serving.supervision import SupervisorFactory
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.versions.facade import PolicyVersions
+from tether.versions.holder import LiveModel, ModelSource
+from tether.versions.protocols import EngineLike
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +70,17 @@ class PolicyServer:
         end_session: Callable[[str], None] | None = None,
         before_batch: Callable[[], None] | None = None,
         cuda: bool = False,
-        models: ModelSource | None = None,
-        on_batch: Callable[[EngineLike, np.ndarray, np.ndarray, np.ndarray | None], None]
-        | None = None,
-        router: VersionRouter | None = None,
+        versions: PolicyVersions | None = None,
     ) -> None:
         self.config = config
-        # Per-episode routing (A/B split, canary) and the gate's feedback, when a version
-        # registry serves (tether.serving.versions.PolicyVersions); None: live only.
-        self._router = router
+        # With policy versions, requests find their engine there (pins to retired
+        # versions, per-episode A/B split and canary), and every batch, step and episode
+        # is reported back to the gate and the rollback monitor; without, the live holder
+        # serves its one engine.
+        self._versions = versions
         self.spec = spec
         self.models = LiveModel(engine)
-        # Where requests find their engine: the live holder, or a version registry
-        # (tether.serving.versions.PolicyVersions) that also serves pinned versions.
-        self.source: ModelSource = models if models is not None else self.models
+        self.source: ModelSource = versions if versions is not None else self.models
         self.metrics = ServingMetrics(spec.action_names)
         self.metrics.memory.set_function(lambda: float(psutil.Process().memory_info().rss))
         self.admission = Admission(
@@ -92,8 +91,7 @@ class PolicyServer:
             self.source,
             level=supervisors.level,
             on_actions=self._observe_actions,
-            on_batch=on_batch,
-            router=router,
+            versions=versions,
         )
         self._record_step = record_step
         self._end_session = end_session
@@ -162,7 +160,7 @@ class PolicyServer:
             record_step=self._record_step,
             end_session=self._end_session,
             safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
-            router=self._router,
+            versions=self._versions,
         )
         pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -33,8 +33,7 @@ from tether.serving.convert import (
     fill_action_response,
     version_to_proto,
 )
-from tether.serving.errors import RequestInvalid, ServingError
-from tether.serving.holder import ModelSource, VersionRouter
+from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
@@ -43,6 +42,8 @@ from tether.serving.supervision import SupervisorFactory
 from tether.serving.validation import identifier, scalar, stored_int, vector
 from tether.v1 import policy_pb2 as pb
 from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.versions.facade import PolicyVersions
+from tether.versions.holder import ModelSource
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 StepSink = Callable[[StepRecord], object]  # tether.data.Recorder.record
@@ -64,7 +65,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         record_step: StepSink | None = None,
         end_session: Callable[[str], None] | None = None,
         safety_limits_json: str = "",
-        router: VersionRouter | None = None,
+        versions: PolicyVersions | None = None,
     ) -> None:
         self._config = config
         self._spec = spec
@@ -77,7 +78,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._supervisors = supervisors
         self._record_step = record_step
         self._end_session = end_session
-        self._router = router
+        self._versions = versions
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
         self._max_obs = config.validation.max_abs_observation
@@ -100,9 +101,10 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             self._queued(batched)
             version = str(batched.value.version.id)
             reply = action_response(batched, time.perf_counter_ns() - arrival)
-        except ServingError as exc:
-            self._finish("GetAction", exc.code.name, version, arrival)
-            await context.abort(exc.code, str(exc))
+        except REQUEST_ERRORS as exc:
+            code = status_code(exc)
+            self._finish("GetAction", code.name, version, arrival)
+            await context.abort(code, str(exc))
         except asyncio.CancelledError:  # the caller went away or its deadline passed
             self._finish("GetAction", "CANCELLED", version, arrival)
             raise
@@ -148,8 +150,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                         self._record_step(record)
         finally:
             self._metrics.sessions.dec()
-            if self._router is not None:
-                self._router.end_session(session.session_id)
+            if self._versions is not None:
+                self._versions.end_session(session.session_id)
             if self._end_session is not None:
                 self._end_session(session.session_id)
 
@@ -175,9 +177,10 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             pin = open_msg.model_version if open_msg.HasField("model_version") else None
             self._models.engine_for(pin)
             self._spec.check_session(open_msg)
-        except ServingError as exc:
-            self._metrics.request("Control", exc.code.name, "none", 0.0)
-            await context.abort(exc.code, str(exc))
+        except REQUEST_ERRORS as exc:
+            code = status_code(exc)
+            self._metrics.request("Control", code.name, "none", 0.0)
+            await context.abort(code, str(exc))
         return ControlSession(robot, self._supervisors(), pinned_version=pin)
 
     async def _step(
@@ -187,9 +190,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
         The hand-off waits until grpc has sent the reply: the recorder's worker thread
         wakes on it and takes the GIL to pair the step, and woken before the reply left
-        it competed with the reply's send and added ~90-160 µs to a lone robot's round trip
-        (benchmarks/bench_serving.py, transport probe). Handed over after the send, its
-        work overlaps the robot's turn-around instead. The record is built here, at the
+        it would compete with the reply's send and delay it (measured in
+        docs/benchmarks.md). Handed over after the send, its work overlaps the robot's
+        turn-around instead. The record is built here, at the
         step's own time, so nothing in it depends on when it is handed over.
         """
         arrival = time.perf_counter_ns()
@@ -217,8 +220,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 )
             self._admission.admit(session.robot_id)
             route = None
-            if self._router is not None and session.pinned_version is None:
-                route = self._router.route(session.session_id, episode)
+            if self._versions is not None and session.pinned_version is None:
+                route = self._versions.route(session.session_id, episode)
             query = ActionQuery(
                 obs,
                 step.deterministic,
@@ -233,24 +236,25 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         except asyncio.CancelledError:  # the robot disconnected mid-step
             self._finish("Control", "CANCELLED", version, arrival)
             raise
-        except ServingError as exc:
-            self._finish("Control", exc.code.name, version, arrival)
+        except REQUEST_ERRORS as exc:
+            code = status_code(exc)
+            self._finish("Control", code.name, version, arrival)
             refusal = pb.ControlReply(
                 step_index=step.step_index,
                 episode_id=step.episode_id,
-                error=pb.StepError(code=exc.code.value[0], message=str(exc)),
+                error=pb.StepError(code=code.value[0], message=str(exc)),
             )
             return refusal, None
         outcome = batched.value
         version = str(outcome.version.id)
         session.answered(episode, outcome, step.terminated, step.truncated)
-        if self._router is not None:
-            self._router.on_step(outcome.version.id, outcome.verdict)
+        if self._versions is not None:
+            self._versions.on_step(outcome.version.id, outcome.verdict)
             finished = session.tally(
                 episode, outcome, reward, step.terminated or step.truncated, step.success
             )
             if finished is not None:
-                self._router.on_episode(finished)
+                self._versions.on_episode(finished)
         record = None
         if self._record_step is not None:
             record = session.step_record(

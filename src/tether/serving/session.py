@@ -18,9 +18,9 @@ import numpy as np
 
 from tether.data.step import StepRecord
 from tether.safety.verdict import ActionSource
-from tether.serving.gate_records import EpisodeOutcome
 from tether.serving.inference import ActionOutcome
 from tether.serving.supervision import SessionSupervisor
+from tether.versions.records import EpisodeOutcome
 
 
 class ControlSession:

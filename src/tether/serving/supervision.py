@@ -29,22 +29,13 @@ import numpy as np
 
 from tether.safety.degradation import DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
+from tether.safety.for_spec import kinematics_for, limits_for
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind
 from tether.safety.limits import SafetyLimits
-from tether.safety.presets import default_limits
 from tether.safety.supervisor import Supervisor
 from tether.safety.verdict import SafetyVerdict
 from tether.spec import RobotSpec
-
-
-def kinematics_for(spec: RobotSpec) -> Kinematics | None:
-    """The built-in arm's kinematics when ``spec`` is that arm, else None (joint checks only)."""
-    from tether.sim import ArmKinematics, arm_spec
-
-    if spec.fingerprint() == arm_spec().fingerprint():
-        return ArmKinematics()
-    return None
 
 
 class SessionSupervisor:
@@ -141,7 +132,7 @@ class SupervisorFactory:
         degradation: DegradationMachine | None = None,
         level_poll_s: float = LEVEL_POLL_S,
     ) -> None:
-        self.limits = limits or default_limits(spec)
+        self.limits = limits if limits is not None else limits_for(spec)
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         self.degradation = degradation
         self._level = _LevelCache(degradation, level_poll_s)

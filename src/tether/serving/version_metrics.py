@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tether.serving.registry import ModelRegistry
+from tether.versions.registry import ModelRegistry
 
 
 class VersionCollector(Collector):

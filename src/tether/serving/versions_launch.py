@@ -1,7 +1,7 @@
 """``tether serve`` with versions: a PolicyServer whose live policy the registry decides.
 
 Assembles what ``tether.serving.launch.build_server`` builds with a
-:class:`~tether.serving.versions.PolicyVersions` as its model source (pins to retired
+:class:`~tether.versions.facade.PolicyVersions` as its model source (pins to retired
 versions, the shadow stage fed from live batches), an AdminService on its own port
 (when an admin token file is configured; TLS with the server's certificate when it has
 one), and a SIGHUP handler that re-reads the model directory. Invariant: an unpinned
@@ -18,17 +18,15 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
-from tether.safety.presets import default_limits
-from tether.safety.supervisor import Supervisor
-from tether.serving.admin import start_admin_server
+from tether.safety.for_spec import limits_for, supervisor_for
+from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap, robot_spec_of
-from tether.serving.model_dir import install_sighup_reload
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer, run_until_signal
-from tether.serving.supervision import kinematics_for
-from tether.serving.versions import PolicyVersions, VersionsConfig
+from tether.versions.facade import PolicyVersions, VersionsConfig
+from tether.versions.model_dir import install_sighup_reload
 
 
 async def serve_versions(
@@ -47,7 +45,7 @@ async def serve_versions(
     first = load_bundle(bundle_path)
     spec = robot_spec_of(first)
     engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
-    limits = default_limits(spec)
+    limits = limits_for(spec)
     degradation = DegradationMachine(limits=limits)
 
     def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
@@ -56,7 +54,7 @@ async def serve_versions(
     versions = PolicyVersions(
         versions_config,
         engine_factory=engine_factory,
-        shadow_supervisor=Supervisor(limits, kinematics=kinematics_for(spec)),
+        shadow_supervisor=supervisor_for(spec, limits),
         degradation=degradation,
     )
     versions.load(Path(bundle_path))
@@ -66,8 +64,7 @@ async def serve_versions(
         engine_config=engine_cfg,
         degradation=degradation,
         limits=limits,
-        models=versions,
-        router=versions,
+        versions=versions,
     )
     versions.drive(server.models)  # keeps the holder (health, announce) on the live version
     await server.start()
@@ -76,7 +73,7 @@ async def serve_versions(
     try:
         if versions_config.admin_tokens_file is not None:
             auth = AdminAuth.from_file(versions_config.admin_tokens_file)
-            servicer = versions.admin_servicer(auth)
+            servicer = admin_servicer(versions, auth)
             assert servicer is not None
             admin, admin_port = await start_admin_server(
                 servicer,

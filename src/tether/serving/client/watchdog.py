@@ -24,11 +24,9 @@ BackupPolicy = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 
 def safety_backup(spec: RobotSpec) -> BackupPolicy:
     """The supervisor's backup action for ``spec`` (hold against gravity, within limits)."""
-    from tether.safety.presets import default_limits
-    from tether.safety.supervisor import Supervisor
-    from tether.serving.supervision import kinematics_for
+    from tether.safety.for_spec import supervisor_for
 
-    supervisor = Supervisor(default_limits(spec), kinematics=kinematics_for(spec))
+    supervisor = supervisor_for(spec)
 
     def backup(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
         action, _ = supervisor.backup_action(observation, previous)

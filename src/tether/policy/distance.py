@@ -1,0 +1,57 @@
+"""How far one policy's behaviour is from another's on the same states.
+
+Two numbers, computed here and nowhere else: the RMS change of the deterministic
+(squashed) action and the mean KL divergence between the two Gaussian policies. The
+learner's trust region (``tether.learning.publication``) bounds them before it
+publishes, and the gate's offline stage (``tether.versions.stages.offline``) measures
+them again on the published candidate.
+
+The KL is computed on the pre-tanh Gaussians: tanh is a bijection, so the KL between
+the squashed policies is the same number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# The trust region's bounds, by default the same for the learner's publication and the
+# gate's offline stage (each config may set its own).
+MAX_ACTION_CHANGE_RMS = 0.1  # normalized action units
+MAX_KL_NATS = 0.05
+
+
+@dataclass(frozen=True)
+class PolicyDistance:
+    """How far a candidate's behaviour is from a reference policy's, on a set of states."""
+
+    action_change_rms: float  # normalized action units
+    kl: float  # nats, mean over states
+
+
+def gaussian_kl(
+    mu_p: torch.Tensor, log_std_p: torch.Tensor, mu_q: torch.Tensor, log_std_q: torch.Tensor
+) -> torch.Tensor:
+    """KL(p || q) of diagonal Gaussians, summed over the last dimension."""
+    var_p = (2 * log_std_p).exp()
+    var_q = (2 * log_std_q).exp()
+    return (log_std_q - log_std_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5).sum(-1)
+
+
+def policy_distance(
+    mu_ref: torch.Tensor,
+    log_std_ref: torch.Tensor,
+    mu_new: torch.Tensor,
+    log_std_new: torch.Tensor,
+) -> PolicyDistance:
+    """RMS of ``tanh(mu_new) - tanh(mu_ref)`` and mean KL(ref || new), over the rows given.
+
+    No rows: both are infinite, so an empty set of states never passes a bound.
+    """
+    if mu_new.numel() == 0:
+        return PolicyDistance(action_change_rms=float("inf"), kl=float("inf"))
+    change = torch.tanh(mu_new) - torch.tanh(mu_ref)
+    rms = float(change.pow(2).mean().sqrt())
+    kl = float(gaussian_kl(mu_ref, log_std_ref, mu_new, log_std_new).mean())
+    return PolicyDistance(action_change_rms=rms, kl=kl)

@@ -1,0 +1,154 @@
+"""Comparing two versions' episodes with a stated statistical margin.
+
+Canary promotion and automatic rollback both ask "is A worse than B by more than
+``margin``?" from a handful of noisy episodes. We answer with a normal-approximation
+confidence bound on the difference of means (Welch standard error): for a metric where
+higher is better, ``A - B`` lower bound ``= diff - z * se``. A candidate passes a
+non-inferiority test when that lower bound is above ``-margin``; a live version counts
+as degraded when even the *upper* bound ``diff + z * se`` is below ``-margin``. Rates
+(success, interventions per step) are compared the same way over per-episode values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from tether.versions.records import EpisodeOutcome, Measurement
+
+# Per-episode metrics: how to read one from an outcome, and whether higher is better.
+EPISODE_METRICS: dict[str, tuple[Callable[[EpisodeOutcome], float], bool]] = {
+    "return": (lambda o: o.episode_return, True),
+    "success": (lambda o: float(o.success), True),
+    "intervention_rate": (lambda o: o.intervention_rate, False),
+    "backup_rate": (lambda o: o.backup_rate, False),
+}
+
+# One-sided 95 % confidence: the multiplier of the standard error every stage and the
+# rollback monitor use unless configured otherwise.
+Z_95 = 1.645
+
+
+def confidence_z() -> Any:
+    """The ``z`` field of a config that compares episodes (one declaration for all)."""
+    return Field(
+        default=Z_95,
+        ge=0.0,
+        description="One-sided confidence multiplier; 1.645 is 95% (std errors)",
+    )
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``mean(a) - mean(b)`` and its confidence half-width ``z * se``."""
+
+    diff: float
+    half_width: float
+    n_a: int
+    n_b: int
+
+    @property
+    def lower(self) -> float:
+        return self.diff - self.half_width
+
+    @property
+    def upper(self) -> float:
+        return self.diff + self.half_width
+
+
+def mean_difference(a: Sequence[float], b: Sequence[float], *, z: float) -> Difference:
+    """The difference of means of ``a`` and ``b`` with its one-sided ``z`` half-width.
+
+    Either side needs at least one value. With a single value its variance is unknown;
+    it counts as zero, so callers set minimum sample counts in their configs.
+    """
+    if not a or not b:
+        raise ValueError(
+            f"mean_difference needs at least one value on each side, got {len(a)} and {len(b)}"
+        )
+    ma, mb = _mean(a), _mean(b)
+    se = math.sqrt(_var(a, ma) / len(a) + _var(b, mb) / len(b))
+    return Difference(ma - mb, z * se, len(a), len(b))
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def _var(xs: Sequence[float], mean: float) -> float:
+    if len(xs) < 2:
+        return 0.0
+    return math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def not_worse(
+    name: str,
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    margin: float,
+    z: float,
+    higher_is_better: bool,
+) -> Measurement:
+    """Non-inferiority: the candidate is shown not worse than the baseline by ``margin``.
+
+    For a higher-is-better metric the lower confidence bound of ``candidate - baseline``
+    must be ``>= -margin``; for a lower-is-better one (intervention rate) the upper bound
+    must be ``<= margin``.
+    """
+    d = mean_difference(candidate, baseline, z=z)
+    if higher_is_better:
+        return Measurement(f"{name}_diff_lower_bound", d.lower, -margin, ">=")
+    return Measurement(f"{name}_diff_upper_bound", d.upper, margin, "<=")
+
+
+def clearly_worse(
+    name: str,
+    current: Sequence[float],
+    reference: Sequence[float],
+    *,
+    margin: float,
+    z: float,
+    higher_is_better: bool,
+) -> Measurement:
+    """Degradation: a Measurement that *fails* only when ``current`` is clearly worse.
+
+    Higher-is-better: the upper bound of ``current - reference`` must stay ``>= -margin``;
+    lower-is-better: the lower bound must stay ``<= margin``. Noise alone does not fail it.
+    """
+    d = mean_difference(current, reference, z=z)
+    if higher_is_better:
+        return Measurement(f"{name}_diff_upper_bound", d.upper, -margin, ">=")
+    return Measurement(f"{name}_diff_lower_bound", d.lower, margin, "<=")
+
+
+def compare_episodes(
+    test: Callable[..., Measurement],
+    current: Sequence[EpisodeOutcome],
+    reference: Sequence[EpisodeOutcome],
+    margins: Sequence[tuple[str, float]],
+    *,
+    z: float,
+) -> tuple[Measurement, ...]:
+    """Apply ``test`` (:func:`not_worse` or :func:`clearly_worse`) to each named metric.
+
+    ``margins`` pairs a name of :data:`EPISODE_METRICS` with its margin.
+    """
+    out = []
+    for name, margin in margins:
+        read, higher_is_better = EPISODE_METRICS[name]
+        out.append(
+            test(
+                name,
+                [read(o) for o in current],
+                [read(o) for o in reference],
+                margin=margin,
+                z=z,
+                higher_is_better=higher_is_better,
+            )
+        )
+    return tuple(out)

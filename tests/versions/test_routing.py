@@ -1,0 +1,131 @@
+"""TrafficRouter: sticky A/B split per session, canary share sticky per episode, gating."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.versions.builders import derived, make_engine, nudged
+from tether.policy.bundle import PolicyBundle
+from tether.policy.engine import PolicyEngine
+from tether.versions.errors import VersionError
+from tether.versions.records import VersionSource, VersionState
+from tether.versions.registry import ModelRegistry
+from tether.versions.routing import Role, TrafficRouter, TrafficSplit, _pick, unit_hash
+
+
+def _setup(base: PolicyBundle, tmp_path: Path) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter]:
+    """Version 2 live, 1 retired (last-known-good), 3 a candidate."""
+    reg: ModelRegistry[PolicyEngine] = ModelRegistry()
+    reg.register(make_engine(base), source=VersionSource.BUNDLE)
+    for i in (2, 3):
+        b = derived(base, tmp_path / f"v{i}", i, f"v{i}", nudged)
+        reg.register(make_engine(b), source=VersionSource.LEARNER)
+    reg.promote(2, "test")
+    return reg, TrafficRouter(reg)
+
+
+def test_no_split_routes_everything_to_live(base_bundle: PolicyBundle, tmp_path: Path) -> None:
+    _, router = _setup(base_bundle, tmp_path)
+    decision = router.route("robot-a", "ep-1")
+    assert decision.version is None
+    assert decision.role is Role.LIVE
+
+
+def test_split_is_sticky_per_session_and_close_to_its_weights(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    _, router = _setup(base_bundle, tmp_path)
+    router.set_split({1: 1.0, 2: 3.0})
+    chosen = {}
+    for s in range(2000):
+        first = router.route(f"s{s}", "ep-0")
+        for e in range(3):  # later episodes of the same session keep the version
+            assert router.route(f"s{s}", f"ep-{e}") == first
+        chosen[s] = first.version
+    share_1 = sum(v == 1 for v in chosen.values()) / len(chosen)
+    assert share_1 == pytest.approx(0.25, abs=0.04)
+    # Sessions on version 1 are marked SPLIT; those on the live version 2 route to live.
+    assert {router.route(f"s{s}", "x").role for s in range(50)} == {Role.SPLIT, Role.LIVE}
+
+
+def test_changing_the_split_moves_only_sessions_whose_version_left(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    _, router = _setup(base_bundle, tmp_path)
+    router.set_split({1: 1.0, 2: 1.0})
+    before = {s: router.route(f"s{s}", "e").version for s in range(200)}
+    router.set_split({1: 1.0, 2: 9.0})  # both stay in the split: nobody moves
+    assert {s: router.route(f"s{s}", "e").version for s in range(200)} == before
+    router.set_split({2: 1.0})  # version 1 left: its sessions move to 2 (live)
+    assert all(router.route(f"s{s}", "e").version is None for s in range(200))
+
+
+def test_split_refuses_ungated_versions_and_bad_weights(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    _, router = _setup(base_bundle, tmp_path)
+    with pytest.raises(VersionError, match="candidate"):
+        router.set_split({3: 1.0})
+    with pytest.raises(VersionError, match="finite number"):
+        router.set_split({1: float("nan")})
+    with pytest.raises(VersionError, match="all zero"):
+        router.set_split({1: 0.0, 2: 0.0})
+    assert router.split() == TrafficSplit()
+
+
+def test_promotion_clears_the_split(base_bundle: PolicyBundle, tmp_path: Path) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    router.set_split({1: 1.0, 2: 1.0})
+    reg.promote(3, "test")
+    assert router.split() == TrafficSplit()
+    assert router.route("s", "e").version is None
+
+
+def test_canary_share_is_sticky_per_episode_and_close_to_its_fraction(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    with pytest.raises(VersionError, match="canary state"):
+        router.start_canary(3, 0.2, 0.8)
+    reg.transition(3, VersionState.CANARY, "test")
+    with pytest.raises(VersionError, match="as many episodes again"):
+        router.start_canary(3, 0.6, 0.8)  # no room left for as large a control
+    router.start_canary(3, 0.2, 0.8)
+    canary_episodes = control_episodes = 0
+    for e in range(3000):
+        first = router.route("robot", f"ep-{e}")
+        assert all(router.route("robot", f"ep-{e}") == first for _ in range(3))
+        if first.role is Role.CANARY:
+            assert first.version == 3
+            assert first.tightening == 0.8
+            canary_episodes += 1
+        elif first.role is Role.CONTROL:
+            assert first.version is None  # live, whichever version that is at the batch
+            assert first.tightening == 0.8  # under the canary's limits
+            control_episodes += 1
+        else:
+            assert not first.tightened
+    assert canary_episodes / 3000 == pytest.approx(0.2, abs=0.03)
+    assert control_episodes / 3000 == pytest.approx(0.2, abs=0.03)
+    router.stop_canary()
+    assert all(router.route("robot", f"ep-{e}").role is Role.LIVE for e in range(200))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=6),
+    u=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_pick_always_returns_a_version_of_the_split(weights: list[float], u: float) -> None:
+    total = sum(weights)
+    split = TrafficSplit(tuple((i, w / total) for i, w in enumerate(weights)))
+    assert 0 <= _pick(split, u) < len(weights)
+
+
+@given(st.text(), st.text())
+def test_unit_hash_is_in_the_unit_interval(a: str, b: str) -> None:
+    assert 0.0 <= unit_hash(a, b) < 1.0
