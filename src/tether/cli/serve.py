@@ -88,7 +88,7 @@ def serve(
         int, typer.Option(help=str(_VERSIONS["admin_port"].description))
     ] = VersionsConfig().admin_port,
 ) -> None:
-    """Serve BUNDLE (or the bundle in --model-dir) over gRPC (PolicyService, health, reflection) with Prometheus metrics.
+    """Serve BUNDLE (or --model-dir's bundle) over gRPC, with health, reflection and metrics.
 
     Versions live in a registry: SIGHUP re-reads --model-dir, and with --admin-tokens an
     AdminService on --admin-port lists, loads, splits, promotes, rolls back and resumes.
