@@ -37,12 +37,14 @@ def port_free_on_all(addresses: tuple[str, ...], tries: int = 20) -> int:
 
 
 @contextmanager
-def fleet(bundle: Path, spec: RobotSpec) -> Iterator[tuple[int, list[RunningServer]]]:
+def fleet(
+    bundle: Path, spec: RobotSpec, addresses: tuple[str, ...] = ADDRESSES
+) -> Iterator[tuple[int, list[RunningServer]]]:
     """Start one server per address on a shared port; all stopped on exit."""
-    port = port_free_on_all(ADDRESSES)
+    port = port_free_on_all(addresses)
     servers: list[RunningServer] = []
     try:
-        for address in ADDRESSES:
+        for address in addresses:
             config = server_config(host=address, port=port, metrics_port=None)
             server = PolicyServer(
                 config,
