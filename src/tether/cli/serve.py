@@ -1,4 +1,10 @@
-"""``tether serve --bundle PATH``: serve one policy bundle over gRPC until SIGTERM/SIGINT."""
+"""``tether serve --bundle PATH``: serve one policy bundle over gRPC until SIGTERM/SIGINT.
+
+``tether serve --model-dir DIR`` alone (the container's entry point, the model mounted
+as a volume) serves the bundle at DIR itself, or DIR's only bundle; with several, the
+operator names the live one with ``--bundle``: picking one by name or version could put
+a candidate the gate never passed in front of the robots after a restart.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.errors import TetherError
+from tether.policy.manifest import MANIFEST_FILE
 from tether.serving.config import ServerConfig
+from tether.serving.model_dir import bundle_directories
 from tether.serving.server import PolicyServer
 from tether.serving.versions_launch import serve_versions
 from tether.versions.facade import VersionsConfig
@@ -37,8 +45,30 @@ def _announce(server: PolicyServer, admin_port: int | None) -> None:
         )
 
 
+def startup_bundle(model_dir: Path) -> Path:
+    """The bundle ``--model-dir`` alone serves at start (see the module docstring)."""
+    found = bundle_directories(model_dir)
+    if not found:
+        raise ValueError(
+            f"--model-dir {model_dir} holds no bundle (no {MANIFEST_FILE} in it or in a "
+            "directory directly under it); mount a bundle there or pass --bundle"
+        )
+    if found[0] == Path(model_dir) or len(found) == 1:
+        return found[0]
+    names = ", ".join(p.name for p in found)
+    raise ValueError(
+        f"--model-dir {model_dir} holds {len(found)} bundles ({names}); pass --bundle to "
+        "name the one that goes live at start (a reload registers the others as candidates)"
+    )
+
+
 def serve(
-    bundle: Annotated[Path, typer.Option(help="Policy bundle directory to serve (path)")],
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            help="Policy bundle directory to serve (path); default: the bundle in --model-dir"
+        ),
+    ] = None,
     port: Annotated[
         int | None, typer.Option(help=f"{_FIELDS['port'].description}; overrides --config")
     ] = None,
@@ -62,12 +92,16 @@ def serve(
         int, typer.Option(help=str(_VERSIONS["admin_port"].description))
     ] = VersionsConfig().admin_port,
 ) -> None:
-    """Serve BUNDLE over gRPC (PolicyService, health, reflection) with Prometheus metrics.
+    """Serve BUNDLE (or --model-dir's bundle) over gRPC, with health, reflection and metrics.
 
     Versions live in a registry: SIGHUP re-reads --model-dir, and with --admin-tokens an
     AdminService on --admin-port lists, loads, splits, promotes, rolls back and resumes.
     """
     try:
+        if bundle is None:
+            if model_dir is None:
+                raise ValueError("pass --bundle, or --model-dir holding the bundle to serve")
+            bundle = startup_bundle(model_dir)
         cfg = ServerConfig.from_yaml(config) if config is not None else ServerConfig()
         overrides = {"port": port, "metrics_port": metrics_port, "host": host}
         chosen = {k: v for k, v in overrides.items() if v is not None}

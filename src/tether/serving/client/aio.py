@@ -26,6 +26,7 @@ from tether.serving.client.protocol import (
     step_message,
 )
 from tether.serving.client.records import ActionResult
+from tether.serving.client.reopen import SessionLink
 from tether.serving.client.sync import remote_error, session_parts
 from tether.serving.client.watchdog import BackupPolicy, Watchdog
 from tether.serving.errors import RemoteError
@@ -35,7 +36,7 @@ from tether.v1 import policy_pb2_grpc as pb_grpc
 
 
 def make_aio_channel(target: str, options: ClientOptions) -> grpc.aio.Channel:
-    opts = options.channel_options()
+    opts = options.channel_options(target)
     if options.tls_root_cert_file is None:
         return grpc.aio.insecure_channel(target, options=opts)
     creds = grpc.ssl_channel_credentials(root_certificates=options.root_certificate())
@@ -115,8 +116,45 @@ class AsyncPolicyClient:
         return self._stub.Control(metadata=self._metadata)
 
 
+class AsyncControlStream:
+    """One ``Control`` call on asyncio and the reader task that drains it into a queue of
+    its own (see ``ControlStream``)."""
+
+    def __init__(self, client: AsyncPolicyClient) -> None:
+        self.call: Any = client._control_call()
+        self.replies: asyncio.Queue[pb.ControlReply | RemoteError] = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def close(self) -> None:
+        with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+            await self.call.done_writing()
+        self.call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    async def ended(self) -> RemoteError:
+        """The status of a call that has ended (a write to it raised InvalidStateError)."""
+        code = await self.call.code()
+        details = await self.call.details()
+        return RemoteError(code, details or "the stream ended")
+
+    async def _read(self) -> None:
+        try:
+            async for reply in self.call:
+                await self.replies.put(reply)
+            await self.replies.put(
+                RemoteError(grpc.StatusCode.CANCELLED, "the server ended the session")
+            )
+        except grpc.RpcError as exc:
+            await self.replies.put(remote_error(exc))
+
+
 class AsyncControlSession:
-    """One robot's ``Control`` stream on asyncio; ``await step(...)`` once per cycle."""
+    """One robot's ``Control`` stream on asyncio; ``await step(...)`` once per cycle.
+
+    Reopens a session whose server went away, as ``ControlSession`` does.
+    """
 
     def __init__(
         self, client: AsyncPolicyClient, identity: RobotIdentity, watchdog: Watchdog
@@ -125,12 +163,9 @@ class AsyncControlSession:
         self.identity = identity
         self.watchdog = watchdog
         self.episode = EpisodeCounter()
-        self.session_id = ""
-        self.failure: RemoteError | None = None
-        self._replies: asyncio.Queue[pb.ControlReply | RemoteError] = asyncio.Queue()
+        self.link = SessionLink(client.options)
         self._previous: np.ndarray | None = None
-        self._call: Any = None
-        self._reader: asyncio.Task[None] | None = None
+        self._stream: AsyncControlStream | None = None
 
     async def __aenter__(self) -> AsyncControlSession:
         return self
@@ -142,12 +177,27 @@ class AsyncControlSession:
     def misses(self) -> int:
         return self.watchdog.misses
 
+    @property
+    def session_id(self) -> str:
+        return self.link.session_id
+
+    @property
+    def failure(self) -> RemoteError | None:
+        """What broke the stream, until a reopen replaces it."""
+        return self.link.failure
+
+    @property
+    def reopens(self) -> int:
+        """Sessions opened again after a failure."""
+        return self.link.reopens
+
     async def open(self) -> None:
-        self._call = self._client._control_call()
-        await self._call.write(self.identity.open_message())
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._stream = AsyncControlStream(self._client)
+        await self._stream.call.write(self.identity.open_message())
         try:
-            first = await asyncio.wait_for(self._replies.get(), self._client.options.open_timeout_s)
+            first = await asyncio.wait_for(
+                self._stream.replies.get(), self._client.options.open_timeout_s
+            )
         except TimeoutError:
             await self.close()
             raise RemoteError(
@@ -158,7 +208,7 @@ class AsyncControlSession:
         if isinstance(first, RemoteError):
             await self.close()
             raise first
-        self.session_id = first.opened.session_id
+        self.link.opened = first.opened
 
     def start_episode(self, episode_id: str | None = None) -> None:
         self.episode.start(episode_id)
@@ -201,49 +251,64 @@ class AsyncControlSession:
         previous: np.ndarray | None,
         deadline: float,
     ) -> ActionResult:
-        if self.failure is not None:
+        if self._stream is not None:
+            self.link.take_pending(self._stream.replies.get_nowait)
+        if self.link.reopen_due():
+            await self._start_reopen(deadline)
+        stream = self._stream
+        if self.failure is not None or stream is None:
             return self.watchdog.fallback(obs, previous, f"session is broken: {self.failure}")
         try:
-            await asyncio.wait_for(self._call.write(message), deadline - time.monotonic())
+            await asyncio.wait_for(stream.call.write(message), deadline - time.monotonic())
         except (TimeoutError, ValueError):
             return self.watchdog.fallback(obs, previous, "control deadline passed")
         except grpc.RpcError as exc:
-            self.failure = remote_error(exc)
+            self.link.note(remote_error(exc))
+            return self.watchdog.fallback(obs, previous, f"session failed: {self.failure}")
+        except asyncio.InvalidStateError:  # the call had already ended: say how
+            self.link.note(await stream.ended())
             return self.watchdog.fallback(obs, previous, f"session failed: {self.failure}")
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self.watchdog.fallback(obs, previous, "control deadline passed")
             try:
-                reply = await asyncio.wait_for(self._replies.get(), remaining)
+                reply = await asyncio.wait_for(stream.replies.get(), remaining)
             except TimeoutError:
                 return self.watchdog.fallback(obs, previous, "control deadline passed")
-            if isinstance(reply, RemoteError):
-                self.failure = reply
-                return self.watchdog.fallback(obs, previous, f"session failed: {reply}")
+            if not self.link.note(reply):
+                if isinstance(reply, RemoteError):
+                    return self.watchdog.fallback(obs, previous, f"session failed: {reply}")
+                continue
+            assert isinstance(reply, pb.ControlReply)
             if not answers(reply, self.episode):
                 continue  # a late reply to a step the watchdog already answered
+            self.link.answered()
             result = result_of(reply)
             if isinstance(result, str):
                 return self.watchdog.fallback(obs, previous, result)
             return result
 
-    async def close(self) -> None:
-        if self._call is not None:
-            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
-                await self._call.done_writing()
-            self._call.cancel()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-
-    async def _read(self) -> None:
+    async def _start_reopen(self, deadline: float) -> None:
+        old, self._stream = self._stream, None
+        if old is not None:
+            old.call.cancel()  # it already failed; its reader ends by itself
+        self._stream = AsyncControlStream(self._client)
+        self.link.reopening()
+        # Written just before the step, so a reopen costs no extra control period.
         try:
-            async for reply in self._call:
-                await self._replies.put(reply)
-            await self._replies.put(
-                RemoteError(grpc.StatusCode.CANCELLED, "the server ended the session")
+            await asyncio.wait_for(
+                self._stream.call.write(self.identity.open_message()),
+                deadline - time.monotonic(),
             )
         except grpc.RpcError as exc:
-            await self._replies.put(remote_error(exc))
+            self.link.note(remote_error(exc))
+        except asyncio.InvalidStateError:
+            self.link.note(await self._stream.ended())
+        except (TimeoutError, ValueError) as exc:  # not written in time, or the call ended
+            why = "no time left in this step" if isinstance(exc, TimeoutError) else str(exc)
+            self.link.note(RemoteError(grpc.StatusCode.UNAVAILABLE, f"reopen failed: {why}"))
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.close()

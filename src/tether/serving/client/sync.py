@@ -30,6 +30,7 @@ from tether.serving.client.protocol import (
     step_message,
 )
 from tether.serving.client.records import ActionResult
+from tether.serving.client.reopen import SessionLink
 from tether.serving.client.watchdog import BackupPolicy, Watchdog, safety_backup
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
@@ -46,7 +47,7 @@ def remote_error(exc: grpc.RpcError) -> RemoteError:
 
 
 def make_channel(target: str, options: ClientOptions) -> grpc.Channel:
-    opts = options.channel_options()
+    opts = options.channel_options(target)
     if options.tls_root_cert_file is None:
         return grpc.insecure_channel(target, options=opts)
     creds = grpc.ssl_channel_credentials(root_certificates=options.root_certificate())
@@ -165,22 +166,64 @@ def session_parts(
     return robot, control_deadline_s, backup
 
 
+class ControlStream:
+    """One ``Control`` call: a request queue that feeds it and a reader thread that drains
+    its replies into a queue of their own, so a replaced stream's late replies and errors
+    never reach its successor."""
+
+    def __init__(self, client: PolicyClient, first: pb.ControlStep) -> None:
+        self.requests: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.replies: queue.SimpleQueue[pb.ControlReply | RemoteError] = queue.SimpleQueue()
+        self.requests.put(first)
+        self._call = client._control_call(self._request_stream())
+        self._reader = threading.Thread(target=self._read, name="tether-session", daemon=True)
+        self._reader.start()
+
+    def send(self, message: pb.ControlStep) -> None:
+        self.requests.put(message)
+
+    def close(self, join_timeout_s: float = 5.0) -> None:
+        self.requests.put(_CLOSE)
+        self._call.cancel()
+        self._reader.join(timeout=join_timeout_s)
+
+    def _request_stream(self) -> Iterator[pb.ControlStep]:
+        while True:
+            item = self.requests.get()
+            if item is _CLOSE:
+                return
+            assert isinstance(item, pb.ControlStep)
+            yield item
+
+    def _read(self) -> None:
+        try:
+            for reply in self._call:
+                self.replies.put(reply)
+            self.replies.put(RemoteError(grpc.StatusCode.CANCELLED, "the server ended the session"))
+        except grpc.RpcError as exc:
+            self.replies.put(remote_error(exc))
+
+
 class ControlSession:
-    """One robot's ``Control`` stream; use ``step`` once per control cycle."""
+    """One robot's ``Control`` stream; use ``step`` once per control cycle.
+
+    When the server goes away (UNAVAILABLE, or the server ends the session while
+    draining), the step that notices gets the watchdog's backup and a later step reopens
+    the session on a fresh stream, which the channel sends to a ready server (with a
+    ``dns:`` target and round-robin, another one). The open message and that step travel
+    together, so a reopen costs no extra control period; the episode goes on with the
+    same id and step index. Attempts are spaced by the retry backoff, doubling up to its
+    maximum; a refusal for a reason (FAILED_PRECONDITION, UNAUTHENTICATED...) is final.
+    """
 
     def __init__(self, client: PolicyClient, identity: RobotIdentity, watchdog: Watchdog) -> None:
         self._client = client
         self.identity = identity
         self.watchdog = watchdog
         self.episode = EpisodeCounter()
-        self.session_id = ""
-        self.opened: pb.SessionOpened | None = None
-        self.failure: RemoteError | None = None
-        self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._replies: queue.SimpleQueue[pb.ControlReply | RemoteError] = queue.SimpleQueue()
+        self.link = SessionLink(client.options)
         self._previous: np.ndarray | None = None
-        self._call: Any = None
-        self._reader: threading.Thread | None = None
+        self._stream: ControlStream | None = None
 
     def __enter__(self) -> ControlSession:
         return self
@@ -194,14 +237,29 @@ class ControlSession:
     def misses(self) -> int:
         return self.watchdog.misses
 
+    @property
+    def session_id(self) -> str:
+        return self.link.session_id
+
+    @property
+    def opened(self) -> pb.SessionOpened | None:
+        return self.link.opened
+
+    @property
+    def failure(self) -> RemoteError | None:
+        """What broke the stream, until a reopen replaces it."""
+        return self.link.failure
+
+    @property
+    def reopens(self) -> int:
+        """Sessions opened again after a failure."""
+        return self.link.reopens
+
     def open(self) -> None:
         """Start the stream and wait for the server to accept the session."""
-        self._requests.put(self.identity.open_message())
-        self._call = self._client._control_call(self._request_stream())
-        self._reader = threading.Thread(target=self._read, name="tether-session", daemon=True)
-        self._reader.start()
+        self._stream = ControlStream(self._client, self.identity.open_message())
         try:
-            first = self._replies.get(timeout=self._client.options.open_timeout_s)
+            first = self._stream.replies.get(timeout=self._client.options.open_timeout_s)
         except queue.Empty:
             self.close()
             raise RemoteError(
@@ -212,8 +270,7 @@ class ControlSession:
         if isinstance(first, RemoteError):
             self.close()
             raise first
-        self.opened = first.opened
-        self.session_id = first.opened.session_id
+        self.link.opened = first.opened
 
     def start_episode(self, episode_id: str | None = None) -> None:
         self.episode.start(episode_id)
@@ -234,10 +291,14 @@ class ControlSession:
         deadline = time.monotonic() + self.watchdog.control_deadline_s
         obs = np.asarray(observation, dtype=np.float32)
         previous = self._previous if executed_action is None else executed_action
-        if self.failure is not None:
+        if self._stream is not None:
+            self.link.take_pending(self._stream.replies.get_nowait)
+        if self.link.reopen_due():
+            self._start_reopen()
+        if self.failure is not None or self._stream is None:
             result = self.watchdog.fallback(obs, previous, f"session is broken: {self.failure}")
         else:
-            self._requests.put(
+            self._stream.send(
                 step_message(
                     self.episode,
                     obs,
@@ -250,55 +311,48 @@ class ControlSession:
                     success=success,
                 )
             )
-            result = self._await_reply(obs, previous, deadline)
+            result = self._await_reply(self._stream, obs, previous, deadline)
         self._previous = result.action
         self.episode.advance(terminated or truncated)
         if terminated or truncated:
             self._previous = None
         return result
 
+    def _start_reopen(self) -> None:
+        old, self._stream = self._stream, None
+        if old is not None:
+            old.close(join_timeout_s=0)  # its call already failed; never wait in a step
+        self._stream = ControlStream(self._client, self.identity.open_message())
+        self.link.reopening()
+
     def _await_reply(
-        self, obs: np.ndarray, previous: np.ndarray | None, deadline: float
+        self,
+        stream: ControlStream,
+        obs: np.ndarray,
+        previous: np.ndarray | None,
+        deadline: float,
     ) -> ActionResult:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self.watchdog.fallback(obs, previous, "control deadline passed")
             try:
-                reply = self._replies.get(timeout=remaining)
+                reply = stream.replies.get(timeout=remaining)
             except queue.Empty:
                 return self.watchdog.fallback(obs, previous, "control deadline passed")
-            if isinstance(reply, RemoteError):
-                self.failure = reply
-                return self.watchdog.fallback(obs, previous, f"session failed: {reply}")
+            if not self.link.note(reply):
+                if isinstance(reply, RemoteError):
+                    return self.watchdog.fallback(obs, previous, f"session failed: {reply}")
+                continue
+            assert isinstance(reply, pb.ControlReply)
             if not answers(reply, self.episode):
                 continue  # a late reply to a step the watchdog already answered
+            self.link.answered()
             result = result_of(reply)
             if isinstance(result, str):
                 return self.watchdog.fallback(obs, previous, result)
             return result
 
     def close(self) -> None:
-        self._requests.put(_CLOSE)
-        if self._call is not None:
-            self._call.cancel()
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-
-    def _request_stream(self) -> Iterator[pb.ControlStep]:
-        while True:
-            item = self._requests.get()
-            if item is _CLOSE:
-                return
-            assert isinstance(item, pb.ControlStep)
-            yield item
-
-    def _read(self) -> None:
-        try:
-            for reply in self._call:
-                self._replies.put(reply)
-            self._replies.put(
-                RemoteError(grpc.StatusCode.CANCELLED, "the server ended the session")
-            )
-        except grpc.RpcError as exc:
-            self._replies.put(remote_error(exc))
+        if self._stream is not None:
+            self._stream.close()
