@@ -19,10 +19,10 @@ from rich.markup import escape
 from tether.errors import TetherError
 from tether.policy.manifest import MANIFEST_FILE
 from tether.serving.config import ServerConfig
-from tether.serving.model_dir import bundle_directories
 from tether.serving.server import PolicyServer
 from tether.serving.versions_launch import serve_versions
 from tether.versions.facade import VersionsConfig
+from tether.versions.model_dir import bundle_directories
 
 _FIELDS = ServerConfig.model_fields
 _VERSIONS = VersionsConfig.model_fields
