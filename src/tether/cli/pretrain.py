@@ -63,10 +63,28 @@ def pretrain_command(
     bc_weight: Annotated[
         float, typer.Option(help=str(_S["bc_weight"].description))
     ] = _D.sac.bc_weight,
+    command_interface: Annotated[
+        str, typer.Option(help=_help("command_interface"))
+    ] = _D.command_interface,
+    demonstration_episodes: Annotated[
+        int, typer.Option(help=_help("demonstration_episodes"))
+    ] = _D.demonstration_episodes,
+    demonstration_noise: Annotated[
+        float, typer.Option(help=_help("demonstration_noise"))
+    ] = _D.demonstration_noise,
+    bc_updates: Annotated[int, typer.Option(help=_help("bc_updates"))] = _D.bc_updates,
+    dagger_rounds: Annotated[int, typer.Option(help=_help("dagger_rounds"))] = _D.dagger_rounds,
+    critic_warmup_updates: Annotated[
+        int, typer.Option(help=_help("critic_warmup_updates"))
+    ] = _D.critic_warmup_updates,
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
-    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle."""
+    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle.
+
+    For the position interface, --demonstration-episodes starts from a behaviour-cloned
+    scripted controller (docs/learning.md has the command that made the shipped bundle).
+    """
     import torch
 
     torch.set_num_threads(threads)
@@ -91,6 +109,12 @@ def pretrain_command(
             init_from=init_from,
             supervised=supervised,
             intervention_penalty=intervention_penalty,
+            command_interface=command_interface,  # type: ignore[arg-type]  # validated here
+            demonstration_episodes=demonstration_episodes,
+            demonstration_noise=demonstration_noise,
+            bc_updates=bc_updates,
+            dagger_rounds=dagger_rounds,
+            critic_warmup_updates=critic_warmup_updates,
         )
     except ValueError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

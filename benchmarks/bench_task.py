@@ -1,0 +1,156 @@
+"""Does the demo drift defeat a frozen policy while a controller that knows it wins?
+
+The position-commanded arm's task on ``--tasks`` paired fixed tasks (episode seeds
+0..N-1: the same start pose and target in every row), on the nominal arm and on the arm
+at the end of the demo drift (``DriftSchedule.demo()``: actuator gain 0.6, friction x4,
+0.5 kg payload, one step of delay), for:
+
+- the frozen shipped policy (deterministic actions; ``--bundle``, default the shipped
+  position bundle),
+- the scripted controller (damped least-squares IK + the position interface, nominal
+  model),
+- the oracle (the same controller given the true dynamics: it commands the pose at which
+  the impedance controller with the true gain, payload and bias comes to rest on the IK
+  solution).
+
+Outcome per episode: success (settled within the radius over the last steps) and final
+distance, with standard errors over the tasks; return as a secondary figure. Targets
+(issue 14): frozen drifted success <= 50 % of its nominal; oracle drifted >= 90 % of its
+nominal. No supervisor in the loop yet (the position supervisor comes at integration).
+
+    python benchmarks/bench_task.py [--tasks 100] [--bundle PATH]
+
+Numbers are in docs/benchmarks.md ("Task: frozen vs oracle on the position arm").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tether.learning.evaluation import ObservationNormalizer
+from tether.policy.bundle import load_bundle
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.sim.controllers import ReachController
+
+Policy = Callable[[np.ndarray], np.ndarray]
+POSITION = ArmEnvConfig(command_interface="position")
+SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
+
+
+@dataclass(frozen=True)
+class Row:
+    successes: np.ndarray
+    distances: np.ndarray
+    returns: np.ndarray
+
+    def mean_se(self, values: np.ndarray) -> tuple[float, float]:
+        return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def run(
+    policy_for: Callable[[], tuple[Policy, Callable[[], None]]], dynamics: ArmDynamics, tasks: int
+) -> Row:
+    env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
+    act, reset = policy_for()
+    successes, distances, returns = [], [], []
+    for task in range(tasks):
+        obs, _ = env.reset(seed=task)
+        reset()
+        truncated = False
+        while not truncated:
+            obs, _, _, truncated, info = env.step(act(obs))
+        outcome = info["outcome"]
+        successes.append(float(outcome.success))
+        distances.append(outcome.final_distance_m)
+        returns.append(outcome.episode_return)
+    return Row(np.array(successes), np.array(distances), np.array(returns))
+
+
+def frozen_policy(bundle_path: Path) -> Callable[[], tuple[Policy, Callable[[], None]]]:
+    bundle = load_bundle(bundle_path)
+    if (
+        bundle.robot_spec is None
+        or bundle.robot_spec.fingerprint() != arm_spec("position").fingerprint()
+    ):
+        raise SystemExit(f"{bundle_path} is not a bundle for the position-commanded arm")
+    actor = bundle.build_actor().eval()
+    normalize = ObservationNormalizer(bundle.manifest.normalizer)
+
+    def make() -> tuple[Policy, Callable[[], None]]:
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                action, _ = actor.sample(
+                    torch.from_numpy(normalize(obs[None, :])), deterministic=True
+                )
+            return action.numpy()[0]
+
+        return act, lambda: None
+
+    return make
+
+
+def controller(dynamics: ArmDynamics | None) -> Callable[[], tuple[Policy, Callable[[], None]]]:
+    def make() -> tuple[Policy, Callable[[], None]]:
+        c = ReachController(arm_spec("position"), dynamics=dynamics)
+        return c.act, c.reset
+
+    return make
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=100, help="paired fixed tasks (episodes)")
+    parser.add_argument("--bundle", type=Path, default=SHIPPED, help="frozen policy's bundle")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    nominal = ArmDynamics.nominal()
+    worn = DriftSchedule.demo().dynamics_at(10**9, nominal)
+    print(
+        f"machine: {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}"
+    )
+    print(f"{args.tasks} paired tasks; drifted = {worn}")
+    rows: list[tuple[str, Row, Row]] = []
+    start = time.perf_counter()
+    candidates: list[
+        tuple[str, Callable[[ArmDynamics], Callable[[], tuple[Policy, Callable[[], None]]]]]
+    ] = []
+    if args.bundle.exists():
+        frozen = frozen_policy(args.bundle)
+        candidates.append((f"frozen policy ({args.bundle.name})", lambda d: frozen))
+    else:
+        print(f"(no bundle at {args.bundle}: frozen policy row skipped)")
+    candidates.append(("scripted controller (nominal model)", lambda d: controller(None)))
+    candidates.append(("oracle (true dynamics)", lambda d: controller(d)))
+    for name, make in candidates:
+        rows.append(
+            (name, run(make(nominal), nominal, args.tasks), run(make(worn), worn, args.tasks))
+        )
+    print(f"({time.perf_counter() - start:.0f} s)\n")
+    print(
+        "| controller | nominal success | drifted success | kept | nominal final distance (m) "
+        "| drifted final distance (m) | nominal return | drifted return |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, before, after in rows:
+        (s0, e0), (s1, e1) = before.mean_se(before.successes), after.mean_se(after.successes)
+        (d0, f0), (d1, f1) = before.mean_se(before.distances), after.mean_se(after.distances)
+        r0, r1 = before.returns.mean(), after.returns.mean()
+        kept = s1 / s0 if s0 > 0 else float("nan")
+        print(
+            f"| {name} | {s0:.2f} ± {e0:.2f} | {s1:.2f} ± {e1:.2f} | {kept:.0%} | "
+            f"{d0:.3f} ± {f0:.3f} | {d1:.3f} ± {f1:.3f} | {r0:.1f} | {r1:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
