@@ -129,7 +129,12 @@ def pretrain_command(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("pretrain", total=config.total_env_steps, status="collecting")
+        first = (
+            "demonstrations and behaviour cloning (the clone is evaluated at step 0)"
+            if config.demonstration_episodes
+            else "collecting"
+        )
+        task = progress.add_task("pretrain", total=config.total_env_steps, status=first)
 
         def on_progress(steps: int, point: EvalPoint | None) -> None:
             if point is None:

@@ -202,15 +202,21 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         distance = math.sqrt(float(offset.dot(offset)))
         success = distance < self.config.success_radius_m
         cfg = self.config
-        reward = -cfg.distance_weight * distance - (cfg.contact_penalty if contact else 0.0)
         if self._position:
             change = command - self._commanded
-            # A smooth bonus: the return does not jump when the arm crosses the radius.
-            reward += cfg.success_bonus * math.exp(-((distance / cfg.success_radius_m) ** 2))
-            reward -= cfg.command_change_weight * float(change.dot(change))
+            reward = (
+                -cfg.distance_weight * distance
+                - cfg.command_change_weight * float(change.dot(change))
+                # A smooth bonus: the return does not jump when the arm crosses the radius.
+                + cfg.success_bonus * math.exp(-((distance / cfg.success_radius_m) ** 2))
+                - (cfg.contact_penalty if contact else 0.0)
+            )
         else:
-            reward += (cfg.success_bonus if success else 0.0) - cfg.effort_weight * float(
-                command.dot(command)
+            reward = (
+                -cfg.distance_weight * distance
+                - cfg.effort_weight * float(command.dot(command))
+                + (cfg.success_bonus if success else 0.0)
+                - (cfg.contact_penalty if contact else 0.0)
             )
         self._commanded = command
         outcome = self._outcome
