@@ -41,10 +41,13 @@ from tether.learning.evaluation import ObservationNormalizer
 from tether.policy.bundle import load_bundle
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
+from tether.sim.episodes import Act, run_episodes
+from tether.sim.outcome import EpisodeOutcome
 
-Policy = Callable[[np.ndarray], np.ndarray]
 POSITION = ArmEnvConfig(command_interface="position")
 SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
+# A controller for one arm: its act(observation) and the reset before each episode.
+Controller = tuple[Act, Callable[[], None] | None]
 
 
 @dataclass(frozen=True)
@@ -53,58 +56,44 @@ class Row:
     distances: np.ndarray
     returns: np.ndarray
 
-    def mean_se(self, values: np.ndarray) -> tuple[float, float]:
-        return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
+    @classmethod
+    def of(cls, outcomes: tuple[EpisodeOutcome, ...]) -> Row:
+        return cls(
+            np.array([float(o.success) for o in outcomes]),
+            np.array([o.final_distance_m for o in outcomes]),
+            np.array([o.episode_return for o in outcomes]),
+        )
 
 
-def run(
-    policy_for: Callable[[], tuple[Policy, Callable[[], None]]], dynamics: ArmDynamics, tasks: int
-) -> Row:
+def mean_se(values: np.ndarray) -> tuple[float, float]:
+    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def run(controller: Controller, dynamics: ArmDynamics, tasks: int) -> Row:
     env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
-    act, reset = policy_for()
-    successes, distances, returns = [], [], []
-    for task in range(tasks):
-        obs, _ = env.reset(seed=task)
-        reset()
-        truncated = False
-        while not truncated:
-            obs, _, _, truncated, info = env.step(act(obs))
-        outcome = info["outcome"]
-        successes.append(float(outcome.success))
-        distances.append(outcome.final_distance_m)
-        returns.append(outcome.episode_return)
-    return Row(np.array(successes), np.array(distances), np.array(returns))
+    act, reset = controller
+    return Row.of(run_episodes(env, act, range(tasks), reset=reset))
 
 
-def frozen_policy(bundle_path: Path) -> Callable[[], tuple[Policy, Callable[[], None]]]:
+def frozen_policy(bundle_path: Path) -> Controller:
     bundle = load_bundle(bundle_path)
-    if (
-        bundle.robot_spec is None
-        or bundle.robot_spec.fingerprint() != arm_spec("position").fingerprint()
-    ):
+    if bundle.robot_spec != arm_spec("position"):
         raise SystemExit(f"{bundle_path} is not a bundle for the position-commanded arm")
     actor = bundle.build_actor().eval()
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
 
-    def make() -> tuple[Policy, Callable[[], None]]:
-        def act(obs: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                action, _ = actor.sample(
-                    torch.from_numpy(normalize(obs[None, :])), deterministic=True
-                )
-            return action.numpy()[0]
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(normalize(obs[None, :]))
+            action, _ = actor.sample(x, deterministic=True)
+        return action.numpy()[0]
 
-        return act, lambda: None
-
-    return make
+    return act, None
 
 
-def controller(dynamics: ArmDynamics | None) -> Callable[[], tuple[Policy, Callable[[], None]]]:
-    def make() -> tuple[Policy, Callable[[], None]]:
-        c = ReachController(arm_spec("position"), dynamics=dynamics)
-        return c.act, c.reset
-
-    return make
+def controller(dynamics: ArmDynamics | None) -> Controller:
+    c = ReachController(arm_spec("position"), dynamics=dynamics)
+    return c.act, c.reset
 
 
 def main() -> None:
@@ -119,22 +108,21 @@ def main() -> None:
         f"machine: {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}"
     )
     print(f"{args.tasks} paired tasks; drifted = {worn}")
-    rows: list[tuple[str, Row, Row]] = []
-    start = time.perf_counter()
-    candidates: list[
-        tuple[str, Callable[[ArmDynamics], Callable[[], tuple[Policy, Callable[[], None]]]]]
-    ] = []
+    # Each row: a name and how to build the controller for an arm of given dynamics
+    # (the oracle is told the truth; the others ignore it).
+    makers: list[tuple[str, Callable[[ArmDynamics], Controller]]] = []
     if args.bundle.exists():
         frozen = frozen_policy(args.bundle)
-        candidates.append((f"frozen policy ({args.bundle.name})", lambda d: frozen))
+        makers.append((f"frozen policy ({args.bundle.name})", lambda d: frozen))
     else:
         print(f"(no bundle at {args.bundle}: frozen policy row skipped)")
-    candidates.append(("scripted controller (nominal model)", lambda d: controller(None)))
-    candidates.append(("oracle (true dynamics)", lambda d: controller(d)))
-    for name, make in candidates:
-        rows.append(
-            (name, run(make(nominal), nominal, args.tasks), run(make(worn), worn, args.tasks))
-        )
+    makers.append(("scripted controller (nominal model)", lambda d: controller(None)))
+    makers.append(("oracle (true dynamics)", controller))
+    start = time.perf_counter()
+    rows = [
+        (name, run(make(nominal), nominal, args.tasks), run(make(worn), worn, args.tasks))
+        for name, make in makers
+    ]
     print(f"({time.perf_counter() - start:.0f} s)\n")
     print(
         "| controller | nominal success | drifted success | kept | nominal final distance (m) "
@@ -142,8 +130,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, before, after in rows:
-        (s0, e0), (s1, e1) = before.mean_se(before.successes), after.mean_se(after.successes)
-        (d0, f0), (d1, f1) = before.mean_se(before.distances), after.mean_se(after.distances)
+        (s0, e0), (s1, e1) = mean_se(before.successes), mean_se(after.successes)
+        (d0, f0), (d1, f1) = mean_se(before.distances), mean_se(after.distances)
         r0, r1 = before.returns.mean(), after.returns.mean()
         kept = s1 / s0 if s0 > 0 else float("nan")
         print(

@@ -3,6 +3,7 @@ the nominal arm, and the demo drift defeats it while the oracle keeps its succes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tether.learning.evaluation import ObservationNormalizer, evaluate_actor
 from tether.policy import load_bundle
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
+from tether.sim.episodes import Act, run_episodes, success_rate
 
 ROOT = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
 POSITION = ArmEnvConfig(command_interface="position")
@@ -43,17 +45,9 @@ def test_shipped_position_policy_settles_on_targets_of_the_nominal_arm() -> None
     assert result.mean_final_distance_m < 0.05
 
 
-def _success(act, reset, dynamics: ArmDynamics) -> float:  # type: ignore[no-untyped-def]
+def _success(act: Act, reset: Callable[[], None] | None, dynamics: ArmDynamics) -> float:
     env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
-    reached = 0
-    for task in range(TASKS):
-        obs, _ = env.reset(seed=task)
-        reset()
-        truncated = False
-        while not truncated:
-            obs, _, _, truncated, info = env.step(act(obs))
-        reached += info["outcome"].success
-    return reached / TASKS
+    return success_rate(run_episodes(env, act, range(TASKS), reset=reset))
 
 
 def test_demo_drift_defeats_the_frozen_policy_but_not_the_oracle() -> None:
@@ -67,8 +61,8 @@ def test_demo_drift_defeats_the_frozen_policy_but_not_the_oracle() -> None:
             action, _ = actor.sample(torch.from_numpy(normalize(obs[None, :])), deterministic=True)
         return action.numpy()[0]
 
-    nominal = _success(frozen, lambda: None, ArmDynamics.nominal())
-    drifted = _success(frozen, lambda: None, WORN)
+    nominal = _success(frozen, None, ArmDynamics.nominal())
+    drifted = _success(frozen, None, WORN)
     oracle = ReachController(arm_spec("position"), dynamics=WORN)
     oracle_nominal = ReachController(arm_spec("position"), dynamics=ArmDynamics.nominal())
     kept_by_oracle = _success(oracle.act, oracle.reset, WORN) / _success(

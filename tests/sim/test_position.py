@@ -23,6 +23,7 @@ from tether.sim import (
 )
 from tether.sim.controllers import ReachController
 from tether.sim.dynamics import apply_dynamics
+from tether.sim.episodes import run_episodes, success_rate
 from tether.sim.mjcf import build_model
 
 SPEC = arm_spec("position")
@@ -114,16 +115,8 @@ def test_the_episode_outcome_is_settled_success_and_final_distance() -> None:
 def _reach(dynamics: ArmDynamics, oracle: bool, episodes: int) -> tuple[float, float]:
     env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
     controller = ReachController(SPEC, dynamics=dynamics if oracle else None)
-    successes, distances = [], []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=episode)
-        controller.reset()
-        truncated = False
-        while not truncated:
-            obs, _, _, truncated, info = env.step(controller.act(obs))
-        successes.append(info["outcome"].success)
-        distances.append(info["outcome"].final_distance_m)
-    return float(np.mean(successes)), float(np.median(distances))
+    outcomes = run_episodes(env, controller.act, range(episodes), reset=controller.reset)
+    return success_rate(outcomes), float(np.median([o.final_distance_m for o in outcomes]))
 
 
 def test_demo_drift_defeats_the_nominal_controller_and_not_the_oracle() -> None:
