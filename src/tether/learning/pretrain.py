@@ -392,6 +392,32 @@ def _behaviour_clone(
     return float(loss.detach())
 
 
+def _cloned_sac(
+    config: PretrainConfig,
+    arch: ActorArchitecture,
+    envs: list[ArmEnv],
+    replay: ReplayBuffer,
+    normalize: ObservationNormalizer,
+) -> SAC:
+    """SAC whose actor is the scripted controller's clone (demonstrations, then DAgger
+    rounds) and whose critics have learnt its values; ``replay`` holds all of it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.sac.seed)
+        actor = Actor(arch)
+    demo_obs, demo_act = _demonstrate(config, envs, replay, normalize)
+    _behaviour_clone(actor, demo_obs, demo_act, config)
+    for round_index in range(1, config.dagger_rounds + 1):
+        more_obs, more_act = _demonstrate(
+            config, envs, replay, normalize, driver=actor, round_index=round_index
+        )
+        demo_obs = np.concatenate([demo_obs, more_obs])
+        demo_act = np.concatenate([demo_act, more_act])
+        _behaviour_clone(actor, demo_obs, demo_act, config)
+    sac = SAC(arch, config.sac, actor=actor)
+    _critic_warmup(sac, replay, config)
+    return sac
+
+
 def pretrain(
     config: PretrainConfig,
     out: str | os.PathLike[str],
@@ -444,23 +470,10 @@ def pretrain(
     best: _Snapshot | None = None
     warm_started = config.init_from is not None
     if config.demonstration_episodes:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.sac.seed)
-            actor = Actor(arch)
-        demo_obs, demo_act = _demonstrate(config, envs, replay, normalize)
-        _behaviour_clone(actor, demo_obs, demo_act, config)
-        for round_index in range(1, config.dagger_rounds + 1):
-            more_obs, more_act = _demonstrate(
-                config, envs, replay, normalize, driver=actor, round_index=round_index
-            )
-            demo_obs = np.concatenate([demo_obs, more_obs])
-            demo_act = np.concatenate([demo_act, more_act])
-            _behaviour_clone(actor, demo_obs, demo_act, config)
-        sac = SAC(arch, config.sac, actor=actor)
-        _critic_warmup(sac, replay, config)
+        sac = _cloned_sac(config, arch, envs, replay, normalize)
         warm_started = True
         result = evaluate(sac.actor, config.eval_episodes)
-        cloned = EvalPoint(0, 0, 0, time.monotonic() - start, result)
+        cloned = EvalPoint(0, 0, sac.updates, time.monotonic() - start, result)
         history.append(cloned)
         best = _snapshot(sac, result.success_rate)
         if on_progress is not None:
