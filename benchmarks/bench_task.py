@@ -18,6 +18,12 @@ distance, with standard errors over the tasks; return as a secondary figure. Tar
 (issue 14): frozen drifted success <= 50 % of its nominal; oracle drifted >= 90 % of its
 nominal. No supervisor in the loop yet (the position supervisor comes at integration).
 
+A second table previews what that supervisor will see on the nominal arm: for the
+policy (deterministic and sampled) and the scripted controller, the share of steps whose
+command moves a joint by more than its velocity limit x period from the previous
+command, demands more than the motor's torque from the impedance law
+(``Kp (q_cmd − q) − Kd q̇ + g_nominal(q)``), or lies outside a joint's range.
+
     python benchmarks/bench_task.py [--tasks 100] [--bundle PATH]
 
 Numbers are in docs/benchmarks.md ("Task: frozen vs oracle on the position arm").
@@ -39,7 +45,7 @@ import torch
 
 from tether.learning.evaluation import ObservationNormalizer
 from tether.policy.bundle import load_bundle
-from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, ArmKinematics, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
 from tether.sim.episodes import Act, run_episodes
 from tether.sim.outcome import EpisodeOutcome
@@ -75,20 +81,63 @@ def run(controller: Controller, dynamics: ArmDynamics, tasks: int) -> Row:
     return Row.of(run_episodes(env, act, range(tasks), reset=reset))
 
 
-def frozen_policy(bundle_path: Path) -> Controller:
+def frozen_policy(bundle_path: Path, *, sampled: bool = False) -> Controller:
     bundle = load_bundle(bundle_path)
     if bundle.robot_spec != arm_spec("position"):
         raise SystemExit(f"{bundle_path} is not a bundle for the position-commanded arm")
     actor = bundle.build_actor().eval()
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
+    generator = torch.Generator().manual_seed(0)
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.from_numpy(normalize(obs[None, :]))
-            action, _ = actor.sample(x, deterministic=True)
+            action, _ = actor.sample(x, deterministic=not sampled, generator=generator)
         return action.numpy()[0]
 
     return act, None
+
+
+def command_preview(name: str, controller: Controller, tasks: int) -> str:
+    """One markdown row: success and the shares of steps a position supervisor would
+    have to correct (rate, torque, range), on the nominal arm, without one."""
+    spec = arm_spec("position")
+    kin = ArmKinematics(spec)
+    kp, kd = np.array(spec.joint_stiffness_nm_rad), np.array(spec.joint_damping_nm_s_rad)
+    tau = np.array(spec.torque_limit_nm)
+    step = np.array(spec.joint_velocity_limit_rad_s) * spec.control_period_s
+    low, high = np.array(spec.joint_position_low_rad), np.array(spec.joint_position_high_rad)
+    lay = spec.layout.slices()
+    act, reset = controller
+    counts = np.zeros(3)
+    previous: list[np.ndarray] = []
+
+    def recording_reset() -> None:
+        previous.clear()
+        if reset is not None:
+            reset()
+
+    def recording(obs: np.ndarray) -> np.ndarray:
+        action = act(obs)
+        q = obs[lay["joint_position"]].astype(np.float64)
+        qd = obs[lay["joint_velocity"]].astype(np.float64)
+        command = spec.commanded_position(action)
+        before = previous[0] if previous else q
+        demand = kp * (command - q) - kd * qd + kin.gravity_torque(q)
+        counts[:] += (
+            bool((np.abs(command - before) > step).any()),
+            bool((np.abs(demand) > tau).any()),
+            bool(((command < low) | (command > high)).any()),
+        )
+        previous[:] = [command]
+        return action
+
+    env = ArmEnv(seed=0, config=POSITION)
+    outcomes = run_episodes(env, recording, range(tasks), reset=recording_reset)
+    steps = sum(o.steps for o in outcomes)
+    rate, torque, outside = counts / steps
+    success = np.mean([o.success for o in outcomes])
+    return f"| {name} | {success:.2f} | {rate:.1%} | {torque:.1%} | {outside:.1%} |"
 
 
 def controller(dynamics: ArmDynamics | None) -> Controller:
@@ -138,6 +187,19 @@ def main() -> None:
             f"| {name} | {s0:.2f} ± {e0:.2f} | {s1:.2f} ± {e1:.2f} | {kept:.0%} | "
             f"{d0:.3f} ± {f0:.3f} | {d1:.3f} ± {f1:.3f} | {r0:.1f} | {r1:.1f} |"
         )
+
+    print("\nWhat a position supervisor would correct, nominal arm, no supervisor in the loop:\n")
+    print(
+        "| controller | success | steps over the rate limit | over the torque limit | outside the range |"
+    )
+    print("|---|---|---|---|---|")
+    previews: list[tuple[str, Controller]] = []
+    if args.bundle.exists():
+        previews.append(("frozen policy, deterministic", frozen_policy(args.bundle)))
+        previews.append(("frozen policy, sampled", frozen_policy(args.bundle, sampled=True)))
+    previews.append(("scripted controller", controller(None)))
+    for name, c in previews:
+        print(command_preview(name, c, args.tasks))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,23 @@ def test_shipped_position_policy_settles_on_targets_of_the_nominal_arm() -> None
     assert result.mean_final_distance_m < 0.05
 
 
+def test_sampled_actions_still_reach_targets() -> None:
+    """The robots send sampled actions while learning: an absolute target is jittered by
+    the policy's spread, so the shipped spread must leave the task solvable."""
+    bundle = load_bundle(ROOT)
+    actor = bundle.build_actor().eval()
+    normalize = ObservationNormalizer(bundle.manifest.normalizer)
+    generator = torch.Generator().manual_seed(0)
+
+    def sampled(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(normalize(obs[None, :]))
+            action, _ = actor.sample(x, deterministic=False, generator=generator)
+        return action.numpy()[0]
+
+    assert _success(sampled, None, ArmDynamics.nominal()) >= 0.8
+
+
 def _success(act: Act, reset: Callable[[], None] | None, dynamics: ArmDynamics) -> float:
     env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
     return success_rate(run_episodes(env, act, range(TASKS), reset=reset))

@@ -74,6 +74,13 @@ def pretrain_command(
     ] = _D.demonstration_noise,
     bc_updates: Annotated[int, typer.Option(help=_help("bc_updates"))] = _D.bc_updates,
     dagger_rounds: Annotated[int, typer.Option(help=_help("dagger_rounds"))] = _D.dagger_rounds,
+    clone_std: Annotated[float, typer.Option(help=_help("clone_std"))] = _D.clone_std,
+    initial_alpha: Annotated[
+        float, typer.Option(help=str(_S["initial_alpha"].description))
+    ] = _D.sac.initial_alpha,
+    target_entropy: Annotated[
+        float | None, typer.Option(help=str(_S["target_entropy"].description))
+    ] = _D.sac.target_entropy,
     critic_warmup_updates: Annotated[
         int, typer.Option(help=_help("critic_warmup_updates"))
     ] = _D.critic_warmup_updates,
@@ -93,7 +100,12 @@ def pretrain_command(
         hidden_sizes = tuple(int(h) for h in hidden.split(","))
         config = PretrainConfig(
             sac=SACConfig(
-                hidden_sizes=hidden_sizes, batch_size=batch_size, seed=seed, bc_weight=bc_weight
+                hidden_sizes=hidden_sizes,
+                batch_size=batch_size,
+                seed=seed,
+                bc_weight=bc_weight,
+                target_entropy=target_entropy,
+                initial_alpha=initial_alpha,
             ),
             total_env_steps=total_env_steps,
             time_budget_s=time_budget_s,
@@ -114,6 +126,7 @@ def pretrain_command(
             demonstration_noise=demonstration_noise,
             bc_updates=bc_updates,
             dagger_rounds=dagger_rounds,
+            clone_std=clone_std,
             critic_warmup_updates=critic_warmup_updates,
         )
     except ValueError as exc:

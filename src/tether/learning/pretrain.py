@@ -155,6 +155,14 @@ class PretrainConfig(BaseModel):
         "demonstrations before the actor moves, so a random critic does not drag the clone "
         "(updates)",
     )
+    clone_std: float = Field(
+        default=0.1,
+        gt=0.0,
+        le=1.0,
+        description="Std of the clone's Gaussian before the tanh, fitted with its mean: an "
+        "absolute position target is jittered by this times half the joint's command range "
+        "per step when actions are sampled (normalized)",
+    )
     dagger_rounds: int = Field(
         default=0,
         ge=0,
@@ -228,13 +236,18 @@ def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
         parts.append(
             f"behaviour-cloned warm start from {config.demonstration_episodes} episodes of "
             f"the scripted DLS reaching controller (noise {config.demonstration_noise}, "
-            f"{config.bc_updates} updates, {config.dagger_rounds} DAgger rounds, "
+            f"{config.bc_updates} updates, clone std {config.clone_std}, "
+            f"{config.dagger_rounds} DAgger rounds, "
             f"{config.critic_warmup_updates} critic-only updates)"
         )
     if config.supervised:
         parts.append(f"supervised, intervention penalty {config.intervention_penalty}")
     if config.sac.bc_weight:
         parts.append(f"anchored to the initial actor, bc_weight {config.sac.bc_weight}")
+    if config.sac.target_entropy is not None:
+        parts.append(f"target entropy {config.sac.target_entropy}")
+    if config.sac.initial_alpha != SACConfig().initial_alpha:
+        parts.append(f"initial alpha {config.sac.initial_alpha}")
     text = f"tether pretrain (tether/Arm-v0, {', '.join(parts)}, seed {config.seed})"
     if config.init_from is not None:
         text += f", continuing {prior.source!r} ({prior.env_steps} steps)"
@@ -365,11 +378,6 @@ def _critic_warmup(sac: SAC, replay: ReplayBuffer, config: PretrainConfig) -> No
             group["lr"] = lr
 
 
-# The clone's spread: narrow enough that SAC's first samples stay near the demonstrated
-# path, wide enough that the entropy term has something to work with.
-_BC_LOG_STD = math.log(0.1)
-
-
 def _behaviour_clone(
     actor: Actor, observations: np.ndarray, labels: np.ndarray, config: PretrainConfig
 ) -> float:
@@ -384,7 +392,7 @@ def _behaviour_clone(
         mu, log_std = actor(obs[idx])
         loss = torch.nn.functional.mse_loss(torch.tanh(mu), act[idx])
         loss = loss + 0.01 * torch.nn.functional.mse_loss(
-            log_std, torch.full_like(log_std, _BC_LOG_STD)
+            log_std, torch.full_like(log_std, math.log(config.clone_std))
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
