@@ -1,8 +1,10 @@
 """Simulated-arm speed: env steps per second (single thread) and kinematics call cost.
 
-Target (issue 2): >= 5,000 env steps/s on one thread. The physics floor (the same
-substeps through bare ``mujoco.mj_step``, no env around them) is measured in the same
-run, so the env's own overhead reads as a ratio. Every figure comes from one run of:
+Target (issue 2, kept by issue 14): >= 5,000 env steps/s on one thread, for both
+command interfaces (torque motors; position targets under the joint impedance
+controller, which runs inside MuJoCo's substeps). The physics floor (the same substeps
+through bare ``mujoco.mj_step``, no env around them) is measured in the same run, so the
+env's own overhead reads as a ratio. Every figure comes from one run of:
 
     python benchmarks/bench_sim.py [--steps 20000] [--repeats 3]
 """
@@ -20,7 +22,14 @@ import mujoco
 import numpy as np
 import torch
 
-from tether.sim import ArmEnv, ArmKinematics, DomainRandomization, DriftSchedule, arm_spec
+from tether.sim import (
+    ArmEnv,
+    ArmEnvConfig,
+    ArmKinematics,
+    DomainRandomization,
+    DriftSchedule,
+    arm_spec,
+)
 from tether.sim.geometry import ARM
 from tether.sim.mjcf import build_model
 
@@ -35,13 +44,14 @@ def env_steps_per_s(env: ArmEnv, actions: np.ndarray) -> float:
     return len(actions) / (time.perf_counter() - start)
 
 
-def physics_floor_steps_per_s(actions: np.ndarray) -> float:
-    model = build_model()
+def physics_floor_steps_per_s(actions: np.ndarray, position: bool = False) -> float:
+    model = build_model(command_interface="position" if position else "torque")
     data = mujoco.MjData(model)
     data.qpos[:] = arm_spec().home_position_rad
     start = time.perf_counter()
+    spec = arm_spec("position")
     for i, action in enumerate(actions):
-        data.ctrl[:] = action
+        data.ctrl[:] = spec.commanded_position(action) if position else action
         mujoco.mj_step(model, data, nstep=ARM.substeps)
         if i % 200 == 199:
             mujoco.mj_resetData(model, data)
@@ -81,27 +91,36 @@ def main() -> None:
         f"{args.steps} random-action control steps ({ARM.substeps} physics substeps each), best of {args.repeats}"
     )
 
-    def drifting_env() -> ArmEnv:
+    def drifting_env(config: ArmEnvConfig) -> ArmEnv:
         return ArmEnv(
             seed=0,
             randomization=DomainRandomization.default(),
             drift=DriftSchedule.demo(start_step=0, ramp_steps=args.steps),
+            config=config,
         )
 
-    # Interleaved, so a burst of load from other processes hits every row alike.
-    floor = nominal = drifting = 0.0
-    for _ in range(args.repeats):
-        floor = max(floor, physics_floor_steps_per_s(actions))
-        nominal = max(nominal, env_steps_per_s(ArmEnv(seed=0), actions))
-        drifting = max(drifting, env_steps_per_s(drifting_env(), actions))
-    print("| measurement | steps/s | vs physics floor |")
-    print("|---|---|---|")
-    print(f"| bare mj_step x{ARM.substeps} (physics floor) | {floor:,.0f} | 1.00 |")
-    print(f"| ArmEnv.step, nominal dynamics | {nominal:,.0f} | {nominal / floor:.2f} |")
-    print(
-        f"| ArmEnv.step, randomization + drift ramping every step | {drifting:,.0f} | "
-        f"{drifting / floor:.2f} |"
-    )
+    print("| interface | measurement | steps/s | vs physics floor |")
+    print("|---|---|---|---|")
+    for interface in ("torque", "position"):
+        config = ArmEnvConfig(command_interface=interface)
+        position = interface == "position"
+        # Interleaved, so a burst of load from other processes hits every row alike.
+        floor = nominal = drifting = 0.0
+        for _ in range(args.repeats):
+            floor = max(floor, physics_floor_steps_per_s(actions, position))
+            nominal = max(nominal, env_steps_per_s(ArmEnv(seed=0, config=config), actions))
+            drifting = max(drifting, env_steps_per_s(drifting_env(config), actions))
+        print(
+            f"| {interface} | bare mj_step x{ARM.substeps} (physics floor) | {floor:,.0f} | 1.00 |"
+        )
+        print(
+            f"| {interface} | ArmEnv.step, nominal dynamics | {nominal:,.0f} | "
+            f"{nominal / floor:.2f} |"
+        )
+        print(
+            f"| {interface} | ArmEnv.step, randomization + drift ramping every step | "
+            f"{drifting:,.0f} | {drifting / floor:.2f} |"
+        )
     print()
     print("| ArmKinematics call | µs/call |")
     print("|---|---|")

@@ -6,12 +6,21 @@ policy bundle records its fingerprint, the serving edge refuses sessions whose
 fingerprint differs, and the safety supervisor turns it into ``SafetyLimits``. It is
 the single description of the robot; nothing copies its fields by hand.
 
+A spec also says how the robot is commanded (``command_interface``): ``"torque"``
+(normalized joint torques) or ``"position"`` (normalized joint-position targets tracked
+by a joint impedance controller with the spec's per-joint stiffness and damping). The
+interface is part of the fingerprint, so a policy trained for one can never be served to
+a robot of the other; a spec written before the field existed reads as torque, with the
+fingerprint it always had.
+
 Invariant: a constructed spec is internally consistent (lengths agree, low < high,
-limits positive); anything else raises :class:`~tether.errors.SpecError` at construction.
+limits positive, a position robot has its impedance gains); anything else raises
+:class:`~tether.errors.SpecError` at construction.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -24,6 +33,10 @@ import numpy as np
 from tether.errors import SpecError
 
 Vec3 = tuple[float, float, float]
+CommandInterface = Literal["torque", "position"]
+COMMAND_INTERFACES: tuple[CommandInterface, ...] = ("torque", "position")
+# What each interface calls a joint's action: "<joint>_torque", "<joint>_position".
+_ACTION_SUFFIX: dict[str, str] = {"torque": "torque", "position": "position"}
 
 
 @dataclass(frozen=True)
@@ -91,10 +104,15 @@ class ObservationLayout:
 
 @dataclass(frozen=True)
 class RobotSpec:
-    """Names, units, observation layout and limits of one robot.
+    """Names, units, observation layout, limits and command interface of one robot.
 
-    Actions are normalized torques in ``[-1, 1]``; action ``1.0`` on joint ``i`` is
-    ``torque_limit_nm[i]`` newton-metres.
+    Actions are normalized in ``[-1, 1]``. With ``command_interface="torque"`` action
+    ``1.0`` on joint ``i`` is ``torque_limit_nm[i]`` newton-metres. With ``"position"``
+    it is an absolute joint-position target: ``-1`` and ``1`` are the ends of the
+    joint's range widened by ``position_command_overreach_rad`` on both sides
+    (:meth:`commanded_position`, :meth:`action_for_position`), tracked by
+    ``τ = Kp (q_cmd − q) − Kd q̇ + g(q)`` with ``Kp = joint_stiffness_nm_rad`` and
+    ``Kd = joint_damping_nm_s_rad``, saturated at ``torque_limit_nm``.
     """
 
     name: str
@@ -111,6 +129,10 @@ class RobotSpec:
     workspace: Box
     obstacles: tuple[Obstacle, ...] = ()
     action_names: tuple[str, ...] = field(default=())
+    command_interface: CommandInterface = "torque"
+    joint_stiffness_nm_rad: tuple[float, ...] = ()
+    joint_damping_nm_s_rad: tuple[float, ...] = ()
+    position_command_overreach_rad: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -120,8 +142,16 @@ class RobotSpec:
             raise SpecError(
                 f"RobotSpec.control_period_s must be positive, got {self.control_period_s}"
             )
+        if self.command_interface not in COMMAND_INTERFACES:
+            raise SpecError(
+                f"RobotSpec.command_interface must be one of {COMMAND_INTERFACES}, "
+                f"got {self.command_interface!r}"
+            )
         if not self.action_names:
-            object.__setattr__(self, "action_names", tuple(f"{j}_torque" for j in self.joint_names))
+            suffix = _ACTION_SUFFIX[self.command_interface]
+            object.__setattr__(
+                self, "action_names", tuple(f"{j}_{suffix}" for j in self.joint_names)
+            )
         if len(self.action_names) != n:
             raise SpecError(
                 f"RobotSpec.action_names needs {n} entries (one per joint), got {len(self.action_names)}"
@@ -162,6 +192,7 @@ class RobotSpec:
                 raise SpecError(
                     f"RobotSpec joint {self.joint_names[i]!r}: home {home} is outside [{lo}, {hi}]"
                 )
+        self._check_gains(n)
         lay = self.layout
         for fname, (start, stop), want in (
             ("joint_position", lay.joint_position, n),
@@ -174,6 +205,44 @@ class RobotSpec:
                     f"RobotSpec.layout.{fname} must span {want} entries inside the "
                     f"{len(self.observation_names)}-long observation, got ({start}, {stop})"
                 )
+
+    def _check_gains(self, n: int) -> None:
+        gains = {
+            "joint_stiffness_nm_rad": self.joint_stiffness_nm_rad,
+            "joint_damping_nm_s_rad": self.joint_damping_nm_s_rad,
+        }
+        if self.command_interface == "torque":
+            given = [name for name, values in gains.items() if values]
+            if given:
+                raise SpecError(
+                    f"RobotSpec {given} are impedance gains of the position interface; a "
+                    "torque-commanded spec must leave them empty (or set "
+                    "command_interface='position')"
+                )
+            if self.position_command_overreach_rad:
+                raise SpecError(
+                    "RobotSpec.position_command_overreach_rad belongs to the position "
+                    "interface; a torque-commanded spec must leave it 0"
+                )
+            return
+        reach = self.position_command_overreach_rad
+        if not (math.isfinite(reach) and reach >= 0):
+            raise SpecError(
+                f"RobotSpec.position_command_overreach_rad must be finite and >= 0 rad, got {reach}"
+            )
+        for fname, values in gains.items():
+            if len(values) != n:
+                raise SpecError(
+                    f"RobotSpec.{fname} needs {n} entries (one per joint) for the position "
+                    f"interface, got {len(values)}"
+                )
+            if not all(math.isfinite(v) for v in values) or any(v < 0 for v in values):
+                raise SpecError(f"RobotSpec.{fname} must be finite and >= 0, got {values}")
+        if any(v <= 0 for v in self.joint_stiffness_nm_rad):
+            raise SpecError(
+                "RobotSpec.joint_stiffness_nm_rad must be positive on every joint (a joint "
+                f"without stiffness cannot track a position), got {self.joint_stiffness_nm_rad}"
+            )
 
     @property
     def n_joints(self) -> int:
@@ -188,8 +257,59 @@ class RobotSpec:
         return len(self.joint_names)
 
     def fingerprint(self) -> str:
-        """A short hash of what a client and a policy must agree on: dims and names."""
-        return fingerprint_of(self.observation_names, self.action_names, self.joint_names)
+        """A short hash of what a client and a policy must agree on: dims, names and
+        the command interface."""
+        return fingerprint_of(
+            self.observation_names,
+            self.action_names,
+            self.joint_names,
+            command_interface=self.command_interface,
+        )
+
+    # -- the position interface's mapping --------------------------------------------------
+
+    def commanded_position(self, action: np.ndarray) -> np.ndarray:
+        """Joint-position targets (rad, ``(..., n)``) of normalized actions in [-1, 1].
+
+        Absolute targets: ``-1`` is ``joint_position_low_rad`` and ``1`` is
+        ``joint_position_high_rad``, each moved outwards by
+        ``position_command_overreach_rad``, linear between; actions outside [-1, 1] are
+        clipped first. The overreach is what the arm's controller accepts, not what is
+        safe: a command beyond the range drives the joint into its limit, which is what
+        the supervisor's joint-range check is for.
+        """
+        low, high = self._position_range("commanded_position")
+        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        target: np.ndarray = (low + high) / 2 + a * (high - low) / 2
+        return target
+
+    def action_for_position(self, joint_position_rad: np.ndarray) -> np.ndarray:
+        """The normalized action (``(..., n)``) that commands ``joint_position_rad``.
+
+        The inverse of :meth:`commanded_position` inside the range; a position outside it
+        maps beyond [-1, 1] (nothing is clipped, so a caller can see how far outside).
+        """
+        low, high = self._position_range("action_for_position")
+        q = np.asarray(joint_position_rad, dtype=np.float64)
+        action: np.ndarray = (2 * q - (low + high)) / (high - low)
+        return action
+
+    def _position_range(self, what: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.command_interface != "position":
+            raise SpecError(
+                f"RobotSpec.{what} maps actions of the position interface; spec "
+                f"{self.name!r} is commanded by {self.command_interface}"
+            )
+        return self._command_range
+
+    @functools.cached_property
+    def _command_range(self) -> tuple[np.ndarray, np.ndarray]:
+        # The env maps every command through here: build the arrays once per spec.
+        reach = self.position_command_overreach_rad
+        low = np.array(self.joint_position_low_rad) - reach
+        high = np.array(self.joint_position_high_rad) + reach
+        low.flags.writeable = high.flags.writeable = False
+        return low, high
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` inverts it exactly."""
@@ -235,19 +355,39 @@ class RobotSpec:
                 workspace=Box(tuple(ws["low"]), tuple(ws["high"]), ws.get("name", "workspace")),
                 obstacles=tuple(obstacles),
                 action_names=tuple(data.get("action_names", ())),
+                # Written before the position interface existed: torque, as it was.
+                command_interface=data.get("command_interface", "torque"),
+                joint_stiffness_nm_rad=_floats(data.get("joint_stiffness_nm_rad", ())),
+                joint_damping_nm_s_rad=_floats(data.get("joint_damping_nm_s_rad", ())),
+                position_command_overreach_rad=float(
+                    data.get("position_command_overreach_rad", 0.0)
+                ),
             )
         except KeyError as exc:
             raise SpecError(f"robot spec is missing the field {exc.args[0]!r}") from exc
 
 
 def fingerprint_of(
-    observation_names: Sequence[str], action_names: Sequence[str], joint_names: Sequence[str] = ()
+    observation_names: Sequence[str],
+    action_names: Sequence[str],
+    joint_names: Sequence[str] = (),
+    *,
+    command_interface: str = "torque",
 ) -> str:
-    """The fingerprint a client sends when it opens a session (see ``RobotSpec.fingerprint``)."""
-    payload = json.dumps(
-        {"obs": list(observation_names), "act": list(action_names), "joints": list(joint_names)},
-        separators=(",", ":"),
-    )
+    """The fingerprint a client sends when it opens a session (see ``RobotSpec.fingerprint``).
+
+    The torque interface hashes exactly what it hashed before interfaces existed, so
+    every torque bundle and client keeps its fingerprint; any other interface is hashed
+    in, so it can never match a torque fingerprint with the same names.
+    """
+    doc: dict[str, Any] = {
+        "obs": list(observation_names),
+        "act": list(action_names),
+        "joints": list(joint_names),
+    }
+    if command_interface != "torque":
+        doc["command_interface"] = command_interface
+    payload = json.dumps(doc, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -63,10 +63,35 @@ def pretrain_command(
     bc_weight: Annotated[
         float, typer.Option(help=str(_S["bc_weight"].description))
     ] = _D.sac.bc_weight,
+    command_interface: Annotated[
+        str, typer.Option(help=_help("command_interface"))
+    ] = _D.command_interface,
+    demonstration_episodes: Annotated[
+        int, typer.Option(help=_help("demonstration_episodes"))
+    ] = _D.demonstration_episodes,
+    demonstration_noise: Annotated[
+        float, typer.Option(help=_help("demonstration_noise"))
+    ] = _D.demonstration_noise,
+    bc_updates: Annotated[int, typer.Option(help=_help("bc_updates"))] = _D.bc_updates,
+    dagger_rounds: Annotated[int, typer.Option(help=_help("dagger_rounds"))] = _D.dagger_rounds,
+    clone_std: Annotated[float, typer.Option(help=_help("clone_std"))] = _D.clone_std,
+    initial_alpha: Annotated[
+        float, typer.Option(help=str(_S["initial_alpha"].description))
+    ] = _D.sac.initial_alpha,
+    target_entropy: Annotated[
+        float | None, typer.Option(help=str(_S["target_entropy"].description))
+    ] = _D.sac.target_entropy,
+    critic_warmup_updates: Annotated[
+        int, typer.Option(help=_help("critic_warmup_updates"))
+    ] = _D.critic_warmup_updates,
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
-    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle."""
+    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle.
+
+    For the position interface, --demonstration-episodes starts from a behaviour-cloned
+    scripted controller (docs/learning.md has the command that made the shipped bundle).
+    """
     import torch
 
     torch.set_num_threads(threads)
@@ -75,7 +100,12 @@ def pretrain_command(
         hidden_sizes = tuple(int(h) for h in hidden.split(","))
         config = PretrainConfig(
             sac=SACConfig(
-                hidden_sizes=hidden_sizes, batch_size=batch_size, seed=seed, bc_weight=bc_weight
+                hidden_sizes=hidden_sizes,
+                batch_size=batch_size,
+                seed=seed,
+                bc_weight=bc_weight,
+                target_entropy=target_entropy,
+                initial_alpha=initial_alpha,
             ),
             total_env_steps=total_env_steps,
             time_budget_s=time_budget_s,
@@ -91,6 +121,13 @@ def pretrain_command(
             init_from=init_from,
             supervised=supervised,
             intervention_penalty=intervention_penalty,
+            command_interface=command_interface,  # type: ignore[arg-type]  # validated here
+            demonstration_episodes=demonstration_episodes,
+            demonstration_noise=demonstration_noise,
+            bc_updates=bc_updates,
+            dagger_rounds=dagger_rounds,
+            clone_std=clone_std,
+            critic_warmup_updates=critic_warmup_updates,
         )
     except ValueError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -105,7 +142,12 @@ def pretrain_command(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("pretrain", total=config.total_env_steps, status="collecting")
+        first = (
+            "demonstrations and behaviour cloning (the clone is evaluated at step 0)"
+            if config.demonstration_episodes
+            else "collecting"
+        )
+        task = progress.add_task("pretrain", total=config.total_env_steps, status=first)
 
         def on_progress(steps: int, point: EvalPoint | None) -> None:
             if point is None:

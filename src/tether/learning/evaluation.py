@@ -1,8 +1,10 @@
 """Episodes of an actor on the built-in arm, and the success rate they add up to.
 
-An episode succeeds when the end effector is within the success radius on its last
-step (the same definition the promotion gate's simulation stage uses). Observations
-are normalized by the engine's own recipe (``tether.policy.transforms.ObservationNormalizer``).
+An episode's outcome is the env's ``EpisodeOutcome`` (``info["outcome"]`` on its last
+step): success means the end effector settled within the success radius over the
+episode's last ``settle_steps`` steps, and the final distance is where it ended.
+Observations are normalized by the engine's own recipe
+(``tether.policy.transforms.ObservationNormalizer``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tether.sim.env import ArmEnv
 @dataclass(frozen=True)
 class EvaluationResult:
     episodes: int
-    success_rate: float  # fraction of episodes at the target on their last step
+    success_rate: float  # fraction of episodes settled on the target at their end
     mean_return: float
     mean_final_distance_m: float
 
@@ -57,9 +59,10 @@ def evaluate_actor(
             obs, reward, terminated, truncated, info = env.step(executed)
             total += float(reward)
             done = terminated or truncated
-        successes.append(bool(info["success"]))
+        outcome = info["outcome"]
+        successes.append(outcome.success)
         returns.append(total)
-        distances.append(float(info["distance_m"]))
+        distances.append(outcome.final_distance_m)
     return EvaluationResult(
         episodes=episodes,
         success_rate=float(np.mean(successes)),

@@ -1,6 +1,11 @@
 """Pretraining: SAC on the built-in arm under domain randomization, written as a bundle.
 
-``pretrain(config, out)`` collects experience from ``n_envs`` randomized arms with one
+``pretrain(config, out)`` trains for the arm's command interface
+(``config.command_interface``, default the arm's). With ``demonstration_episodes`` it
+first runs the scripted reaching controller (``tether.sim.controllers``) on randomized
+arms, puts those transitions into the replay buffer and behaviour-clones the actor on
+them, then lets SAC improve it (anchored to the cloned actor by ``sac.bc_weight`` when
+set). It then collects experience from ``n_envs`` randomized arms with one
 batched policy call per step, streams SAC updates at ``updates_per_step`` per
 environment step, evaluates the deterministic policy on the *nominal* arm every
 ``eval_interval_steps``, keeps the best evaluated snapshot (actor with its critics and
@@ -41,13 +46,16 @@ from tether.policy.bundle import (
 )
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
-from tether.policy.networks import ActorArchitecture
+from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.presets import arm_supervisor
 from tether.safety.supervisor import Supervisor
+from tether.sim.config import ArmEnvConfig
+from tether.sim.controllers import ReachController
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
-from tether.sim.spec import arm_spec
+from tether.sim.spec import DEFAULT_COMMAND_INTERFACE, arm_spec
+from tether.spec import CommandInterface
 
 
 class PretrainConfig(BaseModel):
@@ -118,6 +126,51 @@ class PretrainConfig(BaseModel):
         description="Continue from this bundle's actor, critics and entropy coefficient instead "
         "of random networks; no uniform random warm-up then (path)",
     )
+    command_interface: CommandInterface = Field(
+        default=DEFAULT_COMMAND_INTERFACE,
+        description="How the trained policy commands the arm: 'torque' or 'position' (name)",
+    )
+    demonstration_episodes: int = Field(
+        default=0,
+        ge=0,
+        description="Episodes of the scripted reaching controller (position interface only) "
+        "collected into the replay buffer and behaviour-cloned before SAC starts; no "
+        "uniform random warm-up then; 0 disables (episodes)",
+    )
+    demonstration_noise: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="Std of Gaussian noise on the executed demonstration actions, so the "
+        "clone sees states off the scripted path and how to return from them (normalized)",
+    )
+    bc_updates: int = Field(
+        default=3000,
+        ge=0,
+        description="Behaviour-cloning gradient steps on the demonstrations, per round (updates)",
+    )
+    critic_warmup_updates: int = Field(
+        default=0,
+        ge=0,
+        description="After the behaviour-cloned start: critic-only SAC updates on the "
+        "demonstrations before the actor moves, so a random critic does not drag the clone "
+        "(updates)",
+    )
+    clone_std: float = Field(
+        default=0.1,
+        gt=0.0,
+        le=1.0,
+        description="Std of the clone's Gaussian before the tanh, fitted with its mean: an "
+        "absolute position target is jittered by this times half the joint's command range "
+        "per step when actions are sampled (normalized)",
+    )
+    dagger_rounds: int = Field(
+        default=0,
+        ge=0,
+        description="DAgger rounds after the first clone: the clone drives demonstration_episodes "
+        "episodes, the scripted controller labels the states it reached, the clone trains "
+        "on everything so far (rounds)",
+    )
 
 
 @dataclass(frozen=True)
@@ -176,11 +229,26 @@ def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
 
 def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
     """How the bundle was made, in words a reader of the manifest can reproduce."""
-    parts = ["domain randomization" if config.randomize else "nominal dynamics"]
+    parts = [
+        f"{config.command_interface} interface",
+        "domain randomization" if config.randomize else "nominal dynamics",
+    ]
+    if config.demonstration_episodes:
+        parts.append(
+            f"behaviour-cloned warm start from {config.demonstration_episodes} episodes of "
+            f"the scripted DLS reaching controller (noise {config.demonstration_noise}, "
+            f"{config.bc_updates} updates, clone std {config.clone_std}, "
+            f"{config.dagger_rounds} DAgger rounds, "
+            f"{config.critic_warmup_updates} critic-only updates)"
+        )
     if config.supervised:
         parts.append(f"supervised, intervention penalty {config.intervention_penalty}")
     if config.sac.bc_weight:
         parts.append(f"anchored to the initial actor, bc_weight {config.sac.bc_weight}")
+    if config.sac.target_entropy is not None:
+        parts.append(f"target entropy {config.sac.target_entropy}")
+    if config.sac.initial_alpha != SACConfig().initial_alpha:
+        parts.append(f"initial alpha {config.sac.initial_alpha}")
     text = f"tether pretrain (tether/Arm-v0, {', '.join(parts)}, seed {config.seed})"
     if config.init_from is not None:
         text += f", continuing {prior.source!r} ({prior.env_steps} steps)"
@@ -204,8 +272,159 @@ def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
     return sac_from_bundle(base, config.sac)
 
 
-def _eval_supervisor(config: PretrainConfig) -> Supervisor | None:
-    return arm_supervisor() if config.supervised else None
+SupervisorFactory = Callable[[], Supervisor]
+
+
+def _supervisor_factory(
+    config: PretrainConfig, factory: SupervisorFactory | None
+) -> SupervisorFactory | None:
+    """Which supervisor pretraining acts through (None: unsupervised).
+
+    The torque arm has ``arm_supervisor``; the position arm's supervisor comes in through
+    ``pretrain(supervisor_factory=...)`` until it is integrated (the hook for training
+    with it in the loop).
+    """
+    if not config.supervised:
+        return None
+    if factory is not None:
+        return factory
+    if config.command_interface == "torque":
+        return arm_supervisor
+    raise LearningError(
+        "supervised pretraining of the position interface needs a supervisor for commanded "
+        "positions: pass pretrain(..., supervisor_factory=...), or pretrain unsupervised"
+    )
+
+
+def _check_demonstrations(config: PretrainConfig) -> None:
+    if config.demonstration_episodes and config.command_interface != "position":
+        raise LearningError(
+            "demonstration_episodes needs command_interface='position' (the scripted "
+            f"reaching controller commands joint positions), got {config.command_interface!r}"
+        )
+    if config.demonstration_episodes and config.init_from is not None:
+        raise LearningError(
+            "demonstration_episodes and init_from both choose the starting actor; pass one"
+        )
+
+
+def _demonstrate(
+    config: PretrainConfig,
+    envs: list[ArmEnv],
+    replay: ReplayBuffer,
+    normalize: ObservationNormalizer,
+    driver: Actor | None = None,
+    round_index: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled episodes into ``replay``; returns (normalized observations, labels).
+
+    The scripted controller labels every state with its action. Who drives: the scripted
+    controller itself (``driver`` None) or the clone (DAgger: the states the clone
+    reaches, labelled with what the controller would do there). The executed action is
+    the driver's plus noise (what the replay records, so the critics learn what really
+    happened), so the clone also learns to come back to the path.
+    """
+    spec = envs[0].robot_spec
+    rng = np.random.default_rng([config.seed + 1, round_index])
+    controllers = [ReachController(spec) for _ in envs]
+    per_env = -(-config.demonstration_episodes // len(envs))
+    observations: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    rows = TransitionArrays.empty(1, spec.obs_dim, spec.act_dim)
+    for env, controller in zip(envs, controllers, strict=True):
+        for _ in range(per_env):
+            raw, _ = env.reset()
+            controller.reset()
+            done = False
+            while not done:
+                clean = controller.act(raw)
+                obs = normalize(raw[None, :])
+                driven = clean
+                if driver is not None:
+                    with torch.no_grad():
+                        mean, _ = driver.sample(torch.from_numpy(obs), deterministic=True)
+                    driven = mean.numpy()[0]
+                noise = rng.normal(0.0, config.demonstration_noise, spec.act_dim)
+                executed = np.clip(driven + noise, -1.0, 1.0).astype(np.float32)
+                nxt, reward, terminated, truncated, _ = env.step(executed)
+                observations.append(obs[0])
+                labels.append(clean)
+                rows.observations[:] = obs
+                rows.proposed_actions[0] = executed
+                rows.actions[0] = executed
+                rows.rewards[0] = float(reward)
+                rows.terminated[0] = terminated
+                rows.truncated[0] = truncated
+                rows.next_observations[:] = normalize(nxt[None, :])
+                replay.extend(rows)
+                raw = nxt
+                done = terminated or truncated
+    return np.stack(observations), np.stack(labels).astype(np.float32)
+
+
+def _critic_warmup(sac: SAC, replay: ReplayBuffer, config: PretrainConfig) -> None:
+    """SAC updates with the actor's and the entropy coefficient's learning rates at 0:
+    the critics learn the clone's values (WSRL-style) while the clone stays as it is."""
+    frozen = [
+        group for opt in (sac.actor_optimizer, sac.alpha_optimizer) for group in opt.param_groups
+    ]
+    rates = [group["lr"] for group in frozen]
+    for group in frozen:
+        group["lr"] = 0.0
+    try:
+        for _ in range(config.critic_warmup_updates):
+            sac.update(replay.sample(config.sac.batch_size))
+    finally:
+        for group, lr in zip(frozen, rates, strict=True):
+            group["lr"] = lr
+
+
+def _behaviour_clone(
+    actor: Actor, observations: np.ndarray, labels: np.ndarray, config: PretrainConfig
+) -> float:
+    """Fit ``actor``'s mean action to ``labels`` (MSE after tanh); returns the last loss."""
+    generator = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.Adam(actor.parameters(), lr=1e-3)
+    obs = torch.from_numpy(observations)
+    act = torch.from_numpy(labels)
+    loss = torch.zeros(())
+    for _ in range(config.bc_updates):
+        idx = torch.randint(0, len(obs), (config.sac.batch_size,), generator=generator)
+        mu, log_std = actor(obs[idx])
+        loss = torch.nn.functional.mse_loss(torch.tanh(mu), act[idx])
+        loss = loss + 0.01 * torch.nn.functional.mse_loss(
+            log_std, torch.full_like(log_std, math.log(config.clone_std))
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    return float(loss.detach())
+
+
+def _cloned_sac(
+    config: PretrainConfig,
+    arch: ActorArchitecture,
+    envs: list[ArmEnv],
+    replay: ReplayBuffer,
+    normalize: ObservationNormalizer,
+) -> SAC:
+    """SAC whose actor is the scripted controller's clone (demonstrations, then DAgger
+    rounds) and whose critics have learnt its values; ``replay`` holds all of it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.sac.seed)
+        actor = Actor(arch)
+    demo_obs, demo_act = _demonstrate(config, envs, replay, normalize)
+    _behaviour_clone(actor, demo_obs, demo_act, config)
+    for round_index in range(1, config.dagger_rounds + 1):
+        more_obs, more_act = _demonstrate(
+            config, envs, replay, normalize, driver=actor, round_index=round_index
+        )
+        demo_obs = np.concatenate([demo_obs, more_obs])
+        demo_act = np.concatenate([demo_act, more_act])
+        _behaviour_clone(actor, demo_obs, demo_act, config)
+    sac = SAC(arch, config.sac, actor=actor)
+    _critic_warmup(sac, replay, config)
+    return sac
 
 
 def pretrain(
@@ -214,19 +433,25 @@ def pretrain(
     *,
     on_progress: Callable[[int, EvalPoint | None], None] | None = None,
     overwrite: bool = False,
+    supervisor_factory: SupervisorFactory | None = None,
 ) -> PretrainResult:
     """Train SAC on the arm and write the best evaluated policy as a bundle at ``out``.
 
     ``on_progress(env_steps, eval_point_or_None)`` is called every collection step and
-    after each evaluation.
+    after each evaluation (the behaviour-cloned start is evaluated at step 0).
+    ``supervisor_factory`` makes one supervisor per arm (and one for each evaluation)
+    when ``config.supervised``; the torque arm's default is ``arm_supervisor``.
     """
     check_bundle_target(out, overwrite=overwrite)  # before the minutes of training, not after
+    _check_demonstrations(config)
+    make_supervisor = _supervisor_factory(config, supervisor_factory)
     prior = (
         TrainingMetadata()
         if config.init_from is None
         else load_bundle(config.init_from).manifest.metadata
     )
-    spec = arm_spec()
+    spec = arm_spec(config.command_interface)
+    env_config = ArmEnvConfig(command_interface=config.command_interface)
     normalizer = normalizer_from_spec(spec)
     normalize = ObservationNormalizer(normalizer)
     arch = ActorArchitecture(
@@ -235,30 +460,48 @@ def pretrain(
         hidden_sizes=config.sac.hidden_sizes,
         activation=config.sac.activation,
     )
-    sac = _initial_sac(config, arch)
     replay = _replay(config, spec.obs_dim, spec.act_dim)
     randomization = DomainRandomization.default() if config.randomize else None
     envs = [
-        ArmEnv(randomization=randomization, seed=config.seed * 1000 + i)
+        ArmEnv(randomization=randomization, seed=config.seed * 1000 + i, config=env_config)
         for i in range(config.n_envs)
     ]
-    eval_env = ArmEnv(seed=config.seed + 7)
+    eval_env = ArmEnv(seed=config.seed + 7, config=env_config)
+
+    def evaluate(actor: Actor, episodes: int, seed: int = 10_000) -> EvaluationResult:
+        supervisor = None if make_supervisor is None else make_supervisor()
+        return evaluate_actor(
+            actor, normalize, eval_env, episodes, seed=seed, supervisor=supervisor
+        )
+
+    start = time.monotonic()
+    history: list[EvalPoint] = []
+    best: _Snapshot | None = None
+    warm_started = config.init_from is not None
+    if config.demonstration_episodes:
+        sac = _cloned_sac(config, arch, envs, replay, normalize)
+        warm_started = True
+        result = evaluate(sac.actor, config.eval_episodes)
+        cloned = EvalPoint(0, 0, sac.updates, time.monotonic() - start, result)
+        history.append(cloned)
+        best = _snapshot(sac, result.success_rate)
+        if on_progress is not None:
+            on_progress(0, cloned)
+    else:
+        sac = _initial_sac(config, arch)
     # One supervisor per arm: a supervisor keeps per-robot state (last pose, learnt load).
-    supervisors = [arm_supervisor() for _ in envs] if config.supervised else []
+    supervisors = [make_supervisor() for _ in envs] if make_supervisor is not None else []
     previous: list[np.ndarray | None] = [None] * len(envs)
     rng = np.random.default_rng(config.seed)
     raw = np.stack([env.reset()[0] for env in envs])
     obs = normalize(raw)
     rows = TransitionArrays.empty(config.n_envs, spec.obs_dim, spec.act_dim)
-    history: list[EvalPoint] = []
-    best: _Snapshot | None = None
     steps = episodes = 0
     budget = 0.0
     next_eval = config.eval_interval_steps
-    start = time.monotonic()
 
     while steps < config.total_env_steps and time.monotonic() - start < config.time_budget_s:
-        if steps < config.learning_starts and config.init_from is None:
+        if steps < config.learning_starts and not warm_started:
             actions = rng.uniform(-1.0, 1.0, (config.n_envs, spec.act_dim)).astype(np.float32)
         else:
             actions = sac.act(obs)
@@ -290,7 +533,8 @@ def pretrain(
         obs = normalize(reset_raw)
         steps += config.n_envs
 
-        if steps > config.learning_starts:
+        # Demonstrations already fill the buffer: updates start at once.
+        if steps > config.learning_starts or config.demonstration_episodes:
             budget += config.n_envs * config.updates_per_step
             n = int(budget)
             budget -= n
@@ -300,13 +544,7 @@ def pretrain(
         point = None
         if steps >= next_eval:
             next_eval += config.eval_interval_steps
-            result = evaluate_actor(
-                sac.actor,
-                normalize,
-                eval_env,
-                config.eval_episodes,
-                supervisor=_eval_supervisor(config),
-            )
+            result = evaluate(sac.actor, config.eval_episodes)
             point = EvalPoint(steps, episodes, sac.updates, time.monotonic() - start, result)
             history.append(point)
             if best is None or result.success_rate >= best.success_rate:
@@ -322,14 +560,7 @@ def pretrain(
 
     chosen = best if best is not None else _snapshot(sac, math.nan)
     sac.actor.load_state_dict(chosen.actor)
-    final = evaluate_actor(
-        sac.actor,
-        normalize,
-        eval_env,
-        config.final_eval_episodes,
-        seed=20_000,
-        supervisor=_eval_supervisor(config),
-    )
+    final = evaluate(sac.actor, config.final_eval_episodes, seed=20_000)
     elapsed = time.monotonic() - start
     bundle = save_bundle(
         Path(out),
@@ -339,7 +570,11 @@ def pretrain(
         action=ActionSpec(spec.action_names, (-1.0,) * spec.act_dim, (1.0,) * spec.act_dim),
         normalizer=normalizer,
         version_id=1,
-        version_name=f"pretrained-arm-seed{config.seed}",
+        version_name=(
+            f"pretrained-arm-seed{config.seed}"
+            if config.command_interface == "torque"
+            else f"pretrained-arm-{config.command_interface}-seed{config.seed}"
+        ),
         robot_spec=spec,
         training=TrainingState(
             critic=chosen.critic, critic_target=chosen.critic_target, log_alpha=chosen.log_alpha

@@ -1,19 +1,27 @@
-"""tether.sim: the built-in robot, a 4-joint torque-controlled MuJoCo arm.
+"""tether.sim: the built-in robot, a 4-joint MuJoCo arm commanded by torque or by joint
+position (``ArmEnvConfig.command_interface``; ``spec.DEFAULT_COMMAND_INTERFACE`` is the
+switch).
 
 ``arm_spec()`` declares its limits, ``ArmKinematics`` answers kinematic questions about
 it without stepping physics, ``ArmEnv`` (registered as ``tether/Arm-v0`` on import)
 simulates it under ``ArmDynamics`` that a ``DomainRandomization`` draws per episode and
-a ``DriftSchedule`` changes as a run goes on. See docs/sim.md.
+a ``DriftSchedule`` changes as a run goes on. Episodes end in an ``EpisodeOutcome``
+(settled success, final distance); ``ReachController`` is the scripted controller and,
+given the true dynamics, the oracle; ``run_episodes`` runs any controller on paired
+tasks. See docs/sim.md.
 """
 
 import gymnasium
 
 from tether.sim.config import ArmEnvConfig
+from tether.sim.controllers import ReachController
 from tether.sim.drift import DriftRamp, DriftSchedule
 from tether.sim.dynamics import ArmDynamics
 from tether.sim.env import ArmEnv, ArmState
+from tether.sim.episodes import run_episodes
 from tether.sim.errors import SimConfigError, SimError
 from tether.sim.kinematics import ArmKinematics
+from tether.sim.outcome import EpisodeOutcome
 from tether.sim.randomization import DomainRandomization
 from tether.sim.spec import arm_spec
 
@@ -33,7 +41,10 @@ __all__ = [
     "DomainRandomization",
     "DriftRamp",
     "DriftSchedule",
+    "EpisodeOutcome",
+    "ReachController",
     "SimConfigError",
     "SimError",
     "arm_spec",
+    "run_episodes",
 ]

@@ -1,12 +1,16 @@
 """``ArmEnvConfig``: the task the built-in arm is asked to do, in one validated model.
 
 Dynamics are not here (see ``ArmDynamics``, ``DomainRandomization``, ``DriftSchedule``);
-this is the episode, the target and the reward.
+this is the command interface, the episode, the target, the reward and what counts as
+success.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tether.sim.spec import DEFAULT_COMMAND_INTERFACE
+from tether.spec import CommandInterface
 
 
 class ArmEnvConfig(BaseModel):
@@ -14,6 +18,12 @@ class ArmEnvConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    command_interface: CommandInterface = Field(
+        default=DEFAULT_COMMAND_INTERFACE,
+        description="How the arm is commanded: 'torque' (normalized motor torques) or "
+        "'position' (normalized joint-position targets under the joint impedance "
+        "controller) (name)",
+    )
     episode_steps: int = Field(
         default=200,
         ge=1,
@@ -25,6 +35,12 @@ class ArmEnvConfig(BaseModel):
         gt=0.0,
         description="End-effector distance to the target that counts as reached (m)",
     )
+    settle_steps: int = Field(
+        default=10,
+        ge=1,
+        description="An episode succeeds when the end effector stays within the success "
+        "radius over this many last steps: settled, not passing through (steps)",
+    )
     distance_weight: float = Field(
         default=1.0,
         ge=0.0,
@@ -33,10 +49,21 @@ class ArmEnvConfig(BaseModel):
     effort_weight: float = Field(
         default=0.01,
         ge=0.0,
-        description="Reward per unit of squared normalized torque, subtracted (1)",
+        description="Torque interface: reward per unit of squared normalized torque, "
+        "subtracted (1)",
+    )
+    command_change_weight: float = Field(
+        default=0.05,
+        ge=0.0,
+        description="Position interface: reward per unit of squared change of the "
+        "normalized command from the previous step, subtracted (1)",
     )
     success_bonus: float = Field(
-        default=1.0, ge=0.0, description="Reward added on each step the target is reached (1)"
+        default=1.0,
+        ge=0.0,
+        description="Torque interface: reward added on each step within the success radius; "
+        "position interface: the peak of the smooth bonus "
+        "success_bonus * exp(-(distance / success_radius_m)^2) per step (1)",
     )
     contact_penalty: float = Field(
         default=1.0,

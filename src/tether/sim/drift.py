@@ -11,6 +11,7 @@ well-defined and does not depend on the order the ramps were listed in.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -87,8 +88,12 @@ class DriftSchedule(BaseModel):
                     f"(steps {before.start_step}-{before.end_step} and "
                     f"{after.start_step}-{after.end_step}); let one end before the next starts"
                 )
-        # Every end state must be valid dynamics; ArmDynamics says what is wrong if not.
-        self.dynamics_at(self.last_step, ArmDynamics.nominal())
+        # Every ramp's end state must be valid dynamics (dynamics_at trusts that, see
+        # there); constructing it anew, ArmDynamics says what is wrong if not.
+        for ramp in self.ramps:
+            ArmDynamics(
+                **dataclasses.asdict(self.dynamics_at(ramp.end_step, ArmDynamics.nominal()))
+            )
         return self
 
     @property
@@ -113,7 +118,12 @@ class DriftSchedule(BaseModel):
             values["action_delay_steps"] = math.floor(values["action_delay_steps"] + 0.5)
         if not values:
             return base
-        return dataclasses.replace(base, **values)  # type: ignore[arg-type]
+        # Not dataclasses.replace: that re-validates on every control step of a ramp.
+        # Every ArmDynamics constraint is an interval on one knob, the base and every
+        # ramp's end are valid (checked when built), so a point between them is too.
+        moved = copy.copy(base)
+        moved.__dict__.update(values)
+        return moved
 
     @functools.cached_property
     def _by_start(self) -> tuple[DriftRamp, ...]:

@@ -78,6 +78,8 @@ class ArmDynamics:
 
 
 _TORQUE_NM = np.array([link.torque_limit_nm for link in ARM.links])
+_STIFFNESS_NM_RAD = np.array([link.stiffness_nm_rad for link in ARM.links])
+_IMPEDANCE_DAMPING_NM_S = np.array([link.impedance_damping_nm_s_rad for link in ARM.links])
 _DAMPING_NM_S = np.array([link.damping_nm_s for link in ARM.links])
 _FRICTION_NM = np.array([link.friction_nm for link in ARM.links])
 
@@ -89,12 +91,32 @@ def apply_dynamics(
 
     With ``previous`` (what the model holds now), only the knobs that differ are written:
     a drifting env changes one or two knobs per step and this runs every step.
+
+    The actuator gain scales what the motors deliver: on a torque model the gear; on a
+    position (impedance) model the whole controller output, ``G·clip(Kp (q_cmd − q) −
+    Kd q̇ + g_nominal(q), ±τ_max)``, i.e. Kp, Kd and the gravity compensation times G
+    and the saturation at ``G·τ_max`` (what a weakened motor at its current limit gives).
     """
     if previous is None or dynamics.actuator_gain != previous.actuator_gain:
-        model.actuator_gear[:, 0] = dynamics.actuator_gain * _TORQUE_NM
+        _apply_gain(model, dynamics.actuator_gain)
     if previous is None or dynamics.joint_damping != previous.joint_damping:
         model.dof_damping[:] = dynamics.joint_damping * _DAMPING_NM_S
     if previous is None or dynamics.joint_friction != previous.joint_friction:
         model.dof_frictionloss[:] = dynamics.joint_friction * _FRICTION_NM
     if previous is None or dynamics.payload_mass_kg != previous.payload_mass_kg:
         set_payload(model, dynamics.payload_mass_kg)
+
+
+def _apply_gain(model: mujoco.MjModel, gain: float) -> None:
+    if not model.jnt_actgravcomp.any():  # torque motors
+        model.actuator_gear[:, 0] = gain * _TORQUE_NM
+        return
+    model.actuator_gainprm[:, 0] = gain * _STIFFNESS_NM_RAD
+    model.actuator_biasprm[:, 1] = -gain * _STIFFNESS_NM_RAD
+    model.actuator_biasprm[:, 2] = -gain * _IMPEDANCE_DAMPING_NM_S
+    model.jnt_actfrcrange[:, 0] = -gain * _TORQUE_NM
+    model.jnt_actfrcrange[:, 1] = gain * _TORQUE_NM
+    # Every link compensates its own weight times the gain; the payload body stays at 0:
+    # the controller's gravity model is the nominal arm's.
+    linked = model.body_gravcomp > 0
+    model.body_gravcomp[linked] = gain

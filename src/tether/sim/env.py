@@ -1,10 +1,13 @@
 """``ArmEnv``: the built-in arm as a gymnasium env (``tether/Arm-v0``).
 
-Each control step (``arm_spec().control_period_s``) holds one normalized torque command
-over several physics substeps. Observation: ``[q | q̇ | end effector | target]``
-(float32, layout in ``arm_spec().layout``; q and q̇ carry the dynamics' sensor noise
-and bias, the end effector and target are exact). Action: normalized torques in
-[-1, 1]; 1 is ``torque_limit_nm`` times the actuator gain.
+Each control step (``arm_spec().control_period_s``) holds one normalized command over
+several physics substeps. Observation: ``[q | q̇ | end effector | target]`` (float32,
+layout in ``arm_spec().layout``; q and q̇ carry the dynamics' sensor noise and bias, the
+end effector and target are exact). Action, by ``ArmEnvConfig.command_interface``:
+normalized torques in [-1, 1] (1 is ``torque_limit_nm`` times the actuator gain), or
+normalized joint-position targets in [-1, 1] (``RobotSpec.commanded_position``) that the
+joint impedance controller inside the model tracks at the physics rate; it reads the
+joint encoders, so their calibration bias shifts where the arm goes.
 
 Invariant: everything ``info`` reports (obstacle contact, limit violations, success) is
 read from the physics state, never from what a policy or supervisor believed, so tests
@@ -30,6 +33,7 @@ from tether.sim.errors import SimConfigError, SimError
 from tether.sim.geometry import ARM
 from tether.sim.kinematics import ArmKinematics
 from tether.sim.mjcf import END_EFFECTOR_SITE, build_model
+from tether.sim.outcome import EpisodeOutcome, OutcomeTracker
 from tether.sim.randomization import DomainRandomization
 from tether.sim.spec import arm_spec
 
@@ -48,11 +52,11 @@ class ArmState(NamedTuple):
     end_effector_m: FloatArray
     target_m: FloatArray
     executed_action: FloatArray
-    """The normalized torque the motors ran during the last step (after any delay)."""
+    """The normalized command the arm ran during the last step (after any delay)."""
 
 
 class ArmEnv(gym.Env[ObsArray, ObsArray]):
-    """Reach a target drawn per episode with a 4-joint torque-controlled arm; avoid the obstacle."""
+    """Reach a target drawn per episode with a 4-joint arm; avoid the obstacle."""
 
     # gymnasium declares metadata as an instance attribute but reads it off the class.
     metadata: dict[str, Any] = {  # noqa: RUF012
@@ -74,9 +78,10 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
             raise SimConfigError(
                 f"ArmEnv does not render; render_mode must be None, got {render_mode!r}"
             )
-        self.robot_spec = arm_spec()
         self.config = config or ArmEnvConfig()
-        self._model = build_model()
+        self.robot_spec = arm_spec(self.config.command_interface)
+        self._position = self.config.command_interface == "position"
+        self._model = build_model(command_interface=self.config.command_interface)
         self._data = mujoco.MjData(self._model)
         self._kinematics = ArmKinematics()
         self._site = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_SITE, END_EFFECTOR_SITE)
@@ -100,10 +105,11 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         self._target = np.zeros(3)
         self._pending: deque[FloatArray] = deque()
         self._executed = np.zeros(n)
+        self._commanded = np.zeros(n)
         self._obs = np.zeros(self.robot_spec.obs_dim, dtype=np.float32)
         self.global_step = 0
         self.episode_step = 0
-        self._counts = np.zeros(3, dtype=np.int64)
+        self._outcome = OutcomeTracker(self.config.success_radius_m, self.config.settle_steps)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
         self.observation_space = _observation_space(self._low, self._high, self._vlim)
 
@@ -147,19 +153,26 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         target = self._sample_target(rng)
         self._target = _checked(opts, "target", (3,)) if "target" in opts else target
         self._pending.clear()
-        self._executed = np.zeros(self._n)
-        self._data.ctrl[:] = 0.0
+        # A position-commanded arm starts holding where it is; a torque arm unpowered.
+        self._executed = (
+            np.clip(self.robot_spec.action_for_position(q), -1.0, 1.0)
+            if self._position
+            else np.zeros(self._n)
+        )
+        self._commanded = self._executed.copy()
+        self._data.ctrl[:] = self._control(self._executed)
         mujoco.mj_forward(self._model, self._data)
         self.episode_step = 0
-        self._counts[:] = 0
+        self._outcome.reset()
         return self._observe(), {"dynamics": self._dynamics}
 
     def step(self, action: ObsArray) -> tuple[ObsArray, float, bool, bool, dict[str, Any]]:
-        """Run one control period with ``action`` (normalized torques, clipped to [-1, 1])."""
+        """Run one control period with ``action`` (normalized commands, clipped to [-1, 1])."""
         command = np.asarray(action, dtype=np.float64)
         if command.shape != (self._n,) or not np.isfinite(command).all():
             raise SimError(
-                f"ArmEnv.step needs a finite action of shape ({self._n},) (normalized torques), "
+                f"ArmEnv.step needs a finite action of shape ({self._n},) (normalized "
+                f"{self.config.command_interface} commands), "
                 f"got shape {command.shape} with values {command}; filter actions through the "
                 "safety supervisor before they reach the arm"
             )
@@ -169,7 +182,7 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
             self._set_dynamics(drift.dynamics_at(self.global_step, self._episode_base))
         executed = self._delay(command)
         data, model = self._data, self._model
-        data.ctrl[:] = executed
+        data.ctrl[:] = self._control(executed)
         contact = False
         limit = False
         # Contacts and active limit constraints are read at every substep, so a brief
@@ -189,16 +202,29 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         distance = math.sqrt(float(offset.dot(offset)))
         success = distance < self.config.success_radius_m
         cfg = self.config
-        reward = (
-            -cfg.distance_weight * distance
-            - cfg.effort_weight * float(command.dot(command))
-            + (cfg.success_bonus if success else 0.0)
-            - (cfg.contact_penalty if contact else 0.0)
-        )
-        self._counts += (contact, limit, too_fast)
+        if self._position:
+            change = command - self._commanded
+            reward = (
+                -cfg.distance_weight * distance
+                - cfg.command_change_weight * float(change.dot(change))
+                # A smooth bonus: the return does not jump when the arm crosses the radius.
+                + cfg.success_bonus * math.exp(-((distance / cfg.success_radius_m) ** 2))
+                - (cfg.contact_penalty if contact else 0.0)
+            )
+        else:
+            reward = (
+                -cfg.distance_weight * distance
+                - cfg.effort_weight * float(command.dot(command))
+                + (cfg.success_bonus if success else 0.0)
+                - (cfg.contact_penalty if contact else 0.0)
+            )
+        self._commanded = command
+        outcome = self._outcome
+        outcome.record(distance, reward, contact, limit, too_fast)
         self.global_step += 1
         self.episode_step += 1
         truncated = self.episode_step >= cfg.episode_steps
+        counts = outcome.outcome()
         info: dict[str, Any] = {
             "obstacle_contact": contact,
             "joint_limit_violation": limit,
@@ -208,11 +234,14 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
             "distance_m": distance,
             "executed_action": executed.copy(),
             "dynamics": self._dynamics,
-            "obstacle_contact_steps": int(self._counts[0]),
-            "joint_limit_violation_steps": int(self._counts[1]),
-            "velocity_limit_violation_steps": int(self._counts[2]),
+            "settled": outcome.settled,
+            "obstacle_contact_steps": counts.obstacle_contact_steps,
+            "joint_limit_violation_steps": counts.joint_limit_violation_steps,
+            "velocity_limit_violation_steps": counts.velocity_limit_violation_steps,
             "episode_step": self.episode_step,
         }
+        if truncated:
+            info["outcome"] = counts
         return self._observe(), reward, False, truncated, info
 
     # -- beyond gymnasium ----------------------------------------------------------------
@@ -230,6 +259,10 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         self._base = dynamics
         self._episode_base = dynamics
         self._set_dynamics(self._dynamics_now())
+
+    def episode_outcome(self) -> EpisodeOutcome:
+        """The outcome of the episode so far (``info["outcome"]`` on its last step)."""
+        return self._outcome.outcome()
 
     def true_state(self) -> ArmState:
         """The noise-free state after the last step, for tests and ground-truth logging."""
@@ -265,6 +298,14 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         if dynamics != self._dynamics:
             apply_dynamics(self._model, dynamics, previous=self._dynamics)
             self._dynamics = dynamics
+
+    def _control(self, executed: FloatArray) -> FloatArray:
+        """What the model's actuators take: the normalized torque, or the commanded
+        position in the encoders' frame (the controller sees ``q + obs_bias``, so to reach
+        ``q_cmd`` on its readings it drives the true joint to ``q_cmd − obs_bias``)."""
+        if not self._position:
+            return executed
+        return self.robot_spec.commanded_position(executed) - self._dynamics.obs_bias
 
     def _delay(self, command: FloatArray) -> FloatArray:
         # Commands wait in a queue; when the delay grows the motors repeat the last

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Position error at which the impedance controller asks for the full motor torque (rad).
+IMPEDANCE_SATURATION_RAD = 0.5
+# How far beyond each joint's range the position interface can command (rad): the
+# controller accepts it, the joint limit stops it (so commands must be checked).
+POSITION_COMMAND_OVERREACH_RAD = 0.15
+# The impedance damping Kd as a fraction of the joint's own viscous damping (1).
+IMPEDANCE_DAMPING_FRACTION = 0.5
+
 
 @dataclass(frozen=True)
 class Link:
@@ -47,6 +55,26 @@ class Link:
     def friction_nm(self) -> float:
         """Nominal Coulomb friction loss (N·m): 1 % of the joint's torque limit."""
         return 0.01 * self.torque_limit_nm
+
+    @property
+    def stiffness_nm_rad(self) -> float:
+        """Joint impedance stiffness Kp of the position interface (N·m/rad).
+
+        The motor saturates at a position error of ``IMPEDANCE_SATURATION_RAD``: stiff
+        enough that the nominal arm settles within millimetres of a target, soft enough
+        that the rated worst case (gain 0.6, 0.5 kg payload) leaves centimetres of
+        tracking error for a learner to win back (docs/sim.md).
+        """
+        return self.torque_limit_nm / IMPEDANCE_SATURATION_RAD
+
+    @property
+    def impedance_damping_nm_s_rad(self) -> float:
+        """Joint impedance damping Kd of the position interface (N·m·s/rad).
+
+        On top of the joint's own viscous damping; together about critical for the link's
+        inertia at home (``IMPEDANCE_DAMPING_FRACTION`` of the joint's own damping).
+        """
+        return IMPEDANCE_DAMPING_FRACTION * self.damping_nm_s
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,15 @@ shapes are the very numbers ``arm_spec()`` declares. Every call returns a fresh
 ``MjModel``: the env changes damping, friction, gear and payload mass in place, and two
 envs must never share those.
 
+Two command interfaces share one body tree. ``"torque"``: a motor per joint, ctrl is the
+normalized torque. ``"position"``: a joint impedance controller at the physics rate,
+built from MuJoCo's own parts so the substep loop stays in C: an affine actuator per
+joint (ctrl = commanded position in rad, force ``Kp·ctrl − Kp·q − Kd·q̇``), gravity
+compensation of the *nominal* links (``gravcomp`` on every link body, not on the payload)
+routed through the actuators (``actuatorgravcomp``), and the joint's
+``actuatorfrcrange`` saturating the sum at the motor's torque limit.
+``dynamics.apply_dynamics`` scales all three by the actuator gain.
+
 Contacts: arm geoms (contype 2, conaffinity 1) collide only with the obstacle
 (contype 1, conaffinity 2), so any contact in ``MjData`` is an obstacle contact.
 """
@@ -13,7 +22,8 @@ from __future__ import annotations
 
 import mujoco
 
-from tether.sim.geometry import ARM, ArmGeometry
+from tether.sim.geometry import ARM, ArmGeometry, Link
+from tether.spec import CommandInterface
 
 END_EFFECTOR_SITE = "end_effector"
 OBSTACLE_GEOM = "obstacle"
@@ -23,8 +33,9 @@ EMPTY_PAYLOAD_KG = 1e-6
 PAYLOAD_RADIUS_M = 0.03
 
 
-def build_mjcf(arm: ArmGeometry = ARM) -> str:
-    """The MJCF document for ``arm``."""
+def build_mjcf(arm: ArmGeometry = ARM, command_interface: CommandInterface = "torque") -> str:
+    """The MJCF document for ``arm`` commanded through ``command_interface``."""
+    position = command_interface == "position"
     bodies = _payload_body(arm)
     # Built inside out: each link's body wraps the one after it.
     for i in reversed(range(len(arm.links))):
@@ -36,21 +47,23 @@ def build_mjcf(arm: ArmGeometry = ARM) -> str:
             else ""
         )
         ax = " ".join(str(a) for a in link.axis)
+        impedance = ' gravcomp="1"' if position else ""
+        saturation = (
+            f' actuatorgravcomp="true" actuatorfrcrange="{-link.torque_limit_nm} {link.torque_limit_nm}"'
+            if position
+            else ""
+        )
         bodies = f"""
-<body name="{link.name}" pos="{pos}">
+<body name="{link.name}" pos="{pos}"{impedance}>
   <joint name="{link.joint}" type="hinge" axis="{ax}" armature="{link.armature_kg_m2}"
          damping="{link.damping_nm_s}" frictionloss="{link.friction_nm}"
-         range="{link.position_low_rad} {link.position_high_rad}"/>
+         range="{link.position_low_rad} {link.position_high_rad}"{saturation}/>
   <geom name="{link.name}_geom" type="capsule" fromto="0 0 0 0 0 {link.length_m}"
         size="{link.radius_m}" mass="{link.mass_kg}" contype="2" conaffinity="1"/>
   {site}
   {bodies}
 </body>"""
-    motors = "\n".join(
-        f'<motor name="{link.joint}_motor" joint="{link.joint}" gear="{link.torque_limit_nm}"'
-        ' ctrllimited="true" ctrlrange="-1 1"/>'
-        for link in arm.links
-    )
+    motors = "\n".join(_actuator(link, position) for link in arm.links)
     cx, cy, cz = arm.obstacle_center_m
     return f"""<mujoco model="tether_arm">
   <compiler angle="radian" autolimits="true"/>
@@ -67,6 +80,19 @@ def build_mjcf(arm: ArmGeometry = ARM) -> str:
 """
 
 
+def _actuator(link: Link, position: bool) -> str:
+    if not position:
+        return (
+            f'<motor name="{link.joint}_motor" joint="{link.joint}" gear="{link.torque_limit_nm}"'
+            ' ctrllimited="true" ctrlrange="-1 1"/>'
+        )
+    kp, kd = link.stiffness_nm_rad, link.impedance_damping_nm_s_rad
+    return (
+        f'<general name="{link.joint}_impedance" joint="{link.joint}" gaintype="fixed" '
+        f'gainprm="{kp}" biastype="affine" biasprm="0 {-kp} {-kd}" ctrllimited="false"/>'
+    )
+
+
 def _payload_body(arm: ArmGeometry) -> str:
     return (
         f'<body name="{PAYLOAD_BODY}" pos="0 0 {arm.end_effector_offset_m}">'
@@ -75,9 +101,11 @@ def _payload_body(arm: ArmGeometry) -> str:
     )
 
 
-def build_model(arm: ArmGeometry = ARM) -> mujoco.MjModel:
-    """A fresh compiled model of ``arm``."""
-    return mujoco.MjModel.from_xml_string(build_mjcf(arm))
+def build_model(
+    arm: ArmGeometry = ARM, command_interface: CommandInterface = "torque"
+) -> mujoco.MjModel:
+    """A fresh compiled model of ``arm`` commanded through ``command_interface``."""
+    return mujoco.MjModel.from_xml_string(build_mjcf(arm, command_interface))
 
 
 def set_payload(model: mujoco.MjModel, mass_kg: float) -> None:

@@ -4,6 +4,10 @@ Every number comes from :data:`tether.sim.geometry.ARM` (the same numbers the MJ
 built from) or is measured on the model (the deceleration limits, see ``braking.py``),
 so the declared limits are the simulated ones.
 
+The built-in arm can be commanded by torque or by joint position (``command_interface``);
+:data:`DEFAULT_COMMAND_INTERFACE` is the one switch that says which one ``arm_spec()``
+and ``ArmEnv()`` give when nobody asks for either.
+
 Observation layout (float32, ``obs_dim = 2n + 6`` for ``n`` joints):
 ``[q (n, rad) | q̇ (n, rad/s) | end effector xyz (3, m) | target xyz (3, m)]``.
 """
@@ -13,15 +17,26 @@ from __future__ import annotations
 import functools
 
 from tether.sim.braking import derive_deceleration_limits
-from tether.sim.geometry import ARM
-from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
+from tether.sim.geometry import ARM, POSITION_COMMAND_OVERREACH_RAD
+from tether.spec import Box, CommandInterface, ObservationLayout, RobotSpec, Sphere
 
 ARM_NAME = "tether-arm-4dof"
 
+# The built-in arm's interface when none is asked for: every `arm_spec()`, every
+# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. It flips to
+# "position" when the position supervisor and the position bundle are integrated.
+DEFAULT_COMMAND_INTERFACE: CommandInterface = "torque"
+
+
+def arm_spec(command_interface: CommandInterface | None = None) -> RobotSpec:
+    """The built-in arm's spec, commanded by ``command_interface`` (default
+    :data:`DEFAULT_COMMAND_INTERFACE`); computed once per process and interface."""
+    return _arm_spec(command_interface or DEFAULT_COMMAND_INTERFACE)
+
 
 @functools.cache
-def arm_spec() -> RobotSpec:
-    """The built-in arm's spec (computed once per process; the spec is immutable)."""
+def _arm_spec(command_interface: CommandInterface) -> RobotSpec:
+    position = command_interface == "position"
     joints = tuple(link.joint for link in ARM.links)
     n = len(joints)
     names = (
@@ -43,9 +58,23 @@ def arm_spec() -> RobotSpec:
         joint_position_low_rad=tuple(link.position_low_rad for link in ARM.links),
         joint_position_high_rad=tuple(link.position_high_rad for link in ARM.links),
         joint_velocity_limit_rad_s=tuple(link.velocity_limit_rad_s for link in ARM.links),
-        joint_acceleration_limit_rad_s2=derive_deceleration_limits(ARM),
+        joint_acceleration_limit_rad_s2=_deceleration_limits(),
         torque_limit_nm=tuple(link.torque_limit_nm for link in ARM.links),
         home_position_rad=tuple(link.home_rad for link in ARM.links),
         workspace=Box(ARM.workspace_low_m, ARM.workspace_high_m, name="workspace"),
         obstacles=(Sphere(ARM.obstacle_center_m, ARM.obstacle_radius_m, name="obstacle"),),
+        command_interface=command_interface,
+        joint_stiffness_nm_rad=(
+            tuple(link.stiffness_nm_rad for link in ARM.links) if position else ()
+        ),
+        joint_damping_nm_s_rad=(
+            tuple(link.impedance_damping_nm_s_rad for link in ARM.links) if position else ()
+        ),
+        position_command_overreach_rad=POSITION_COMMAND_OVERREACH_RAD if position else 0.0,
     )
+
+
+@functools.cache
+def _deceleration_limits() -> tuple[float, ...]:
+    # Measured on the arm's physics, which both interfaces share (~0.3 s): once.
+    return derive_deceleration_limits(ARM)
