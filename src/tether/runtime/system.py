@@ -579,6 +579,7 @@ class RunSystem:
         if self._admin is not None:
             await self._admin.stop(self.config.server.grace_s)
         await self._server.stop()
+        self._versions.close()
         self._recorder.close()
         self._log.close()
         self._learner.stop()

@@ -91,3 +91,4 @@ async def serve_versions(
         if admin is not None:
             await admin.stop(config.grace_s)
         await server.stop()
+        versions.close()

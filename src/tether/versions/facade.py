@@ -205,6 +205,10 @@ class PolicyVersions:
             make_live=self.config.reload_makes_live,
         )
 
+    def close(self) -> None:
+        """Stop the gate's background work (the shadow evaluator's thread) at shutdown."""
+        self.promotion.close()
+
     def drive(self, holder: LiveModel) -> None:
         """Make ``holder`` (a server's ``LiveModel``) serve the live version, now and after
         every promotion, rollback or reload; its batches pick each swap up at a boundary.

@@ -189,6 +189,14 @@ class ServerGate:
             listener(outcome)
         return outcome
 
+    def close(self) -> None:
+        """Stop the shadow evaluator's thread (at shutdown): no stage thread may still be
+        running the candidate when the process exits."""
+        with self._lock:
+            runner, self._shadow = self._shadow, None
+        if runner is not None:
+            runner.stop()
+
     def _supersede(self, why: str = "superseded by a newer candidate") -> None:
         with self._lock:
             old, runner = self._candidate, self._shadow
