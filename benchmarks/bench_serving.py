@@ -79,8 +79,7 @@ from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
 from tether.safety.presets import arm_supervisor
 from tether.sim import ArmEnv, arm_spec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 SPEC = arm_spec()
 POLICIES = ("small", "heavy")

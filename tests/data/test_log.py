@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
 from tether.data import (

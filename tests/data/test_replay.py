@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tests.data.data_builders import ACT_DIM, OBS_DIM, make_arrays, make_transitions
 from tether.data import (

@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from tether.cli import export as export_cli
-from tether.cli import inspect as inspect_cli
+from tether.cli import export as export_cli, inspect as inspect_cli
 from tether.policy import PolicyBundle
 
 

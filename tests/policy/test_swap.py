@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle
 from tether.policy.uniform import apply_uniform, apply_uniform_np

@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from safety.builders import PlanarArm, planar_limits
 from tether.safety.chain import chain_clearance

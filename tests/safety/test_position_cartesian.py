@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tether.safety import ActionSource, SafetyCheck
 from tether.safety.geometry import Clearance

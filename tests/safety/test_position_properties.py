@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tether.safety import ActionSource, BackupConfig, SafetyCheck, SafetyLimits
 from tether.safety.position import (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tether.safety.response import step_response
 

@@ -8,8 +8,7 @@ range), and the guard-free action is shown to break the same property.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from safety.builders import N_JOINTS, observation, seven_joint_limits, step_model
 from tether.safety import PASSED, ActionSource, SafetyCheck, Supervisor

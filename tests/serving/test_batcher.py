@@ -7,8 +7,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import BatcherConfig

@@ -17,8 +17,7 @@ from tether.serving.client import ClientOptions, PolicyClient
 from tether.serving.client.protocol import RobotIdentity
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 
 def test_session_steps_are_recorded_once_each_in_order(

@@ -19,8 +19,7 @@ from tether.safety.degradation_config import DegradationConfig
 from tether.serving.client import PolicyClient
 from tether.serving.client.protocol import RobotIdentity
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 HOOK_S = 0.5  # how long the slow hook holds the server's event loop
 

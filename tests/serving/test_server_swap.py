@@ -24,10 +24,12 @@ from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
 from tether.spec import RobotSpec
-from tether.v1 import admin_pb2 as apb
-from tether.v1 import admin_pb2_grpc as apb_grpc
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import (
+    admin_pb2 as apb,
+    admin_pb2_grpc as apb_grpc,
+    policy_pb2 as pb,
+    policy_pb2_grpc as pb_grpc,
+)
 from tether.versions.facade import PolicyVersions, VersionsConfig
 from tether.versions.records import VersionState
 from tether.versions.server_gate import ServerGateConfig

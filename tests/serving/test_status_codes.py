@@ -14,8 +14,7 @@ from tether.policy.engine import PolicyEngine
 from tether.serving.client import ClientOptions, PolicyClient
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 
 def code_of(call: object) -> tuple[grpc.StatusCode, str]:

@@ -18,8 +18,7 @@ from tests.versions.builders import derived, nudged
 from tether.policy.bundle import PolicyBundle
 from tether.serving.admin_client import AdminClient
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 _SCRIPT = """
 import asyncio, sys

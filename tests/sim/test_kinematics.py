@@ -5,8 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tether.sim import ArmKinematics, SimConfigError, arm_spec
 from tether.sim.geometry import ARM

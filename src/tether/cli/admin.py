@@ -19,8 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tether.serving.admin_client import AdminCallError, AdminClient
-from tether.v1 import admin_pb2 as apb
-from tether.v1 import policy_pb2 as pb
+from tether.v1 import admin_pb2 as apb, policy_pb2 as pb
 
 T = TypeVar("T")
 

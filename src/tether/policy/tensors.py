@@ -13,8 +13,7 @@ from collections.abc import Mapping
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
+from safetensors.torch import load as st_load, save as st_save
 
 from tether.policy.errors import BundleFormatError, BundleTensorError
 

@@ -32,7 +32,13 @@ from tether.safety.degradation_config import DegradationConfig
 from tether.safety.errors import DegradationError
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind, WindowCounts
 from tether.safety.limits import SafetyLimits
-from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+from tether.safety.verdict import (
+    NON_FINITE_BIT as _NON_FINITE,
+    TAKEOVER_BIT as _TAKEOVER,
+    ActionSource,
+    SafetyCheck,
+    SafetyVerdict,
+)
 
 Listener = Callable[[DegradationTransition], None]
 _SINGLE_CHECKS = tuple(c for c in SafetyCheck if c is not SafetyCheck.NONE)
@@ -42,8 +48,6 @@ _KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
 _INTERVENTION = (_KIND_INDEX[EventKind.INTERVENTION],)
 _BACKUP = (_KIND_INDEX[EventKind.BACKUP_ACTION],)
 _BACKUP_NAN = (_KIND_INDEX[EventKind.BACKUP_ACTION], _KIND_INDEX[EventKind.NAN_OUTPUT])
-_TAKEOVER = int(SafetyCheck.TAKEOVER)
-_NON_FINITE = int(SafetyCheck.NON_FINITE)
 
 
 class DegradationMachine:

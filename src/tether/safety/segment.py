@@ -32,10 +32,10 @@ from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.safety.reach import SLACK_M, joint_reach
 from tether.safety.sweep import path_count, path_pose
-from tether.safety.verdict import SafetyCheck
-
-_WORKSPACE = int(SafetyCheck.WORKSPACE)
-_OBSTACLE = int(SafetyCheck.OBSTACLE)
+from tether.safety.verdict import (
+    OBSTACLE_BIT as _OBSTACLE,
+    WORKSPACE_BIT as _WORKSPACE,
+)
 
 Measure = Callable[[Sequence[float]], float]
 

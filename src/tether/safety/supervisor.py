@@ -51,8 +51,21 @@ from tether.safety.limits import SafetyLimits
 from tether.safety.reach import SLACK_M, ClearanceAnchor, joint_reach
 from tether.safety.sweep import path_count, path_pose
 from tether.safety.verdict import (
+    ACCELERATION_BIT as _ACCELERATION,
+    CLIP_BEFORE_CAST as _HUGE,
+    INVALID_PREVIOUS_BIT as _INVALID_PREVIOUS,
+    INVALID_SHAPE_BIT as _INVALID_SHAPE,
+    NON_FINITE_BIT as _NON_FINITE,
+    OBSTACLE_BIT as _OBSTACLE,
     PASSED,
-    REPLACING_CHECKS,
+    POSITION_BIT as _POSITION,
+    RATE_BIT as _RATE,
+    REPLACING_BITS as _REPLACING,
+    STALE_BIT as _STALE,
+    TAKEOVER_BIT as _TAKEOVER,
+    TORQUE_BIT as _TORQUE,
+    VELOCITY_BIT as _VELOCITY,
+    WORKSPACE_BIT as _WORKSPACE,
     ActionSource,
     SafetyCheck,
     SafetyVerdict,
@@ -60,24 +73,6 @@ from tether.safety.verdict import (
 
 # Check bits as plain ints on the hot path: IntFlag arithmetic costs a microsecond per
 # operation, more than the numpy work of a whole check.
-_INVALID_OBSERVATION = int(SafetyCheck.INVALID_OBSERVATION)
-_INVALID_PREVIOUS = int(SafetyCheck.INVALID_PREVIOUS)
-_TAKEOVER = int(SafetyCheck.TAKEOVER)
-_INVALID_SHAPE = int(SafetyCheck.INVALID_SHAPE)
-_NON_FINITE = int(SafetyCheck.NON_FINITE)
-_STALE = int(SafetyCheck.STALE)
-_WORKSPACE = int(SafetyCheck.WORKSPACE)
-_OBSTACLE = int(SafetyCheck.OBSTACLE)
-_TORQUE = int(SafetyCheck.TORQUE)
-_VELOCITY = int(SafetyCheck.VELOCITY)
-_POSITION = int(SafetyCheck.POSITION)
-_ACCELERATION = int(SafetyCheck.ACCELERATION)
-_RATE = int(SafetyCheck.RATE)
-_REPLACING = int(REPLACING_CHECKS)
-
-# Finite proposals are clipped to this before the float32 cast, so 1e300 stays finite;
-# anything beyond [-1, 1] is corrected anyway.
-_HUGE = 1e6
 
 
 class SupervisorConfig(BaseModel):

@@ -62,6 +62,28 @@ REPLACING_CHECKS = (
 )
 
 
+# The bits as plain ints, for the supervisors' per-action paths that OR them together
+# (IntFlag arithmetic costs far more than int arithmetic there).
+INVALID_SHAPE_BIT = int(SafetyCheck.INVALID_SHAPE)
+NON_FINITE_BIT = int(SafetyCheck.NON_FINITE)
+INVALID_OBSERVATION_BIT = int(SafetyCheck.INVALID_OBSERVATION)
+INVALID_PREVIOUS_BIT = int(SafetyCheck.INVALID_PREVIOUS)
+STALE_BIT = int(SafetyCheck.STALE)
+TORQUE_BIT = int(SafetyCheck.TORQUE)
+POSITION_BIT = int(SafetyCheck.POSITION)
+VELOCITY_BIT = int(SafetyCheck.VELOCITY)
+ACCELERATION_BIT = int(SafetyCheck.ACCELERATION)
+RATE_BIT = int(SafetyCheck.RATE)
+WORKSPACE_BIT = int(SafetyCheck.WORKSPACE)
+OBSTACLE_BIT = int(SafetyCheck.OBSTACLE)
+TAKEOVER_BIT = int(SafetyCheck.TAKEOVER)
+REPLACING_BITS = int(REPLACING_CHECKS)
+
+# Finite inputs are clipped to this before the float32 cast, so 1e300 stays finite;
+# anything beyond the limits is corrected anyway.
+CLIP_BEFORE_CAST = 1e6
+
+
 @dataclass(frozen=True)
 class SafetyVerdict:
     """The supervisor's account of one action.

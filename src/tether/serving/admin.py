@@ -30,8 +30,7 @@ from tether.serving.admin_auth import AdminAuth, AdminAuthInterceptor, AdminIden
 from tether.serving.convert import degradation_to_proto
 from tether.serving.errors import ServerSetupError, ServingError, status_code
 from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
-from tether.v1 import admin_pb2 as apb
-from tether.v1 import admin_pb2_grpc as apb_grpc
+from tether.v1 import admin_pb2 as apb, admin_pb2_grpc as apb_grpc
 from tether.versions.errors import VersionError
 from tether.versions.facade import PolicyVersions
 from tether.versions.model_dir import EngineFactory, load_into, reload_model_dir

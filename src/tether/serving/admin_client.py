@@ -14,8 +14,7 @@ from typing import Any
 import grpc
 
 from tether.serving.errors import ServingError
-from tether.v1 import admin_pb2 as apb
-from tether.v1 import admin_pb2_grpc as apb_grpc
+from tether.v1 import admin_pb2 as apb, admin_pb2_grpc as apb_grpc
 
 
 class AdminCallError(ServingError):

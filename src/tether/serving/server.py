@@ -44,8 +44,7 @@ from tether.serving.security import (
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
 from tether.serving.supervision import SupervisorFactory
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import LiveModel, ModelSource
 from tether.versions.protocols import EngineLike

@@ -40,8 +40,7 @@ from tether.serving.served_spec import ServedSpec
 from tether.serving.session import ControlSession
 from tether.serving.supervision import SupervisorFactory
 from tether.serving.validation import identifier, scalar, stored_int, vector
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
 

@@ -40,7 +40,13 @@ from typing import NamedTuple
 
 from tether.safety.limits import SafetyLimits
 from tether.safety.position.impedance import ImpedanceModel
-from tether.safety.verdict import SafetyCheck
+from tether.safety.verdict import (
+    ACCELERATION_BIT as _ACCELERATION,
+    POSITION_BIT as _POSITION,
+    TORQUE_BIT as _TORQUE,
+    VELOCITY_BIT as _VELOCITY,
+    SafetyCheck,
+)
 
 
 class JointResult(NamedTuple):
@@ -60,10 +66,6 @@ MOVED_CHECKS = (
     SafetyCheck.ACCELERATION,
     SafetyCheck.TORQUE,
 )
-_POSITION = int(SafetyCheck.POSITION)
-_VELOCITY = int(SafetyCheck.VELOCITY)
-_ACCELERATION = int(SafetyCheck.ACCELERATION)
-_TORQUE = int(SafetyCheck.TORQUE)
 
 
 def inset(x: float) -> float:

@@ -55,21 +55,19 @@ from tether.safety.position.impedance import ImpedanceModel
 from tether.safety.position.verdict import PositionVerdict
 from tether.safety.segment import SegmentClearance
 from tether.safety.supervisor import _array, _flags, _floats
-from tether.safety.verdict import PASSED, REPLACING_CHECKS, ActionSource, SafetyCheck, SafetyVerdict
-
-_INVALID_OBSERVATION = int(SafetyCheck.INVALID_OBSERVATION)
-_INVALID_PREVIOUS = int(SafetyCheck.INVALID_PREVIOUS)
-_INVALID_SHAPE = int(SafetyCheck.INVALID_SHAPE)
-_NON_FINITE = int(SafetyCheck.NON_FINITE)
-_STALE = int(SafetyCheck.STALE)
-_TAKEOVER = int(SafetyCheck.TAKEOVER)
-_WORKSPACE = int(SafetyCheck.WORKSPACE)
-_OBSTACLE = int(SafetyCheck.OBSTACLE)
-_REPLACING = int(REPLACING_CHECKS)
-
-# Finite commands are clipped to this before the float32 cast, so 1e300 stays finite;
-# anything beyond a joint's range is corrected anyway.
-_HUGE = 1e6
+from tether.safety.verdict import (
+    CLIP_BEFORE_CAST as _HUGE,
+    INVALID_PREVIOUS_BIT as _INVALID_PREVIOUS,
+    INVALID_SHAPE_BIT as _INVALID_SHAPE,
+    NON_FINITE_BIT as _NON_FINITE,
+    PASSED,
+    REPLACING_BITS as _REPLACING,
+    STALE_BIT as _STALE,
+    TAKEOVER_BIT as _TAKEOVER,
+    ActionSource,
+    SafetyCheck,
+    SafetyVerdict,
+)
 
 
 class PositionSupervisorConfig(BaseModel):

@@ -31,8 +31,7 @@ from tether.serving.client.sync import remote_error, session_parts
 from tether.serving.client.watchdog import BackupPolicy, Watchdog
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 
 def make_aio_channel(target: str, options: ClientOptions) -> grpc.aio.Channel:

@@ -34,8 +34,7 @@ from tether.serving.client.reopen import SessionLink
 from tether.serving.client.watchdog import BackupPolicy, Watchdog, safety_backup
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
-from tether.v1 import policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 _CLOSE = object()
 
