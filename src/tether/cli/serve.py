@@ -82,6 +82,13 @@ def serve(
     config: Annotated[
         Path | None, typer.Option(help="YAML file of ServerConfig fields (see docs/protocol.md)")
     ] = None,
+    openpi_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of the openpi websocket protocol (openpi_client); 0 picks a free "
+            "one; overrides --config (port)"
+        ),
+    ] = None,
     model_dir: Annotated[
         Path | None, typer.Option(help=str(_VERSIONS["model_dir"].description))
     ] = None,
@@ -104,7 +111,9 @@ def serve(
             bundle = startup_bundle(model_dir)
         cfg = ServerConfig.from_yaml(config) if config is not None else ServerConfig()
         overrides = {"port": port, "metrics_port": metrics_port, "host": host}
-        chosen = {k: v for k, v in overrides.items() if v is not None}
+        chosen: dict[str, object] = {k: v for k, v in overrides.items() if v is not None}
+        if openpi_port is not None:
+            chosen["openpi"] = {**cfg.openpi.model_dump(), "port": openpi_port}
         if chosen:
             cfg = ServerConfig.model_validate({**cfg.model_dump(), **chosen})
         versions = VersionsConfig(

@@ -148,6 +148,69 @@ class SecurityConfig(BaseModel):
     )
 
 
+class KServeConfig(BaseModel):
+    """The KServe v2 / Triton ``inference.GRPCInferenceService`` on the gRPC port."""
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(
+        default=True, description="Serve GRPCInferenceService beside tether.v1 (switch)"
+    )
+    model_name: str = Field(
+        default="tether",
+        description="Model name clients address; the live version's name is accepted too (name)",
+    )
+
+
+class OpenpiConfig(BaseModel):
+    """The openpi websocket protocol (``openpi_client.WebsocketClientPolicy``) on its own port."""
+
+    model_config = _FROZEN
+
+    port: int | None = Field(
+        default=None, description="Websocket port; 0 picks a free one, None disables (port)"
+    )
+    host: str = Field(default="127.0.0.1", description="Address the websocket server binds (host)")
+    observation_keys: dict[str, str] = Field(
+        default_factory=lambda: {"observation/state": "observation"},
+        description="openpi observation key -> the policy input it feeds (mapping)",
+    )
+    ignored_keys: tuple[str, ...] = Field(
+        default=("prompt",),
+        description="Observation keys accepted and not used; any other unmapped key is "
+        "refused (keys)",
+    )
+    max_message_bytes: int = Field(
+        default=1 << 20,
+        description="Largest websocket message accepted; a larger one closes the connection "
+        "with 1009 (bytes)",
+    )
+    deterministic: bool = Field(
+        default=True, description="Serve the policy's mean action rather than a sample (switch)"
+    )
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v <= 65535:
+            raise ValueError(f"openpi port must be between 0 and 65535, got {v}")
+        return v
+
+    @field_validator("max_message_bytes")
+    @classmethod
+    def _message_bytes(cls, v: int) -> int:
+        if not 1024 <= v <= 256 * 1024 * 1024:
+            raise ValueError(f"max_message_bytes must be between 1024 and 268435456, got {v}")
+        return v
+
+    @field_validator("observation_keys")
+    @classmethod
+    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("observation_keys must map at least one openpi key to an input")
+        return v
+
+
 class ServerConfig(BaseModel):
     """The whole serving edge."""
 
@@ -186,6 +249,8 @@ class ServerConfig(BaseModel):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig, description="Admission")
     validation: ValidationConfig = Field(default_factory=ValidationConfig, description="Validation")
     security: SecurityConfig = Field(default_factory=SecurityConfig, description="TLS and auth")
+    kserve: KServeConfig = Field(default_factory=KServeConfig, description="KServe v2 gRPC")
+    openpi: OpenpiConfig = Field(default_factory=OpenpiConfig, description="openpi websocket")
 
     @field_validator("port")
     @classmethod

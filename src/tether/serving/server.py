@@ -32,8 +32,11 @@ from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
+from tether.serving.gateway import ActionGateway
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
+from tether.serving.kserve import INFERENCE_SERVICE, add_inference_service
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
+from tether.serving.openpi import OpenpiEndpoint
 from tether.serving.ports import EXCLUSIVE_PORT, check_port_free
 from tether.serving.security import (
     BearerTokenInterceptor,
@@ -101,6 +104,8 @@ class PolicyServer:
         self._metrics_http: MetricsHttpServer | None = None
         self.port = 0
         self.metrics_port: int | None = None
+        self.openpi_port: int | None = None  # set by start() when openpi.port is configured
+        self._openpi: OpenpiEndpoint | None = None
         self.exposure_warning: str | None = None  # set by start(): plaintext off loopback
         self._next_gauge_update = 0.0
 
@@ -162,10 +167,23 @@ class PolicyServer:
             versions=self._versions,
         )
         pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (POLICY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        # The drop-in protocols (KServe v2 here, openpi on its own port) share the batcher,
+        # admission, supervisors and versions with tether.v1.
+        gateway = ActionGateway(
+            config=cfg,
+            spec=self.spec,
+            models=self.source,
+            batcher=self._batcher,
+            admission=self.admission,
+            metrics=self.metrics,
+            supervisors=self._supervisors,
         )
+        services = [POLICY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        if cfg.kserve.enabled:
+            add_inference_service(gateway, server)
+            services.append(INFERENCE_SERVICE)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(services, server)
         address = f"{cfg.host}:{cfg.port}"
         try:
             if credentials is None:
@@ -189,14 +207,30 @@ class PolicyServer:
                     self.metrics.registry, cfg.metrics_host, cfg.metrics_port
                 )
             except ServerSetupError:
-                await server.stop(None)
-                await self._batcher.close()
+                await self._release(server)
                 raise
             self.metrics_port = self._metrics_http.port
+        if cfg.openpi.port is not None:
+            self._openpi = OpenpiEndpoint(gateway)
+            try:
+                await self._openpi.start()
+            except ServerSetupError:
+                self._openpi = None
+                await self._release(server)
+                raise
+            self.openpi_port = self._openpi.port
         self.port = port
         await server.start()
         self._server = server
         await self._publish_health()
+
+    async def _release(self, server: grpc.aio.Server) -> None:
+        """Undo a start that failed after the gRPC server was built."""
+        await server.stop(None)
+        await self.batcher.close()
+        if self._metrics_http is not None:
+            self._metrics_http.close()
+            self._metrics_http = None
 
     async def set_engine(self, engine: EngineLike | None) -> None:
         """Serve ``engine`` from the next batch on (None: stop serving, health NOT_SERVING)."""
@@ -210,6 +244,9 @@ class PolicyServer:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
+        if self._openpi is not None:
+            await self._openpi.close()
+            self._openpi = None
         if self._batcher is not None:
             await self._batcher.close()
         if self._metrics_http is not None:

@@ -1,0 +1,185 @@
+"""The request path the drop-in protocols share: tensors in, supervised actions out.
+
+The openpi websocket endpoint and the KServe v2 ``GRPCInferenceService`` decode their own
+wire formats, then hand observations here; from here on a request goes exactly the way
+``tether.v1.PolicyService.GetAction`` and ``Control`` go: validated, its version pin
+resolved, admitted, queued in the server's one ``DynamicBatcher`` and supervised in the
+``InferencePipeline`` by the supervisor the protocol passes in (one per openpi
+connection, one shared by every stateless KServe call). A protocol cannot produce an
+action any other way, so invariant 1 of the design holds for it as for ``tether.v1``.
+
+Invariant: ``act`` returns exactly one supervised outcome per observation row, in row
+order, or raises the ``ServingError`` / versions error of this request alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tether.data.clock import ingress_ns
+from tether.serving.admission import Admission
+from tether.serving.batcher import Batched, DynamicBatcher
+from tether.serving.config import ServerConfig
+from tether.serving.errors import RequestInvalid
+from tether.serving.inference import ActionOutcome, ActionQuery
+from tether.serving.metrics import ServingMetrics
+from tether.serving.served_spec import ServedSpec
+from tether.serving.supervision import SessionSupervisor, SupervisorFactory
+from tether.versions.holder import ModelSource
+from tether.versions.protocols import EngineLike
+
+# The name of the one input of a vector-observation policy, on every protocol.
+OBSERVATION_INPUT = "observation"
+ACTION_OUTPUT = "action"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One named input of the served policy: what one request item must carry."""
+
+    name: str
+    dtype: np.dtype[np.generic]
+    shape: tuple[int, ...]  # one item's shape, without a batch dimension
+
+
+class ActionGateway:
+    """Validation, pins, admission and batching for a protocol front end."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        spec: ServedSpec,
+        models: ModelSource,
+        batcher: DynamicBatcher[ActionQuery, ActionOutcome],
+        admission: Admission,
+        metrics: ServingMetrics,
+        supervisors: SupervisorFactory,
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.models = models
+        self.metrics = metrics
+        self.supervisors = supervisors
+        self._batcher = batcher
+        self._admission = admission
+        self._max_abs = config.validation.max_abs_observation
+        self.inputs = (TensorSpec(OBSERVATION_INPUT, np.dtype(np.float32), (spec.obs_dim,)),)
+
+    def input_named(self, name: str, field: str) -> TensorSpec:
+        for tensor in self.inputs:
+            if tensor.name == name:
+                return tensor
+        known = ", ".join(repr(t.name) for t in self.inputs)
+        raise RequestInvalid(f"{field} is {name!r}, expected one of the policy's inputs: {known}")
+
+    def check_rows(self, array: np.ndarray, tensor: TensorSpec, field: str) -> np.ndarray:
+        """``array`` (rows of ``tensor``) as a float32 ``(N, *shape)`` batch, or the refusal.
+
+        Checks dtype, shape, finiteness and the magnitude bound
+        (``validation.max_abs_observation``), naming the first offending entry.
+        """
+        if array.dtype != tensor.dtype:
+            raise RequestInvalid(
+                f"{field} has dtype {array.dtype}, expected {tensor.dtype} "
+                f"(input {tensor.name!r}, see the model metadata)"
+            )
+        if array.ndim != len(tensor.shape) + 1 or tuple(array.shape[1:]) != tensor.shape:
+            expected = ", ".join(["N", *(str(d) for d in tensor.shape)])
+            raise RequestInvalid(
+                f"{field} has shape {list(array.shape)}, expected [{expected}] "
+                f"(input {tensor.name!r}: one row per request item)"
+            )
+        rows = array.shape[0]
+        limit = self.config.batcher.max_batch_size
+        if not 1 <= rows <= limit:
+            raise RequestInvalid(
+                f"{field} carries {rows} rows, expected between 1 and {limit} "
+                "(batcher.max_batch_size)"
+            )
+        values = np.ascontiguousarray(array, dtype=np.float32)
+        if values.size and not np.abs(values).max() <= self._max_abs:
+            raise _refusal(values, field, self._max_abs)
+        return values
+
+    def step_deadline(self) -> float | None:
+        """A control step's deadline, as ``Control`` sets it: ``control_step_deadline_s``
+        after now (None derives it from the control period; 0 means none)."""
+        limit = self.config.control_step_deadline_s
+        if limit is None:
+            limit = self.config.stale_control_periods * self.spec.control_period_s
+        return time.monotonic() + limit if limit > 0 else None
+
+    def engine_for(self, pin: int | None) -> EngineLike:
+        """The engine that serves ``pin`` (None: the live one), or the versions error."""
+        return self.models.engine_for(pin)
+
+    async def act(
+        self,
+        observations: np.ndarray,
+        *,
+        client: str,
+        supervisor: SessionSupervisor,
+        previous_action: np.ndarray | None = None,
+        pin: int | None = None,
+        deterministic: bool = True,
+        deadline: float | None = None,
+    ) -> list[Batched[ActionOutcome]]:
+        """Supervised outcomes for the validated ``(N, obs_dim)`` rows (see the invariant).
+
+        Rows go to the batcher as separate queries, so they share forward passes with
+        every other client's; a row's previous action is the one before it in the
+        request (``previous_action`` for the first), as the supervisor's rate limits need.
+        """
+        self.models.engine_for(pin)  # refuse unservable pins before queueing
+        ingress = ingress_ns()
+        for _ in range(observations.shape[0]):
+            self._admission.admit(client)
+        if observations.shape[0] == 1:
+            query = ActionQuery(
+                observations[0], deterministic, previous_action, supervisor, ingress, pin
+            )
+            return [await self._batcher.submit(query, deadline)]
+        # Several rows from one stateless caller: each is its own query, all in flight
+        # together, each supervised with no previous action (they are not a sequence).
+        queries = [
+            ActionQuery(row, deterministic, None, supervisor, ingress, pin) for row in observations
+        ]
+        return list(await _all(self._batcher, queries, deadline))
+
+
+async def _all(
+    batcher: DynamicBatcher[ActionQuery, ActionOutcome],
+    queries: Sequence[ActionQuery],
+    deadline: float | None,
+) -> list[Batched[ActionOutcome]]:
+    tasks = [asyncio.ensure_future(batcher.submit(q, deadline)) for q in queries]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+
+
+def _refusal(values: np.ndarray, field: str, max_abs: float) -> RequestInvalid:
+    """The message for rows that failed: the first non-finite entry, else the largest."""
+    flat = values.reshape(-1)
+    finite = np.isfinite(flat)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        where = np.unravel_index(i, values.shape)
+        return RequestInvalid(
+            f"{field}{list(map(int, where))} is {flat[i]}, expected a finite number"
+        )
+    i = int(np.argmax(np.abs(flat)))
+    where = np.unravel_index(i, values.shape)
+    return RequestInvalid(
+        f"{field}{list(map(int, where))} is {flat[i]:g}, expected a magnitude of at most "
+        f"{max_abs:g} (validation.max_abs_observation)"
+    )

@@ -1,0 +1,305 @@
+"""KServe v2 / Triton ``inference.GRPCInferenceService`` on tether's gRPC port.
+
+``tritonclient.grpc`` and perf_analyzer call a tether server as they call Triton:
+ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer. Any
+other method of Triton's service (repository, statistics, streaming) is not in the
+served proto and gRPC answers it UNIMPLEMENTED.
+
+A ModelInfer request names the model (``kserve.model_name``, default ``tether``, or the
+live version's name as Describe reports it) and optionally a version (a version id
+selects it as a pin, empty means the live one); its input tensors are decoded from
+``raw_input_contents`` (little-endian, as tritonclient sends them) or from ``contents``,
+checked by name, datatype and shape, and each row goes through the same batcher,
+admission and supervisor as ``GetAction`` (``tether.serving.gateway``). The reply
+carries the supervised action (output ``action``), what the policy proposed
+(``proposed_action``) and the supervisor's check bits (``safety_checks``) in
+``raw_output_contents``, with the request's ``id`` echoed and the version that computed
+it in ``model_version``.
+
+Invariant: every ``action`` in a reply is a supervisor's safe action; a bad request is
+answered INVALID_ARGUMENT (or the status tether.v1 gives the same failure) naming the
+tensor, what was expected and what was found, and touches nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version as package_version
+from typing import Any, TypeAlias
+
+import grpc
+import numpy as np
+
+from tether.kserve import grpc_predict_v2_pb2 as kpb, grpc_predict_v2_pb2_grpc as kpb_grpc
+from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
+from tether.serving.gateway import ACTION_OUTPUT, ActionGateway, TensorSpec
+from tether.versions.protocols import EngineLike
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+INFERENCE_SERVICE = kpb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+PLATFORM = "tether"
+
+# KServe v2 datatype names and the numpy dtypes they travel as (little-endian).
+DATATYPES: dict[str, np.dtype[np.generic]] = {
+    "FP32": np.dtype("<f4"),
+    "UINT8": np.dtype("u1"),
+    "UINT32": np.dtype("<u4"),
+}
+_NAMES = {dtype: name for name, dtype in DATATYPES.items()}
+
+PROPOSED_OUTPUT = "proposed_action"
+CHECKS_OUTPUT = "safety_checks"
+OUTPUTS = (ACTION_OUTPUT, PROPOSED_OUTPUT, CHECKS_OUTPUT)
+
+
+class ModelNotFound(RequestInvalid):
+    """A request for a model this server does not serve."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    engine: EngineLike
+    pin: int | None
+
+
+def _server_version() -> str:
+    try:
+        return package_version("tether")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0"
+
+
+class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
+    """The KServe v2 handlers; see the module docstring."""
+
+    def __init__(self, gateway: ActionGateway) -> None:
+        self._gateway = gateway
+        self._model_name = gateway.config.kserve.model_name
+        # Stateless, like GetAction: its callers share one supervisor.
+        self._supervisor = gateway.supervisors()
+        self._server_version = _server_version()
+
+    # ------------------------------------------------------------------ readiness
+
+    async def ServerLive(
+        self, request: kpb.ServerLiveRequest, context: Context
+    ) -> kpb.ServerLiveResponse:
+        return kpb.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: kpb.ServerReadyRequest, context: Context
+    ) -> kpb.ServerReadyResponse:
+        return kpb.ServerReadyResponse(ready=self._gateway.models.live_engine() is not None)
+
+    async def ModelReady(
+        self, request: kpb.ModelReadyRequest, context: Context
+    ) -> kpb.ModelReadyResponse:
+        try:
+            self._target(request.name, request.version)
+        except REQUEST_ERRORS:
+            return kpb.ModelReadyResponse(ready=False)
+        return kpb.ModelReadyResponse(ready=True)
+
+    async def ServerMetadata(
+        self, request: kpb.ServerMetadataRequest, context: Context
+    ) -> kpb.ServerMetadataResponse:
+        return kpb.ServerMetadataResponse(name="tether", version=self._server_version)
+
+    async def ModelMetadata(
+        self, request: kpb.ModelMetadataRequest, context: Context
+    ) -> kpb.ModelMetadataResponse:
+        try:
+            target = self._target(request.name, request.version)
+        except REQUEST_ERRORS as exc:
+            await context.abort(status_code(exc), str(exc))
+        act_dim = self._gateway.spec.act_dim
+        reply = kpb.ModelMetadataResponse(
+            name=request.name,
+            versions=[str(target.engine.version.id)],
+            platform=PLATFORM,
+        )
+        for tensor in self._gateway.inputs:
+            reply.inputs.add(
+                name=tensor.name, datatype=_NAMES[tensor.dtype], shape=[-1, *tensor.shape]
+            )
+        reply.outputs.add(name=ACTION_OUTPUT, datatype="FP32", shape=[-1, act_dim])
+        reply.outputs.add(name=PROPOSED_OUTPUT, datatype="FP32", shape=[-1, act_dim])
+        reply.outputs.add(name=CHECKS_OUTPUT, datatype="UINT32", shape=[-1])
+        return reply
+
+    # ------------------------------------------------------------------ ModelInfer
+
+    async def ModelInfer(
+        self, request: kpb.ModelInferRequest, context: Context
+    ) -> kpb.ModelInferResponse:
+        arrival = time.perf_counter_ns()
+        metrics = self._gateway.metrics
+        metrics.in_flight.inc()
+        version = "none"
+        try:
+            target = self._target(request.model_name, request.model_version)
+            observations = self._observations(request)
+            wanted = _requested_outputs(request)
+            params = request.parameters
+            deterministic = (
+                params["deterministic"].bool_param if "deterministic" in params else True
+            )
+            client = params["client_id"].string_param if "client_id" in params else ""
+            if len(client) > self._gateway.config.validation.max_id_length:
+                raise RequestInvalid(
+                    f"parameters['client_id'] is {len(client)} characters long, expected at "
+                    f"most {self._gateway.config.validation.max_id_length}"
+                )
+            remaining = context.time_remaining()
+            batched = await self._gateway.act(
+                observations,
+                client=client or context.peer(),
+                supervisor=self._supervisor,
+                pin=target.pin,
+                deterministic=deterministic,
+                deadline=None if remaining is None else time.monotonic() + remaining,
+            )
+        except REQUEST_ERRORS as exc:
+            code = status_code(exc)
+            self._finish(code.name, version, arrival)
+            await context.abort(code, str(exc))
+        except asyncio.CancelledError:
+            self._finish("CANCELLED", version, arrival)
+            raise
+        outcomes = [b.value for b in batched]
+        served = outcomes[0].version
+        version = str(served.id)
+        reply = kpb.ModelInferResponse(
+            model_name=request.model_name, model_version=version, id=request.id
+        )
+        reply.parameters["policy_version"].int64_param = served.id
+        reply.parameters["policy_name"].string_param = served.name
+        reply.parameters["degradation"].string_param = outcomes[0].degradation.name
+        reply.parameters["batch_size"].int64_param = batched[0].batch_size
+        reply.parameters["queue_ns"].int64_param = max(0, batched[0].queue_ns)
+        reply.parameters["inference_ns"].int64_param = batched[0].batch_ns
+        rows = len(outcomes)
+        for name in wanted:
+            if name == ACTION_OUTPUT:
+                column = np.stack([o.action for o in outcomes])
+            elif name == PROPOSED_OUTPUT:
+                column = np.stack([o.proposed_action for o in outcomes])
+            else:
+                column = np.fromiter((int(o.verdict.checks) for o in outcomes), np.uint32, rows)
+            values = np.ascontiguousarray(column, dtype=_output_dtype(name))
+            reply.outputs.add(name=name, datatype=_NAMES[values.dtype], shape=list(values.shape))
+            reply.raw_output_contents.append(values.tobytes())
+        self._finish("OK", version, arrival)
+        return reply
+
+    def _finish(self, status: str, version: str, arrival_ns: int) -> None:
+        metrics = self._gateway.metrics
+        metrics.in_flight.dec()
+        seconds = (time.perf_counter_ns() - arrival_ns) / 1e9
+        metrics.request("ModelInfer", status, version, seconds)
+
+    def _target(self, name: str, version: str) -> _Target:
+        """The engine a request for model ``name``, version ``version`` is served by."""
+        live = self._gateway.models.live_engine()
+        names = {self._model_name} | ({live.version.name} if live is not None else set())
+        if name not in names:
+            served = ", ".join(repr(n) for n in sorted(names))
+            raise ModelNotFound(
+                f"Request for unknown model: {name!r} is not found; this server serves "
+                f"{served} (kserve.model_name, or the live version's name)"
+            )
+        pin: int | None = None
+        if version:
+            if not version.isdigit():
+                raise RequestInvalid(
+                    f"model_version is {version!r}, expected a version id (digits) or empty "
+                    "for the live version"
+                )
+            pin = int(version)
+        return _Target(self._gateway.engine_for(pin), pin)
+
+    def _observations(self, request: kpb.ModelInferRequest) -> np.ndarray:
+        """The request's one input as validated float32 rows (see ``ActionGateway``)."""
+        inputs = request.inputs
+        expected = self._gateway.inputs
+        if len(inputs) != len(expected):
+            names = ", ".join(repr(t.name) for t in expected)
+            raise RequestInvalid(
+                f"ModelInferRequest has {len(inputs)} input tensors, expected "
+                f"{len(expected)} ({names})"
+            )
+        raw = request.raw_input_contents
+        if raw and len(raw) != len(inputs):
+            raise RequestInvalid(
+                f"raw_input_contents has {len(raw)} entries for {len(inputs)} inputs; send "
+                "one entry per input, or none and the values in contents"
+            )
+        tensor = inputs[0]
+        field = f"inputs[{tensor.name!r}]"
+        spec = self._gateway.input_named(tensor.name, "inputs[0].name")
+        array = _decode(tensor, raw[0] if raw else None, spec, field)
+        return self._gateway.check_rows(array, spec, field)
+
+
+def _decode(
+    tensor: kpb.ModelInferRequest.InferInputTensor,
+    raw: bytes | None,
+    spec: TensorSpec,
+    field: str,
+) -> np.ndarray:
+    """The tensor's values in its declared datatype and shape, or the refusal."""
+    dtype = DATATYPES.get(tensor.datatype)
+    if dtype is None or dtype != spec.dtype:
+        raise RequestInvalid(
+            f"{field} has datatype {tensor.datatype!r}, expected {_NAMES[spec.dtype]!r}"
+        )
+    shape = tuple(int(d) for d in tensor.shape)
+    if any(d < 0 for d in shape):
+        raise RequestInvalid(f"{field} has shape {list(shape)}, expected non-negative sizes")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if raw is not None:
+        if len(raw) != count * dtype.itemsize:
+            raise RequestInvalid(
+                f"{field} has {len(raw)} bytes in raw_input_contents, expected "
+                f"{count * dtype.itemsize} for shape {list(shape)} of {tensor.datatype}"
+            )
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    contents = tensor.contents
+    values = contents.fp32_contents if dtype.kind == "f" else contents.uint_contents
+    if len(values) != count:
+        kind = "fp32_contents" if dtype.kind == "f" else "uint_contents"
+        raise RequestInvalid(
+            f"{field} has {len(values)} values in contents.{kind}, expected {count} for "
+            f"shape {list(shape)}"
+        )
+    top = (1 << (8 * dtype.itemsize)) - 1
+    if dtype.kind == "u" and len(values) and max(values) > top:
+        raise RequestInvalid(f"{field} has a value above {top}, the largest {tensor.datatype}")
+    return np.fromiter(values, dtype, count).reshape(shape)
+
+
+def _requested_outputs(request: kpb.ModelInferRequest) -> tuple[str, ...]:
+    if not request.outputs:
+        return OUTPUTS
+    names = tuple(o.name for o in request.outputs)
+    for name in names:
+        if name not in OUTPUTS:
+            known = ", ".join(repr(n) for n in OUTPUTS)
+            raise RequestInvalid(f"outputs names {name!r}, expected one of {known}")
+    return names
+
+
+def _output_dtype(name: str) -> np.dtype[np.generic]:
+    return DATATYPES["UINT32"] if name == CHECKS_OUTPUT else DATATYPES["FP32"]
+
+
+def add_inference_service(gateway: ActionGateway, server: grpc.aio.Server) -> InferenceService:
+    """Register the KServe v2 service on ``server``; returns the servicer."""
+    service = InferenceService(gateway)
+    kpb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    return service
