@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from tether.serving.client.chunks import ActionChunk
 from tether.serving.client.options import ClientOptions
 from tether.serving.client.protocol import (
     EpisodeCounter,
@@ -97,6 +98,22 @@ class PolicyClient:
         except grpc.RpcError as exc:
             raise remote_error(exc) from None
         return ActionResult.from_proto(reply)
+
+    def get_chunk(
+        self,
+        observation: np.ndarray,
+        *,
+        deterministic: bool = True,
+        client_id: str = "",
+        timeout_s: float | None = None,
+    ) -> ActionChunk:
+        """The supervised action chunk for ``observation``, stamped with the time it was
+        sent (for ``ActionChunkBroker``); a ``tether.v1`` reply is a chunk of one step."""
+        observed_at = time.monotonic()
+        result = self.get_action(
+            observation, deterministic=deterministic, client_id=client_id, timeout_s=timeout_s
+        )
+        return ActionChunk.from_result(result, observed_at)
 
     def describe(self, *, timeout_s: float | None = None) -> pb.DescribeResponse:
         try:
