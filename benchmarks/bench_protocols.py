@@ -180,46 +180,65 @@ def _observations(client: int) -> np.ndarray:
     return np.take(_FEED, range(start, start + _CYCLE), axis=0, mode="wrap")
 
 
+class _Window:
+    """The measured window: it opens once every client has warmed up."""
+
+    def __init__(self, clients: int, seconds: float) -> None:
+        self.clients = clients
+        self.seconds = seconds
+        self.ready = 0
+        self.go = asyncio.Event()
+        self.deadline = 0.0
+        self.latencies: list[float] = []
+        self.actions = 0
+
+    async def opened(self) -> None:
+        self.ready += 1
+        if self.ready == self.clients:
+            self.deadline = time.perf_counter() + self.seconds
+            self.go.set()
+        await self.go.wait()
+
+
 async def _closed_loop(clients: int, seconds: float, one_client: Any) -> dict[str, float]:
-    """Run ``clients`` coroutines for ``seconds``; latencies of every completed call."""
-    latencies: list[float] = []
-    actions = [0]
-    deadline = time.perf_counter() + seconds
-    await asyncio.gather(*(one_client(i, deadline, latencies, actions) for i in range(clients)))
-    lat = sorted(latencies)
+    """Run ``clients`` coroutines for ``seconds`` after their warm-up; every completed call."""
+    window = _Window(clients, seconds)
+    await asyncio.gather(*(one_client(i, window) for i in range(clients)))
+    lat = sorted(window.latencies)
     return {
         "p50_ms": 1000 * statistics.median(lat),
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-        "actions_per_s": actions[0] / seconds,
+        "actions_per_s": window.actions / seconds,
     }
 
 
 def _websocket_client(port: int, warmup: int = 5) -> Any:
     from websockets.asyncio.client import connect
 
-    async def one(i: int, deadline: float, latencies: list[float], actions: list[int]) -> None:
+    async def one(i: int, window: _Window) -> None:
         obs = _observations(i)
         async with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
             msgpack.unpackb(await ws.recv())
             for k in range(warmup):
                 await ws.send(pack({"observation/state": obs[k % _CYCLE]}))
                 await ws.recv()
+            await window.opened()
             k = 0
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < window.deadline:
                 start = time.perf_counter()
                 await ws.send(pack({"observation/state": obs[k % _CYCLE], "prompt": "reach"}))
                 reply = await ws.recv()
-                latencies.append(time.perf_counter() - start)
+                window.latencies.append(time.perf_counter() - start)
                 if isinstance(reply, str):
                     raise RuntimeError(f"server error: {reply}")
-                actions[0] += 1
+                window.actions += 1
                 k += 1
 
     return one
 
 
 def _grpc_client(port: int, kind: str, warmup: int = 5) -> Any:
-    async def one(i: int, deadline: float, latencies: list[float], actions: list[int]) -> None:
+    async def one(i: int, window: _Window) -> None:
         obs = _observations(i)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             if kind == "kserve":
@@ -239,12 +258,13 @@ def _grpc_client(port: int, kind: str, warmup: int = 5) -> Any:
                 call = stub.GetAction
             for k in range(warmup):
                 await call(requests[k % _CYCLE])
+            await window.opened()
             k = 0
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < window.deadline:
                 start = time.perf_counter()
                 await call(requests[k % _CYCLE])
-                latencies.append(time.perf_counter() - start)
-                actions[0] += 1
+                window.latencies.append(time.perf_counter() - start)
+                window.actions += 1
                 k += 1
 
     return one

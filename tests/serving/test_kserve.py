@@ -160,7 +160,8 @@ def test_contents_instead_of_raw_bytes_and_the_model_name_alias(
         tensor.contents.fp32_contents.extend(obs.tolist())
         reply = stub.ModelInfer(message, timeout=30)
         assert reply.model_name == engine.version.name
-        assert reply.parameters["policy_version"].int64_param == engine.version.id
+        assert reply.model_version == str(engine.version.id)
+        assert reply.parameters["degradation"].string_param == "NORMAL"
         proposed = np.frombuffer(reply.raw_output_contents[1], np.float32)
         np.testing.assert_allclose(proposed, engine.act(obs[None], True).actions[0], atol=1e-6)
 
