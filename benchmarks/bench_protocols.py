@@ -19,7 +19,9 @@ both sides of a comparison. Clients send what ``openpi_client``'s packer sends (
 msgpack-numpy layout, packed by ``tether.serving.openpi.pack``) and raw ModelInfer
 requests as ``tritonclient`` builds them. The supervisor is the built-in arm's with its
 MuJoCo kinematics; no degradation machine runs (a benchmark's request rate is far from
-a robot's, and its windows would misread it). Observations are the shipped policy's
+a robot's, and its windows would misread it). Both servers run the engine's eager path
+(``execution: eager``): left to ``auto``, each process would pick its own path from
+timings taken on a busy machine, and the two would not serve the same computation. Observations are the shipped policy's
 closed loop on the built-in arm (``bench_serving.record_closed_loop``), each client
 replaying it from its own offset, so the supervisor sees the states a robot under this
 policy produces rather than random ones (on which it corrects every action).
@@ -93,7 +95,9 @@ def _tether_main(bundle: str, ports: Any) -> None:
                 "openpi": {"port": 0},
             }
         )
-        engine = PolicyEngine(load_bundle(Path(bundle)), EngineConfig(max_batch_size=64))
+        engine = PolicyEngine(
+            load_bundle(Path(bundle)), EngineConfig(max_batch_size=64, execution="eager")
+        )
         server = PolicyServer(
             config,
             spec=ServedSpec.from_robot_spec(SPEC),
@@ -119,7 +123,9 @@ def _openpi_style_main(bundle: str, ports: Any) -> None:
     from tether.policy.engine import PolicyEngine
 
     torch.set_num_threads(1)
-    engine = PolicyEngine(load_bundle(Path(bundle)), EngineConfig(max_batch_size=64))
+    engine = PolicyEngine(
+        load_bundle(Path(bundle)), EngineConfig(max_batch_size=64, execution="eager")
+    )
 
     def infer(obs: dict[str, Any]) -> dict[str, Any]:  # openpi's Policy.infer, synchronous
         state = np.asarray(obs["observation/state"], dtype=np.float32)

@@ -9,7 +9,8 @@ connection, one shared by every stateless KServe call). A protocol cannot produc
 action any other way, so invariant 1 of the design holds for it as for ``tether.v1``.
 
 Invariant: ``act`` returns exactly one supervised outcome per observation row, in row
-order, or raises the ``ServingError`` / versions error of this request alone.
+order, all computed by one version, or raises the ``ServingError`` / versions error of
+this request alone.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 
 from tether.data.clock import ingress_ns
 from tether.serving.admission import Admission
 from tether.serving.batcher import Batched, DynamicBatcher
 from tether.serving.config import ServerConfig
-from tether.serving.errors import RequestInvalid
+from tether.serving.errors import RequestInvalid, ServingError
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
@@ -36,6 +38,12 @@ from tether.versions.protocols import EngineLike
 # The name of the one input of a vector-observation policy, on every protocol.
 OBSERVATION_INPUT = "observation"
 ACTION_OUTPUT = "action"
+
+
+class VersionChanged(ServingError):
+    """A multi-row request whose rows were served by different versions (retry it)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +158,16 @@ class ActionGateway:
         queries = [
             ActionQuery(row, deterministic, None, supervisor, ingress, pin) for row in observations
         ]
-        return list(await _all(self._batcher, queries, deadline))
+        results = await _all(self._batcher, queries, deadline)
+        versions = {b.value.version.id for b in results}
+        if len(versions) > 1:
+            # A reply names one version (design invariant 2); a swap landed between the
+            # batches this request's rows were computed in.
+            raise VersionChanged(
+                f"the served version changed while this request's rows were computed "
+                f"(versions {sorted(versions)}); retry, or pin model_version"
+            )
+        return results
 
 
 async def _all(
