@@ -31,6 +31,7 @@ from tether.data.step import StepRecord
 from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
+from tether.serving.decoding import add_policy_service
 from tether.serving.errors import ServerSetupError
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.metrics import MetricsHttpServer, ServingMetrics
@@ -44,7 +45,7 @@ from tether.serving.security import (
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
 from tether.serving.supervision import SupervisorFactory
-from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import LiveModel, ModelSource
 from tether.versions.protocols import EngineLike
@@ -88,7 +89,6 @@ class PolicyServer:
         self._supervisors = supervisors
         self._pipeline = InferencePipeline(
             self.source,
-            level=supervisors.level,
             on_actions=self._observe_actions,
             versions=versions,
         )
@@ -161,7 +161,7 @@ class PolicyServer:
             safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
             versions=self._versions,
         )
-        pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        add_policy_service(service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (POLICY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
