@@ -46,6 +46,7 @@ from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
 from tether.runtime.config import RunConfig
 from tether.runtime.dashboard import Dashboard, DashboardConfig
+from tether.runtime.leftovers import forget_processes, record_processes, stop_leftovers
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
@@ -451,7 +452,13 @@ class RunSystem:
 
     def run(self) -> Path:
         """Run to the end of the duration (or a stop request); returns the report's path."""
-        asyncio.run(self._main())
+        stopped = stop_leftovers(self.run_dir.parent)
+        if stopped:
+            log.warning("stopped %d processes an earlier run left running", len(stopped))
+        try:
+            asyncio.run(self._main())
+        finally:
+            forget_processes(self.run_dir)
         return build_report(self.run_dir)
 
     async def _main(self) -> None:
@@ -492,6 +499,8 @@ class RunSystem:
             with _children_ignore_sigint():
                 for p in robots:
                     p.start()
+            children = [p.pid for p in robots] + [self._learner.pid]
+            record_processes(self.run_dir, [pid for pid in children if pid is not None])
             # The run's clock starts when every robot has connected and opened its
             # session and the learner has built its networks, so a slow start (spawn,
             # imports) does not eat into the drift, and the learner's start-up burst of

@@ -105,10 +105,11 @@ class DegradationConfig(BaseModel):
         description="Factor SafetyLimits.tightened gets below NORMAL (1)",
     )
     min_window_steps: int = Field(
-        default=100,
+        default=250,
         ge=1,
-        description="Steps a robot's window must hold before its rates are judged, so its "
-        "first few steps cannot trip a rate (steps)",
+        description="Steps a robot's window must hold before its rates are judged (half a "
+        "window at 50 Hz), so its first steps, or one short episode, cannot trip a rate "
+        "(steps)",
     )
     session_warmup_steps: int = Field(
         default=50,
