@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import grpc
@@ -28,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tether.data.step import StepRecord
+from tether.safety.levels import DegradationLevel
 from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
@@ -246,6 +248,11 @@ class PolicyServer:
         self._next_gauge_update = now + _GAUGE_PERIOD_S
         self.metrics.live_version.set(engine.version.id)
         self.metrics.degradation.set(int(self._supervisors.level()))
+        machine = self._supervisors.degradation
+        if machine is not None:
+            levels = Counter(machine.robot_levels().values())
+            for level in DegradationLevel:
+                self.metrics.robots_at_level.labels(level.name).set(levels.get(level, 0))
         self.metrics.actions(actions, engine.action_low, engine.action_high)
 
 
