@@ -22,6 +22,7 @@ from tether.serving import admission as admission_module
 from tether.serving.admission import MemoryReading
 from tether.serving.client import PolicyClient
 from tether.serving.client.protocol import RobotIdentity
+from tether.serving.decoding import REFUSALS
 from tether.serving.errors import RemoteError
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
@@ -242,8 +243,12 @@ def test_an_executed_action_outside_the_action_bounds_is_refused_naming_the_fiel
 
 
 def test_undecodable_bytes_are_invalid_argument_and_logged_once_per_interval(
-    make_server: MakeServer, caplog: pytest.LogCaptureFixture
+    make_server: MakeServer,
+    arm: RobotSpec,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(REFUSALS, "_next", 0.0)  # a new interval: the first refusal logs
     running = make_server()
     bad_utf8 = b"\x22\x02\xff\xfe"  # ActionRequest.client_id (field 4) = invalid UTF-8
     truncated = b"\x0a\x10\x00"  # observation: 16 bytes announced, 1 sent
@@ -264,9 +269,17 @@ def test_undecodable_bytes_are_invalid_argument_and_logged_once_per_interval(
             request_serializer=lambda b: b,
             response_deserializer=lambda b: b,
         )
-        with pytest.raises(grpc.RpcError) as err:
+        with pytest.raises(grpc.RpcError) as err:  # as the session's open: no session
             list(stream(iter([truncated]), timeout=10))
         assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        # Inside a session: refused like any bad step, and the session goes on.
+        messages = [m.SerializeToString() for m in _session(arm, "arm-1", _steps(arm, 2))]
+        replies = [
+            pb.ControlReply.FromString(r)
+            for r in stream(iter([messages[0], messages[1], truncated, messages[2]]), timeout=10)
+        ]
+        assert [r.WhichOneof("kind") for r in replies] == ["opened", "action", "error", "action"]
+        assert "not a valid tether.v1.ControlStep" in replies[2].error.message
     logged = [r for r in caplog.records if r.name == "tether.serving.decoding"]
-    assert len(logged) == 1  # 21 refusals, one line, no traceback
+    assert len(logged) == 1  # 22 refusals, one line, no traceback
     assert logged[0].exc_info is None

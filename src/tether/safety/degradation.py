@@ -229,12 +229,17 @@ class DegradationMachine:
 
     @property
     def level(self) -> DegradationLevel:
-        """The learning-wide level, after bringing every robot's window up to now."""
+        """The learning-wide level, after letting every degraded robot recover up to now.
+
+        A robot at NORMAL is judged on its own steps only: judged again while idle, its
+        window would lose its clean old steps before its recent events and show a rate
+        it never had."""
         fired: list[DegradationTransition] = []
         with self._lock:
             now = self._clock()
             for state in list(self._robots.values()):
-                self._advance(state, now, fired, fleet=False)
+                if state.level is not DegradationLevel.NORMAL:
+                    self._advance(state, now, fired, fleet=False)
             self._update_fleet(now, fired)
             level = self._fleet
         self._notify(fired)

@@ -33,7 +33,7 @@ from tether.serving.convert import (
     fill_action_response,
     version_to_proto,
 )
-from tether.serving.decoding import Undecodable, refuse
+from tether.serving.decoding import REFUSALS, Undecodable, refuse
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
@@ -146,9 +146,12 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             )
             async for message in request_iterator:
                 if isinstance(message, Undecodable):
+                    # Like any bad step: refused, and the session goes on.
                     self._metrics.request("Control", "INVALID_ARGUMENT", "none", 0.0)
-                    await refuse(context, message)
-                    raise AssertionError("unreachable: abort raises")
+                    REFUSALS.refused(message)
+                    code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                    yield pb.ControlReply(error=pb.StepError(code=code, message=message.message()))
+                    continue
                 if message.WhichOneof("kind") != "step":
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
