@@ -111,7 +111,7 @@ def test_one_clients_watchdog_claims_move_only_its_own_robot(
     running = make_server(
         supervisors=SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine)
     )
-    n = DegradationConfig().session_warmup_steps + 200
+    n = DegradationConfig().min_window_steps + 50  # judged, then at TAKEOVER
     liar = _run(running.address, _session(arm, "liar", _steps(arm, n, misses=True)))
     assert liar[-1].action.degradation == TAKEOVER  # the claims were strong enough
     bystander = _run(running.address, _session(arm, "bystander", _steps(arm, 20)))
