@@ -50,6 +50,17 @@ def test_a_refusal_for_a_reason_is_final(code: grpc.StatusCode) -> None:
     assert not schedule.due(RemoteError(code, "refused"))
 
 
+def test_a_session_the_server_still_holds_is_reopened_with_backoff() -> None:
+    """One live session per robot id: a reopen that reaches the server before it saw the
+    old stream close is refused ALREADY_EXISTS, which ends by itself."""
+    schedule = ReopenSchedule(ClientOptions(retry_initial_backoff_s=0.1))
+    held = RemoteError(grpc.StatusCode.ALREADY_EXISTS, "robot 'arm' already has a live session")
+    schedule.failed()
+    assert schedule.due(held)
+    schedule.failed()
+    assert not schedule.due(held)  # the second attempt waits the backoff
+
+
 def test_reopening_can_be_turned_off() -> None:
     schedule = ReopenSchedule(ClientOptions(reopen_sessions=False))
     schedule.failed()

@@ -18,6 +18,8 @@ from tether.safety.supervisor import Supervisor
 from tether.serving.admin import AdminServicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth, AdminIdentity, AdminRole, AdminToken
 from tether.serving.admin_client import AdminClient
+from tether.serving.bundle_check import for_robot
+from tether.spec import RobotSpec
 from tether.versions.model_dir import load_into
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import TrafficRouter
@@ -50,9 +52,11 @@ def admin(
     base_bundle: PolicyBundle,
     tmp_path: Path,
     supervisor: Supervisor,
+    spec: RobotSpec,
     loop: asyncio.AbstractEventLoop,
 ) -> Iterator[Admin]:
-    """A real AdminService with version 1 live, served from its own event-loop thread."""
+    """A real AdminService with version 1 live, served from its own event-loop thread; its
+    engine factory refuses bundles for another robot, as ``tether serve``'s does."""
     registry: ModelRegistry[PolicyEngine] = ModelRegistry()
     load_into(registry, tmp_path / "base", make_engine)
     router = TrafficRouter(registry)
@@ -63,7 +67,7 @@ def admin(
         registry=registry,
         router=router,
         auth=AUTH,
-        engine_factory=make_engine,
+        engine_factory=for_robot(make_engine, spec),
         model_dir=models,
         promotion=ServerGate(registry, router, supervisor, ServerGateConfig()),
         degradation=degradation,

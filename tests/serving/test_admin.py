@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from tests.serving.admin_harness import AUTH, OPERATOR, VIEWER, Admin
 from tests.versions.builders import derived, make_engine, nudged
 from tether.policy.bundle import PolicyBundle
+from tether.policy.initialize import init_bundle
 from tether.safety.levels import DegradationLevel
 from tether.safety.supervisor import Supervisor
 from tether.serving.admin import admin_servicer, start_admin_server
@@ -21,6 +23,7 @@ from tether.serving.admin_client import AdminCallError, AdminClient
 from tether.serving.config import SecurityConfig
 from tether.serving.errors import ServerSetupError
 from tether.serving.security import server_credentials
+from tether.spec import RobotSpec
 from tether.v1 import admin_pb2 as apb
 from tether.versions.facade import PolicyVersions, VersionsConfig
 
@@ -36,10 +39,13 @@ def test_missing_token_is_unauthenticated(admin: Admin) -> None:
     assert err.value.status is grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_wrong_token_is_permission_denied(admin: Admin) -> None:
+def test_unknown_token_is_unauthenticated_like_the_policy_service(admin: Admin) -> None:
+    """An unknown token says nothing about who calls: UNAUTHENTICATED, as PolicyService
+    answers; PERMISSION_DENIED is for a known token lacking the role."""
     with admin.client(token="x" * 40) as c, pytest.raises(AdminCallError) as err:
         c.list_versions()
-    assert err.value.status is grpc.StatusCode.PERMISSION_DENIED
+    assert err.value.status is grpc.StatusCode.UNAUTHENTICATED
+    assert "not an admin token" in str(err.value)
 
 
 def test_viewer_may_list_but_not_change(admin: Admin) -> None:
@@ -183,3 +189,29 @@ def test_no_token_file_means_no_admin_service(supervisor: Supervisor) -> None:
         VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
     )
     assert admin_servicer(versions) is None
+
+
+def test_a_bundle_for_another_robot_is_refused_naming_both_fingerprints(
+    admin: Admin, spec: RobotSpec, tmp_path: Path
+) -> None:
+    """Same dims, other robot: it went live and drove the arm (other dims: INTERNAL on
+    every request after)."""
+    other = dataclasses.replace(
+        spec, name="other-arm", observation_names=tuple(f"{n}_b" for n in spec.observation_names)
+    )
+    init_bundle(tmp_path / "other", other, hidden_sizes=(16,), seed=1, version_id=2)
+    with admin.client() as c, pytest.raises(AdminCallError) as err:
+        c.load_bundle(str(tmp_path / "other"), make_live=True)
+    assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+    assert other.fingerprint() in str(err.value)
+    assert spec.fingerprint() in str(err.value)
+    assert admin.registry.live() is not None
+    assert admin.registry.live().id == 1  # type: ignore[union-attr]
+    assert [r.id for r in admin.registry.records()] == [1]
+    # Reload from the model directory: the same refusal, reported for that directory.
+    shutil.copytree(tmp_path / "other", admin.models / "other")
+    with admin.client() as c, pytest.raises(AdminCallError) as err:
+        c.reload()
+    assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+    assert other.fingerprint() in str(err.value)
+    assert [r.id for r in admin.registry.records()] == [1]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tether.serving.admission import Admission, TokenBucket
+from tether.serving.admission import Admission, TokenBucket, client_of
 from tether.serving.config import AdmissionConfig
-from tether.serving.errors import AdmissionRefused
+from tether.serving.errors import AdmissionRefused, DuplicateSession
 
 
 @settings(max_examples=200, deadline=None)
@@ -80,3 +80,27 @@ def test_bucket_table_is_bounded() -> None:
     for i in range(50):
         admission.admit(f"client-{i}", now=0.0)
     assert len(admission._buckets) == 5
+
+
+def test_a_client_is_its_peers_host_whatever_port_it_connects_from() -> None:
+    assert client_of("ipv4:10.0.0.5:51234") == "ipv4:10.0.0.5"
+    assert client_of("ipv6:[::1]:5000") == "ipv6:[::1]"
+    assert client_of("unix:/tmp/sock") == "unix:/tmp/sock"
+
+
+def test_session_bounds_are_released_when_a_session_closes() -> None:
+    admission = Admission(
+        AdmissionConfig(max_sessions=2, max_sessions_per_client=1), control_period_s=0.02
+    )
+    a = admission.open_session("s1", "arm-1", "ipv4:10.0.0.1:1000")
+    with pytest.raises(AdmissionRefused, match="max_sessions_per_client"):
+        admission.open_session("s2", "arm-2", "ipv4:10.0.0.1:1001")  # same host, new port
+    with pytest.raises(DuplicateSession, match="'arm-1' already has a live session"):
+        admission.open_session("s3", "arm-1", "ipv4:10.0.0.9:1000")
+    admission.open_session("s4", "arm-2", "ipv4:10.0.0.2:1000")
+    with pytest.raises(AdmissionRefused, match=r"admission\.max_sessions\)"):
+        admission.open_session("s5", "arm-3", "ipv4:10.0.0.3:1000")
+    admission.close_session(a)
+    admission.close_session(a)  # idempotent
+    assert admission.open_sessions == 1
+    admission.open_session("s6", "arm-1", "ipv4:10.0.0.1:1002")

@@ -172,3 +172,17 @@ def test_contents_instead_of_raw_bytes_and_the_model_name_alias(
             stub.ModelInfer(short, timeout=30)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert f"expected {4 * arm.obs_dim}" in info.value.details()
+
+
+def test_undecodable_bytes_are_refused_invalid_argument(make_server: MakeServer) -> None:
+    running = make_server()
+    with grpc.insecure_channel(running.address) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"\x0a\xff\xff\xff\xff\x0f", timeout=30)  # a length prefix past the end
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "inference.ModelInferRequest" in info.value.details()
+        live = kpb_grpc.GRPCInferenceServiceStub(channel).ServerLive(
+            kpb.ServerLiveRequest(), timeout=30
+        )
+        assert live.live

@@ -69,10 +69,15 @@ def test_rate_limit_is_resource_exhausted_per_client(
     obs = np.zeros(arm.obs_dim, np.float32)
     with PolicyClient(running.address) as client:
         client.get_action(obs, client_id="fast")
-        code, msg = code_of(lambda: client.get_action(obs, client_id="fast"))
+        # The bucket is the connection's: a new claimed id does not refill it.
+        code, msg = code_of(lambda: client.get_action(obs, client_id="other"))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "'fast' is over its rate limit of 1 requests/s" in msg
-        client.get_action(obs, client_id="other")  # not starved by 'fast'
+        assert "is over its rate limit of 1 requests/s" in msg
+        assert "ipv4:127.0.0.1:" in msg
+    # Another connection is not starved by the first.
+    with grpc.insecure_channel(running.address, [("grpc.use_local_subchannel_pool", 1)]) as ch:
+        stub = pb_grpc.PolicyServiceStub(ch)  # type: ignore[no-untyped-call]
+        stub.GetAction(pb.ActionRequest(observation=obs.tolist(), client_id="fast"), timeout=10)
 
 
 def test_memory_guard_is_resource_exhausted(make_server: MakeServer, arm: RobotSpec) -> None:

@@ -7,13 +7,19 @@ import time
 import numpy as np
 
 from tests.serving.serving_harness import MakeServer, relaxed_limits, server_config
-from tether.safety import Supervisor
+from tether.safety import PASSED, Supervisor
 from tether.safety.degradation import DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
 from tether.safety.levels import DegradationLevel, EventKind
 from tether.serving.client import PolicyClient
 from tether.serving.supervision import SessionSupervisor, SupervisorFactory
 from tether.spec import RobotSpec
+
+
+def _steps(machine: DegradationMachine, robot: str = "") -> None:
+    """A full window of passed steps at 50 Hz (500): one NaN among them is RESTRICTED."""
+    for _ in range(500):
+        machine.observe(PASSED, robot=robot)
 
 
 class ManualClock:
@@ -31,6 +37,7 @@ def test_a_degradation_reaches_the_next_read_however_long_the_poll_period(
     factory = SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine,
                                 level_poll_s=3600.0)  # fmt: skip
     assert factory.level() is DegradationLevel.NORMAL
+    _steps(machine)
     machine.report(EventKind.NAN_OUTPUT)  # one NaN from the policy: RESTRICTED
     assert factory.level() is DegradationLevel.RESTRICTED
     machine.escalate(DegradationLevel.TAKEOVER, reason="operator e-stop")
@@ -44,6 +51,7 @@ def test_a_recovery_on_the_clock_is_seen_within_the_poll_period(arm: RobotSpec) 
     machine = DegradationMachine(limits=relaxed_limits(arm), clock=clock)
     factory = SupervisorFactory(arm, limits=relaxed_limits(arm), degradation=machine,
                                 level_poll_s=0.05)  # fmt: skip
+    _steps(machine)
     machine.report(EventKind.NAN_OUTPUT)
     assert factory.level() is DegradationLevel.RESTRICTED
     # The machine recovers only when asked after its quiet period: serving asks again at
@@ -110,18 +118,37 @@ def test_watchdog_misses_of_a_sessions_start_up_steps_do_not_degrade(arm: RobotS
     limits = relaxed_limits(arm)
     config = DegradationConfig(session_warmup_steps=50)
     machine = DegradationMachine(config, limits=limits, clock=ManualClock())
-    session = SessionSupervisor(Supervisor(limits), machine)
-    threshold = config.restricted.watchdog_miss
-    for step in range(1, 51):  # the warm-up: far more misses than any threshold
-        session.watchdog_misses(threshold, policy_version=1, session_step=step)
-    assert machine.level is DegradationLevel.NORMAL
-    session.watchdog_misses(threshold, policy_version=1, session_step=51)
-    assert machine.level is DegradationLevel.RESTRICTED
+    session = SessionSupervisor(Supervisor(limits), machine, "arm-1")
+    _steps(machine, "arm-1")
+    for step in range(1, 51):  # the warm-up: every step a miss
+        session.watchdog_misses(1, policy_version=1, session_step=step)
+    assert machine.level_of("arm-1") is DegradationLevel.NORMAL
+    session.watchdog_misses(30, policy_version=1, session_step=51)  # 6 %
+    assert machine.level_of("arm-1") is DegradationLevel.RESTRICTED
     # Without the grace the very first step's misses would have degraded the robot.
     strict = DegradationMachine(
         DegradationConfig(session_warmup_steps=0), limits=limits, clock=ManualClock()
     )
-    SessionSupervisor(Supervisor(limits), strict).watchdog_misses(
-        threshold, policy_version=1, session_step=1
+    _steps(strict, "arm-1")
+    SessionSupervisor(Supervisor(limits), strict, "arm-1").watchdog_misses(
+        30, policy_version=1, session_step=1
     )
-    assert strict.level is DegradationLevel.RESTRICTED
+    assert strict.level_of("arm-1") is DegradationLevel.RESTRICTED
+
+
+def test_a_sessions_watchdog_misses_move_only_its_own_robot(arm: RobotSpec) -> None:
+    """One client's claimed misses put every robot of the server in TAKEOVER."""
+    limits = relaxed_limits(arm)
+    machine = DegradationMachine(limits=limits, clock=ManualClock())
+    factory = SupervisorFactory(arm, limits=limits, degradation=machine)
+    liar, bystander = factory("liar"), factory("bystander")
+    _steps(machine, "liar")
+    _steps(machine, "bystander")
+    liar.watchdog_misses(10_000, policy_version=1, session_step=10_000)
+    assert liar.level() is DegradationLevel.TAKEOVER
+    assert bystander.level() is DegradationLevel.NORMAL
+    obs = np.zeros(arm.obs_dim, np.float32)
+    _, verdict = bystander.decide(obs, np.zeros(arm.act_dim, np.float32), None,
+                                  observation_age_s=0.0, level=bystander.level(),
+                                  policy_version=1)  # fmt: skip
+    assert verdict.source != "backup"

@@ -19,6 +19,12 @@ from typing import Literal
 import torch
 from torch import nn
 
+from tether.policy.numerics import blas_pin
+
+# Every GEMM tether runs goes through these networks (``paths`` and ``engine`` import this
+# module): MKL's numerical mode is pinned here, before the first one can run.
+blas_pin()
+
 Activation = Literal["relu", "tanh", "elu", "silu"]
 
 LOG_STD_MIN = -5.0

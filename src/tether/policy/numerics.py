@@ -7,9 +7,10 @@ position inside the block, a 1-ulp difference between batch 1 and batch 64. MKL'
 conditional numerical reproducibility (CNR) in ``COMPATIBLE`` mode runs one code path
 on every x86_64 CPU, and with it a row's result depends only on the row.
 
-CNR can only be chosen before MKL's first call in the process, so this module pins it
-when it is imported, which every import of :mod:`tether.policy` does (importing torch
-calls no MKL routine), and records whether it took (:func:`blas_pin`). The engine refuses its torch CPU paths where it did not
+CNR can only be chosen before MKL's first call in the process, so
+:mod:`tether.policy.networks`, which every network, engine path and learner of tether
+imports, pins it on import (importing torch calls no MKL routine), and :func:`blas_pin`
+records whether it took. The engine refuses its torch CPU paths where it did not
 (:func:`require_pinned_blas`), instead of silently losing the guarantee. Torch builds
 without MKL (aarch64, macOS) have nothing to pin: their CPU GEMM is OpenBLAS/Accelerate,
 whose kernels sum each output over ``k`` in one order for every row.
@@ -89,8 +90,8 @@ def blas_pin() -> BlasPin:
         elif code == _MKL_CBWR_ERR_MODE_CHANGE_FAILURE:
             _pin = BlasPin(
                 BlasPinState.TOO_LATE,
-                "MKL had already run a routine in this process before tether.policy was "
-                "imported, so its numerical mode can no longer be pinned",
+                "MKL had already run a routine in this process before tether's networks "
+                "were imported, so its numerical mode can no longer be pinned",
             )
         else:
             _pin = BlasPin(BlasPinState.FAILED, f"mkl_cbwr_set(COMPATIBLE) returned {code}")
@@ -106,9 +107,6 @@ def require_pinned_blas(path: str) -> None:
 
     raise EngineConfigError(
         f"execution {path!r} on cpu cannot guarantee bit-identical rows at every batch size: "
-        f"{pin.detail}. Import tether (or tether.policy) before running any torch matmul, "
-        "or use execution='numpy'"
+        f"{pin.detail}. Import tether.policy.networks (or anything that uses it) before "
+        "running any torch matmul, or use execution='numpy'"
     )
-
-
-blas_pin()

@@ -45,8 +45,9 @@ class RunEvent:
     ``kind`` is one of: ``start``, ``stop``, ``drift`` (dynamics changed; ``details`` has
     the new knobs), ``candidate`` (the learner published one), ``promotion``,
     ``rejection`` (``details`` names the gate stage and its numbers), ``rollback``,
-    ``degradation`` (``details`` has ``from``/``to`` level and the reason),
-    ``learner_crash``, ``learner_restart``, ``interrupted`` (a signal stopped the run early).
+    ``degradation`` (one robot's level; ``robot_id`` names it, ``details`` has
+    ``from``/``to`` level and the reason), ``learning_level`` (the learning-wide level the
+    learner obeys, aggregated over the robots; same details), ``learner_crash``, ``learner_restart``, ``interrupted`` (a signal stopped the run early).
     ``t_s`` is wall time since the run's start; ``control_s`` is the robots' control time
     then (steps served / robots / control rate), the clock every window of the system runs
     on, so a ``--fast`` run reads the same as a real-time one.

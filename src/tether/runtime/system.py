@@ -46,6 +46,7 @@ from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
 from tether.runtime.config import RunConfig
 from tether.runtime.dashboard import Dashboard, DashboardConfig
+from tether.runtime.leftovers import forget_processes, record_processes, stop_leftovers
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
@@ -67,6 +68,7 @@ from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
+from tether.serving.bundle_check import for_robot
 from tether.serving.client.options import ClientOptions
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
@@ -148,9 +150,24 @@ class RunSystem:
         log.info("%s: %s", kind, message)
 
     def _on_degradation(self, tr: DegradationTransition) -> None:
-        self._weights.set_degradation_level(int(tr.to_level))
+        """One robot's level moved: logged, and recorded as a ``degradation`` event."""
         self.event(
             "degradation",
+            f"{tr.robot_id}: {tr.from_level.name} -> {tr.to_level.name}: {tr.reason}",
+            version=tr.policy_version,
+            robot_id=tr.robot_id,
+            details={
+                "from": tr.from_level.name,
+                "to": tr.to_level.name,
+                "reason": tr.reason,
+            },
+        )
+
+    def _on_learning_level(self, tr: DegradationTransition) -> None:
+        """The learning-wide level moved (the robots' aggregate): the learner obeys it."""
+        self._weights.set_degradation_level(int(tr.to_level))
+        self.event(
+            "learning_level",
             f"{tr.from_level.name} -> {tr.to_level.name}: {tr.reason}",
             version=tr.policy_version,
             details={"from": tr.from_level.name, "to": tr.to_level.name, "reason": tr.reason},
@@ -218,6 +235,7 @@ class RunSystem:
         self._recorder = Recorder([self._log, self._channel], cfg.recorder)
         self._weights = SharedWeights.create(self.bundle.manifest.architecture)
         self._degradation.add_listener(self._on_degradation)
+        self._degradation.add_fleet_listener(self._on_learning_level)
         self._learner = LearnerProcess(
             self.bundle_path,
             cfg.learner,
@@ -236,7 +254,7 @@ class RunSystem:
         shadow = supervisor_for(spec, self.limits)
         self._versions = PolicyVersions(
             cfg.versions,
-            engine_factory=self._engine_for_bundle,
+            engine_factory=for_robot(self._engine_for_bundle, spec),
             shadow_supervisor=shadow,
             degradation=self._degradation,
         )
@@ -434,7 +452,13 @@ class RunSystem:
 
     def run(self) -> Path:
         """Run to the end of the duration (or a stop request); returns the report's path."""
-        asyncio.run(self._main())
+        stopped = stop_leftovers(self.run_dir.parent)
+        if stopped:
+            log.warning("stopped %d processes an earlier run left running", len(stopped))
+        try:
+            asyncio.run(self._main())
+        finally:
+            forget_processes(self.run_dir)
         return build_report(self.run_dir)
 
     async def _main(self) -> None:
@@ -475,6 +499,8 @@ class RunSystem:
             with _children_ignore_sigint():
                 for p in robots:
                     p.start()
+            children = [p.pid for p in robots] + [self._learner.pid]
+            record_processes(self.run_dir, [pid for pid in children if pid is not None])
             # The run's clock starts when every robot has connected and opened its
             # session and the learner has built its networks, so a slow start (spawn,
             # imports) does not eat into the drift, and the learner's start-up burst of

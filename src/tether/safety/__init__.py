@@ -14,28 +14,38 @@ Public API (see docs/safety.md for the semantics of every check and level):
   :class:`PositionSupervisorConfig`, :class:`ImpedanceModel`, :class:`PositionVerdict`
 """
 
-from tether.safety.backups import (
-    Backup,
-    BackupConfig,
-    BrakeBackup,
-    GoHomeBackup,
-    HoldBackup,
-    make_backup,
-)
-from tether.safety.degradation import DegradationMachine
-from tether.safety.degradation_config import DegradationConfig, LevelThresholds
-from tether.safety.errors import DegradationError, LimitsError, SafetyError
-from tether.safety.kinematics import Kinematics
-from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind, WindowCounts
-from tether.safety.limits import LimitsConfig, SafetyLimits
-from tether.safety.position import (
-    ImpedanceModel,
-    PositionSupervisor,
-    PositionSupervisorConfig,
-    PositionVerdict,
-)
-from tether.safety.supervisor import Supervisor, SupervisorConfig
-from tether.safety.verdict import PASSED, ActionSource, SafetyCheck, SafetyVerdict
+from typing import TYPE_CHECKING
+
+from tether.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tether.safety.backups import (
+        Backup,
+        BackupConfig,
+        BrakeBackup,
+        GoHomeBackup,
+        HoldBackup,
+        make_backup,
+    )
+    from tether.safety.degradation import DegradationMachine
+    from tether.safety.degradation_config import DegradationConfig, LevelThresholds
+    from tether.safety.errors import DegradationError, LimitsError, SafetyError
+    from tether.safety.kinematics import Kinematics
+    from tether.safety.levels import (
+        DegradationLevel,
+        DegradationTransition,
+        EventKind,
+        WindowCounts,
+    )
+    from tether.safety.limits import LimitsConfig, SafetyLimits
+    from tether.safety.position import (
+        ImpedanceModel,
+        PositionSupervisor,
+        PositionSupervisorConfig,
+        PositionVerdict,
+    )
+    from tether.safety.supervisor import Supervisor, SupervisorConfig
+    from tether.safety.verdict import PASSED, ActionSource, SafetyCheck, SafetyVerdict
 
 __all__ = [
     "PASSED",
@@ -68,3 +78,5 @@ __all__ = [
     "WindowCounts",
     "make_backup",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

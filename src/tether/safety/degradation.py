@@ -1,34 +1,43 @@
-"""The degradation machine: NORMAL → RESTRICTED → PAUSED → TAKEOVER and back.
+"""The degradation machine: each robot's NORMAL → RESTRICTED → PAUSED → TAKEOVER and back.
 
-Events (supervisor verdicts, watchdog misses, robot faults, gate rejections) are counted
-in a sliding window. The level is the most degraded one whose thresholds the counts
-reach; moving there is immediate. Moving back is one level per quiet period (no
+Every robot has its own level, driven only by its own evidence: the supervisor's verdicts
+on its steps, the watchdog misses its own session reports, its faults. Step evidence is
+judged as a rate, the fraction of that robot's own steps in its sliding window (once the
+window holds ``min_window_steps``, so a robot's first steps cannot trip it); faults and
+gate events as counts. A robot's level is the most degraded one whose thresholds its
+window reaches; moving there is immediate. Moving back is one level per quiet period (no
 trigger for ``quiet_period_s``), never out of TAKEOVER: only :meth:`resume` with an
 operator name leaves it, and it forgets the window so old events cannot re-trigger.
+
+The learning-wide level (may the learner publish, may it train) aggregates the robots:
+it is the worst level that more than ``fleet_degraded_fraction`` of the counted robots
+are at, so with the default one robot, or one client, never decides for the others. A
+robot counts while it stepped within the window or is above NORMAL.
 
 Corrections the supervisor makes below NORMAL are made under tightened limits, so they
 are partly the tightening's own work: a correction made at a level counts only toward
 levels beyond it, never toward holding that level or re-entering it. Otherwise a policy
 that entered RESTRICTED for its correction rate is corrected even more often under the
-halved limits and can never be quiet again (seen in ``tether run``: RESTRICTED from the
-first seconds to the end), or is sent straight back by those same corrections the
-moment it returns to NORMAL. A canary's and its control's steps are supervised under
-tightened limits at NORMAL too (``observe(..., tightened=True)``), and count as if made
-at RESTRICTED.
+halved limits and can never be quiet again, or is sent straight back by those same
+corrections the moment it returns to NORMAL. A canary's and its control's steps are
+supervised under tightened limits at NORMAL too (``observe(..., tightened=True)``), and
+count as if made at RESTRICTED.
 
-Invariants: every level change is a :class:`DegradationTransition` in the bounded
-history, counted per policy version, and passed to every listener; the machine's
-clock is injected, so tests drive time instead of sleeping. Thread-safe.
+Invariants: every level change is a :class:`DegradationTransition` naming its robot (or
+None for the learning-wide level), kept in a bounded history, counted per policy version
+and passed to every listener; no call about one robot changes another robot's level; the
+machine's clock is injected, so tests drive time instead of sleeping. Thread-safe.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from tether.safety.degradation_config import DegradationConfig
+from tether.safety.degradation_config import RATE_FIELDS, DegradationConfig
 from tether.safety.errors import DegradationError
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind, WindowCounts
 from tether.safety.limits import SafetyLimits
@@ -40,7 +49,11 @@ from tether.safety.verdict import (
     SafetyVerdict,
 )
 
+log = logging.getLogger(__name__)
+
 Listener = Callable[[DegradationTransition], None]
+# The robot of a caller that names none: a single-robot machine, or stateless GetAction.
+DEFAULT_ROBOT = ""
 _SINGLE_CHECKS = tuple(c for c in SafetyCheck if c is not SafetyCheck.NONE)
 _KINDS = tuple(EventKind)
 _KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
@@ -48,6 +61,7 @@ _KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
 _INTERVENTION = (_KIND_INDEX[EventKind.INTERVENTION],)
 _BACKUP = (_KIND_INDEX[EventKind.BACKUP_ACTION],)
 _BACKUP_NAN = (_KIND_INDEX[EventKind.BACKUP_ACTION], _KIND_INDEX[EventKind.NAN_OUTPUT])
+_WORST_FIRST = tuple(reversed(DegradationLevel))[:-1]  # TAKEOVER, PAUSED, RESTRICTED
 
 
 class DegradationMachine:
@@ -67,64 +81,104 @@ class DegradationMachine:
         )
         self._clock = clock
         self._lock = threading.RLock()
-        self._level = DegradationLevel.NORMAL
-        # (time, kind index, check bits, floor): a correction made at a level counts only
-        # toward levels beyond it (its floor); every other event has floor NORMAL.
-        self._events: deque[tuple[float, int, int, int]] = deque()
         self._rules = _rules(self.config)
-        self._below = _tallies()
-        self._calm_since: float | None = None
-        # Latest moments that were not calm: the last eviction from the window (the
-        # counts may have been at a threshold until then) and the last level change.
-        self._evicted_until = float("-inf")
-        self._changed_at = float("-inf")
+        self._robots: dict[str, _Robot] = {}
+        self._fleet = DegradationLevel.NORMAL
         self._version: int | None = None
         self._history: deque[DegradationTransition] = deque(maxlen=self.config.history_size)
         self._per_version: Counter[tuple[int | None, DegradationLevel]] = Counter()
         self._listeners: list[Listener] = []
+        self._fleet_listeners: list[Listener] = []
 
     # ---- inputs -------------------------------------------------------------------------
 
     def observe(
-        self, verdict: SafetyVerdict, *, policy_version: int | None = None, tightened: bool = False
+        self,
+        verdict: SafetyVerdict,
+        *,
+        policy_version: int | None = None,
+        tightened: bool = False,
+        robot: str = DEFAULT_ROBOT,
     ) -> None:
-        """Count what the supervisor did to one action; ``tightened``: it enforced
-        tightened limits whatever the level (a canary's or its control's step)."""
+        """Count one of ``robot``'s steps and what the supervisor did to its action;
+        ``tightened``: it enforced tightened limits whatever the level (a canary's or its
+        control's step)."""
         # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
-        # this runs for every corrected action.
+        # this runs for every step.
         checks = int(verdict.checks)
-        if checks & _TAKEOVER:
-            return  # the backup in control is the consequence, not a new symptom
-        if verdict.source is ActionSource.BACKUP:
-            kinds = _BACKUP_NAN if checks & _NON_FINITE else _BACKUP
-            self._record(kinds, 0, policy_version)
-        elif verdict.source is ActionSource.CLIPPED:
-            self._record(
-                _INTERVENTION, checks, policy_version, correction=True, tightened=tightened
-            )
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            now = self._clock()
+            state = self._state(robot)
+            state.steps.append(now)
+            state.last_seen = now
+            if policy_version is not None:
+                self._version = policy_version
+            # At TAKEOVER the backup in control is the consequence, not a new symptom.
+            if not checks & _TAKEOVER:
+                if verdict.source is ActionSource.BACKUP:
+                    kinds = _BACKUP_NAN if checks & _NON_FINITE else _BACKUP
+                    self._record(state, kinds, 0, now)
+                elif verdict.source is ActionSource.CLIPPED:
+                    self._record(state, _INTERVENTION, checks, now, correction=True,
+                                 tightened=tightened)  # fmt: skip
+            self._advance(state, now, fired)
+        self._notify(fired)
 
-    def report(self, kind: EventKind, *, policy_version: int | None = None) -> None:
-        """Count an event from outside the supervisor (watchdog miss, robot fault, gate)."""
-        self._record((_KIND_INDEX[kind],), 0, policy_version)
+    def report(
+        self, kind: EventKind, *, policy_version: int | None = None, robot: str = DEFAULT_ROBOT
+    ) -> None:
+        """Count an event of ``robot``'s from outside the supervisor (a watchdog miss its
+        session reported, a fault, a gate event)."""
+        self.report_many(kind, 1, policy_version=policy_version, robot=robot)
+
+    def report_many(
+        self,
+        kind: EventKind,
+        count: int,
+        *,
+        policy_version: int | None = None,
+        robot: str = DEFAULT_ROBOT,
+    ) -> None:
+        """``report`` ``count`` times at once (the caller has bounded ``count``)."""
+        if count <= 0:
+            return
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            now = self._clock()
+            state = self._state(robot)
+            if policy_version is not None:
+                self._version = policy_version
+            self._record(state, (_KIND_INDEX[kind],), 0, now, times=count)
+            self._advance(state, now, fired)
+        self._notify(fired)
 
     def set_policy_version(self, version: int) -> None:
         """The version now serving; transitions name it."""
         with self._lock:
             self._version = version
 
-    def escalate(self, level: DegradationLevel, *, reason: str) -> None:
-        """Move to ``level`` now if it is more degraded (an operator's pause, an e-stop)."""
+    def escalate(self, level: DegradationLevel, *, reason: str, robot: str | None = None) -> None:
+        """Move ``robot`` (None: every known robot) to ``level`` now if it is more degraded
+        (an operator's pause, an e-stop)."""
         fired: list[DegradationTransition] = []
         with self._lock:
             now = self._clock()
-            self._advance(now, fired)
-            if level > self._level:
-                self._move(level, f"escalated: {reason}", now, None, None, fired)
-                self._calm_since = None
+            names = [robot] if robot is not None else list(self._robots) or [DEFAULT_ROBOT]
+            for name in names:
+                state = self._state(name)
+                self._advance(state, now, fired)
+                if level > state.level:
+                    self._move(state, level, f"escalated: {reason}", now, None, None, fired)
+                    state.calm_since = None
+            self._update_fleet(now, fired)
         self._notify(fired)
 
-    def resume(self, *, operator: str, reason: str = "operator resume") -> DegradationTransition:
-        """Leave TAKEOVER for ``config.resume_level``; the caller has authenticated ``operator``."""
+    def resume(
+        self, *, operator: str, reason: str = "operator resume", robot: str | None = None
+    ) -> DegradationTransition:
+        """Leave TAKEOVER for ``config.resume_level``: ``robot``, or every robot in TAKEOVER
+        (None); the caller has authenticated ``operator``. Returns the first transition."""
         if not operator.strip():
             raise DegradationError(
                 "resume needs the authenticated operator's name, got an empty string; "
@@ -132,48 +186,91 @@ class DegradationMachine:
             )
         fired: list[DegradationTransition] = []
         with self._lock:
-            if self._level is not DegradationLevel.TAKEOVER:
-                raise DegradationError(
-                    f"resume is only valid in TAKEOVER, but the level is {self._level.name}; "
-                    "lower levels recover by themselves after the quiet period"
-                )
             now = self._clock()
-            # Events before the resume led to the takeover; counting them again would
-            # send the robot straight back into it.
-            self._events.clear()
-            self._below = _tallies()
-            self._move(self.config.resume_level, reason, now, None, operator, fired)
-            self._calm_since = now
+            if robot is not None:
+                state = self._robots.get(robot)
+                level = DegradationLevel.NORMAL if state is None else state.level
+                if state is None or level is not DegradationLevel.TAKEOVER:
+                    raise DegradationError(
+                        f"resume is only valid in TAKEOVER, but robot {robot!r} is at "
+                        f"{level.name}; lower levels recover by themselves after the quiet "
+                        "period"
+                    )
+                targets = [state]
+            else:
+                targets = [s for s in self._robots.values() if s.level is DegradationLevel.TAKEOVER]
+                if not targets:
+                    raise DegradationError(
+                        "resume is only valid in TAKEOVER, but no robot is in TAKEOVER "
+                        f"({self._levels_text()}); lower levels recover by themselves after "
+                        "the quiet period"
+                    )
+            for state in targets:
+                # Events before the resume led to the takeover; counting them again would
+                # send the robot straight back into it.
+                state.forget()
+                self._move(state, self.config.resume_level, reason, now, None, operator, fired)
+                state.calm_since = now
+            self._update_fleet(now, fired, operator)
         self._notify(fired)
         return fired[0]
 
     def add_listener(self, listener: Listener) -> None:
-        """Call ``listener`` with every future transition (after the state changed)."""
+        """Call ``listener`` with every future robot transition (after the state changed)."""
         with self._lock:
             self._listeners.append(listener)
+
+    def add_fleet_listener(self, listener: Listener) -> None:
+        """Call ``listener`` with every future change of the learning-wide level."""
+        with self._lock:
+            self._fleet_listeners.append(listener)
 
     # ---- queries ------------------------------------------------------------------------
 
     @property
     def level(self) -> DegradationLevel:
+        """The learning-wide level, after letting every degraded robot recover up to now.
+
+        A robot at NORMAL is judged on its own steps only: judged again while idle, its
+        window would lose its clean old steps before its recent events and show a rate
+        it never had."""
         fired: list[DegradationTransition] = []
         with self._lock:
-            self._advance(self._clock(), fired)
-            level = self._level
+            now = self._clock()
+            for state in list(self._robots.values()):
+                if state.level is not DegradationLevel.NORMAL:
+                    self._advance(state, now, fired, fleet=False)
+            self._update_fleet(now, fired)
+            level = self._fleet
         self._notify(fired)
         return level
 
+    def level_of(self, robot: str) -> DegradationLevel:
+        """``robot``'s own level as of its last step (NORMAL for a robot never seen).
+
+        Cheap enough for every step: a degradation is made by the call that caused it, so
+        only a recovery on the clock is seen one step late.
+        """
+        state = self._robots.get(robot)
+        return DegradationLevel.NORMAL if state is None else state.level
+
+    def robot_levels(self) -> dict[str, DegradationLevel]:
+        """Every known robot's level."""
+        with self._lock:
+            return {name: state.level for name, state in self._robots.items()}
+
     def may_publish(self) -> bool:
-        """Whether the learner may publish a new version (only at NORMAL)."""
+        """Whether the learner may publish a new version (learning-wide level NORMAL)."""
         return self.level is DegradationLevel.NORMAL
 
     def may_train(self) -> bool:
         """Whether the learner may keep updating (NORMAL and RESTRICTED)."""
         return self.level <= DegradationLevel.RESTRICTED
 
-    def policy_in_control(self) -> bool:
-        """False in TAKEOVER: serving sends the supervisor's backup action instead."""
-        return self.level < DegradationLevel.TAKEOVER
+    def policy_in_control(self, robot: str = DEFAULT_ROBOT) -> bool:
+        """False in TAKEOVER: serving sends the supervisor's backup action to ``robot``."""
+        self.level  # noqa: B018  (brings the windows up to now)
+        return self.level_of(robot) < DegradationLevel.TAKEOVER
 
     def limits_for(self, level: DegradationLevel) -> SafetyLimits:
         """The limits the supervisor enforces at ``level``: tightened below NORMAL."""
@@ -183,10 +280,15 @@ class DegradationMachine:
             )
         return self._limits if level is DegradationLevel.NORMAL else self._tightened
 
-    def counts(self) -> WindowCounts:
+    def counts(self, robot: str = DEFAULT_ROBOT) -> WindowCounts:
+        """What ``robot``'s window holds now."""
         with self._lock:
-            self._evict(self._clock())
-            everything = self._below[-1]
+            state = self._robots.get(robot)
+            if state is None:
+                state = _Robot()
+            else:
+                self._evict(state, self._clock())
+            everything = state.below[-1]
             return WindowCounts(
                 window_s=self.config.window_s,
                 by_kind=tuple(zip(_KINDS, everything.by_kind, strict=True)),
@@ -195,109 +297,180 @@ class DegradationMachine:
                     for c in _SINGLE_CHECKS
                     if everything.by_check.get(int(c))
                 ),
+                steps=len(state.steps),
             )
 
     def history(self) -> tuple[DegradationTransition, ...]:
+        """Recent robot transitions and learning-wide ones, oldest first."""
         with self._lock:
             return tuple(self._history)
 
     def transitions_for(self, policy_version: int | None) -> dict[DegradationLevel, int]:
-        """How many times each level was entered while ``policy_version`` was serving."""
+        """How many times a robot entered each level while ``policy_version`` was serving."""
         with self._lock:
             return {level: n for (v, level), n in self._per_version.items() if v == policy_version}
 
     # ---- internals ----------------------------------------------------------------------
 
+    def _state(self, robot: str) -> _Robot:
+        state = self._robots.get(robot)
+        if state is None:
+            if len(self._robots) >= self.config.max_robots:
+                self._forget_one()
+            state = self._robots[robot] = _Robot(robot)
+        return state
+
+    def _forget_one(self) -> None:
+        """Drop the robot idle longest, preferring one at NORMAL; a robot in TAKEOVER is
+        dropped only when every kept robot is in TAKEOVER (and that is logged)."""
+        by_idle = sorted(self._robots.values(), key=lambda s: s.last_seen)
+        for wanted in (DegradationLevel.NORMAL, DegradationLevel.RESTRICTED,
+                       DegradationLevel.PAUSED, DegradationLevel.TAKEOVER):  # fmt: skip
+            for state in by_idle:
+                if state.level is wanted:
+                    if wanted is DegradationLevel.TAKEOVER:
+                        log.warning(
+                            "degradation: forgetting robot %r in TAKEOVER, %d robots are kept "
+                            "(degradation.max_robots)",
+                            state.name,
+                            self.config.max_robots,
+                        )
+                    del self._robots[state.name]
+                    return
+
     def _record(
         self,
+        state: _Robot,
         kinds: tuple[int, ...],
         checks: int,
-        policy_version: int | None,
+        now: float,
         *,
         correction: bool = False,
         tightened: bool = False,
+        times: int = 1,
     ) -> None:
         """Count ``kinds`` now. A ``correction`` counts only toward levels beyond the one
         whose limits it was made under: the current level, or RESTRICTED if ``tightened``."""
-        fired: list[DegradationTransition] = []
-        with self._lock:
-            now = self._clock()
-            if policy_version is not None:
-                self._version = policy_version
-            floor = 0
-            if correction:
-                floor = max(int(self._level), int(DegradationLevel.RESTRICTED) if tightened else 0)
-            for kind in kinds:
-                self._events.append((now, kind, checks, floor))
-                for tally in self._below[floor + 1 :]:
-                    tally.add(kind, checks, 1)
-            self._advance(now, fired)
-        self._notify(fired)
+        floor = 0
+        if correction:
+            floor = max(int(state.level), int(DegradationLevel.RESTRICTED) if tightened else 0)
+        for kind in kinds:
+            state.events.append((now, kind, checks, floor, times))
+            for tally in state.below[floor + 1 :]:
+                tally.add(kind, checks, times)
 
-    def _evict(self, now: float) -> None:
+    def _evict(self, state: _Robot, now: float) -> None:
         horizon = now - self.config.window_s
-        while self._events and self._events[0][0] <= horizon:
-            at, kind, checks, floor = self._events.popleft()
-            for tally in self._below[floor + 1 :]:
-                tally.add(kind, checks, -1)
-            self._evicted_until = at + self.config.window_s
+        steps = state.steps
+        while steps and steps[0] <= horizon:
+            steps.popleft()
+        events = state.events
+        while events and events[0][0] <= horizon:
+            at, kind, checks, floor, times = events.popleft()
+            for tally in state.below[floor + 1 :]:
+                tally.add(kind, checks, -times)
+            state.evicted_until = at + self.config.window_s
 
-    def _target(self) -> tuple[DegradationLevel, str, EventKind | None]:
-        """The most degraded level the window's counts reach, and why."""
-        for level, kinds, checks in self._rules:
-            tally = self._below[level]
-            by_kind, by_check = tally.by_kind, tally.by_check
-            for index, need in kinds:
+    def _target(self, state: _Robot) -> tuple[DegradationLevel, str, EventKind | None]:
+        """The most degraded level the robot's window reaches, and why."""
+        steps = len(state.steps)
+        judged = steps >= self.config.min_window_steps
+        window = self.config.window_s
+        for level, counts, rates, checks in self._rules:
+            tally = state.below[level]
+            by_kind = tally.by_kind
+            for index, need in counts:
                 if by_kind[index] >= need:
                     kind = _KINDS[index]
-                    return (
-                        level,
-                        f"{by_kind[index]} {kind.value} events in {self.config.window_s} s "
-                        f"(threshold {need})",
-                        kind,
+                    why = f"{by_kind[index]} {kind.value} events in {window} s (threshold {need})"
+                    return level, why, kind
+            if not judged:
+                continue
+            for index, rate in rates:
+                have = by_kind[index]
+                if have >= rate * steps:
+                    kind = _KINDS[index]
+                    why = (
+                        f"{have} {kind.value} events in the robot's {steps} steps of the last "
+                        f"{window} s ({have / steps:.1%}, threshold {rate:.1%})"
                     )
-            for bit, name, need in checks:
-                have = by_check.get(bit, 0)
-                if have >= need:
-                    return (
-                        level,
-                        f"{have} {name} interventions in {self.config.window_s} s "
-                        f"(threshold {need})",
-                        EventKind.INTERVENTION,
+                    return level, why, kind
+            for bit, name, rate in checks:
+                have = tally.by_check.get(bit, 0)
+                if have >= rate * steps:
+                    why = (
+                        f"{have} {name} interventions in the robot's {steps} steps of the "
+                        f"last {window} s ({have / steps:.1%}, threshold {rate:.1%})"
                     )
+                    return level, why, EventKind.INTERVENTION
         return DegradationLevel.NORMAL, "", None
 
-    def _advance(self, now: float, fired: list[DegradationTransition]) -> None:
-        self._evict(now)
-        target, why, trigger = self._target()
-        if target > self._level:
-            self._move(target, why, now, trigger, None, fired)
-        if target >= self._level:
-            self._calm_since = None
+    def _advance(
+        self, state: _Robot, now: float, fired: list[DegradationTransition], *, fleet: bool = True
+    ) -> None:
+        self._evict(state, now)
+        target, why, trigger = self._target(state)
+        before = len(fired)
+        if target > state.level:
+            self._move(state, target, why, now, trigger, None, fired)
+        if target >= state.level:
+            state.calm_since = None
+            state.hot_at = now
+        else:
+            if state.calm_since is None:
+                # Calm since the window last lost an event (or the level last changed, or a
+                # look found it at its level), not since this call: a late poll must not
+                # lengthen the quiet period.
+                state.calm_since = min(
+                    now, max(state.evicted_until, state.changed_at, state.hot_at)
+                )
+            quiet = self.config.quiet_period_s
+            # One level per quiet period; a late call catches up with the levels it missed.
+            while (
+                state.level is not DegradationLevel.TAKEOVER
+                and state.level > target
+                and now - state.calm_since >= quiet
+            ):
+                state.calm_since += quiet
+                self._move(state, DegradationLevel(state.level - 1), f"quiet for {quiet} s",
+                           state.calm_since, None, None, fired)  # fmt: skip
+        if fleet and len(fired) > before:
+            self._update_fleet(now, fired)
+
+    def _update_fleet(
+        self, now: float, fired: list[DegradationTransition], operator: str | None = None
+    ) -> None:
+        """Recompute the learning-wide level from the robots' levels (``operator``: whose
+        resume moved them)."""
+        horizon = now - self.config.window_s
+        counted = [
+            s.level
+            for s in self._robots.values()
+            if s.level is not DegradationLevel.NORMAL or s.last_seen > horizon
+        ]
+        share = self.config.fleet_degraded_fraction
+        target, why = DegradationLevel.NORMAL, "no robot's level is above NORMAL"
+        for level in _WORST_FIRST:
+            at_least = sum(1 for lv in counted if lv >= level)
+            if at_least and at_least > share * len(counted):
+                target = level
+                why = (
+                    f"{at_least} of {len(counted)} robots at {level.name} or worse "
+                    f"(more than {share:.0%} decide)"
+                )
+                break
+        if target is self._fleet:
             return
-        if self._calm_since is None:
-            # Calm since the window last lost an event (or the level last changed), not
-            # since this call: a late poll must not lengthen the quiet period.
-            self._calm_since = min(now, max(self._evicted_until, self._changed_at))
-        quiet = self.config.quiet_period_s
-        # One level per quiet period; a late call catches up with the levels it missed.
-        while (
-            self._level is not DegradationLevel.TAKEOVER
-            and self._level > target
-            and now - self._calm_since >= quiet
-        ):
-            self._calm_since += quiet
-            self._move(
-                DegradationLevel(self._level - 1),
-                f"quiet for {quiet} s",
-                self._calm_since,
-                None,
-                None,
-                fired,
-            )
+        record = DegradationTransition(
+            self._fleet, target, why, now, self._version, operator=operator
+        )
+        self._fleet = target
+        self._history.append(record)
+        fired.append(record)
 
     def _move(
         self,
+        state: _Robot,
         level: DegradationLevel,
         reason: str,
         at: float,
@@ -306,22 +479,64 @@ class DegradationMachine:
         fired: list[DegradationTransition],
     ) -> None:
         record = DegradationTransition(
-            self._level, level, reason, at, self._version, trigger, operator
+            state.level, level, reason, at, self._version, trigger, operator, state.name
         )
-        self._level = level
-        self._changed_at = at
+        state.level = level
+        state.changed_at = at
         self._history.append(record)
         self._per_version[(self._version, level)] += 1
         fired.append(record)
 
+    def _levels_text(self) -> str:
+        counts = Counter(s.level.name for s in self._robots.values())
+        return ", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "no robots"
+
     def _notify(self, fired: list[DegradationTransition]) -> None:
         if not fired:
             return
+        for record in fired:
+            who = "learning-wide" if record.robot_id is None else f"robot {record.robot_id!r}"
+            log.log(
+                logging.WARNING if record.is_degradation else logging.INFO,
+                "degradation: %s %s -> %s: %s",
+                who,
+                record.from_level.name,
+                record.to_level.name,
+                record.reason,
+            )
         with self._lock:
             listeners = list(self._listeners)
+            fleet_listeners = list(self._fleet_listeners)
         for record in fired:
-            for listener in listeners:
+            for listener in listeners if record.robot_id is not None else fleet_listeners:
                 listener(record)
+
+
+class _Robot:
+    """One robot's window and level."""
+
+    __slots__ = ("below", "calm_since", "changed_at", "events", "evicted_until", "hot_at",
+                 "last_seen", "level", "name", "steps")  # fmt: skip
+
+    def __init__(self, name: str = DEFAULT_ROBOT) -> None:
+        self.name = name
+        self.level = DegradationLevel.NORMAL
+        self.last_seen = float("-inf")
+        self.changed_at = float("-inf")
+        self.hot_at = float("-inf")  # the last time its window was seen at its level
+        self.calm_since: float | None = None
+        self.forget()
+
+    def forget(self) -> None:
+        """Empty the window (an operator's resume)."""
+        # (time, kind index, check bits, floor, times): a correction made at a level counts
+        # only toward levels beyond it (its floor); every other event has floor NORMAL.
+        self.events: deque[tuple[float, int, int, int, int]] = deque()
+        self.steps: deque[float] = deque()  # the robot's step times in the window
+        self.below = _tallies()
+        # The latest moment the window lost an event: the counts may have been at a
+        # threshold until then.
+        self.evicted_until = float("-inf")
 
 
 class _Tally:
@@ -348,18 +563,25 @@ def _tallies() -> list[_Tally]:
     return [_Tally() for _ in range(len(DegradationLevel) + 1)]
 
 
-_Rule = tuple[DegradationLevel, tuple[tuple[int, int], ...], tuple[tuple[int, str, int], ...]]
+_Rule = tuple[
+    DegradationLevel,
+    tuple[tuple[int, int], ...],  # counted kinds: (kind index, count)
+    tuple[tuple[int, float], ...],  # rate kinds: (kind index, fraction of steps)
+    tuple[tuple[int, str, float], ...],  # per check: (check bit, check name, fraction)
+]
 
 
 def _rules(config: DegradationConfig) -> tuple[_Rule, ...]:
-    """Each level's non-zero thresholds, most degraded first: (kind index, count) and
-    (check bit, check name, count)."""
+    """Each level's enabled thresholds, most degraded first."""
     return tuple(
         (
             level,
-            tuple((i, t.threshold(k)) for i, k in enumerate(_KINDS) if t.threshold(k)),
+            tuple((i, t.count(k)) for i, k in enumerate(_KINDS) if t.count(k)),
+            tuple((i, t.rate(k)) for i, k in enumerate(_KINDS) if k in RATE_FIELDS and t.rate(k)),
             tuple(
-                (int(SafetyCheck[name]), name, need) for name, need in t.per_check.items() if need
+                (int(SafetyCheck[name]), name, rate)
+                for name, rate in t.per_check_rate.items()
+                if rate
             ),
         )
         for level, t in reversed(config.by_level())

@@ -20,7 +20,7 @@ class DegradationLevel(IntEnum):
 
 
 class EventKind(StrEnum):
-    """What the machine counts in its sliding window."""
+    """What the machine counts in each robot's sliding window."""
 
     INTERVENTION = "intervention"  # the supervisor corrected a policy action
     BACKUP_ACTION = "backup_action"  # the supervisor replaced an action by the backup
@@ -41,6 +41,7 @@ class DegradationTransition:
     policy_version: int | None
     trigger: EventKind | None = None  # the event kind whose count crossed a threshold
     operator: str | None = None  # who resumed, for operator transitions
+    robot_id: str | None = None  # whose level moved; None: the learning-wide level
 
     @property
     def is_degradation(self) -> bool:
@@ -54,6 +55,7 @@ class WindowCounts:
     window_s: float
     by_kind: tuple[tuple[EventKind, int], ...]
     interventions_by_check: tuple[tuple[str, int], ...]
+    steps: int = 0  # the robot's control steps in the window: the rates' denominator
 
     def count(self, kind: EventKind) -> int:
         return dict(self.by_kind).get(kind, 0)

@@ -4,8 +4,9 @@ Tokens live in a file (never in the YAML config), one per line: ``<role> <name> 
 with role ``viewer`` (may list versions) or ``operator`` (may change them); ``#`` starts
 a comment. The interceptor guards only ``/tether.v1.AdminService/`` methods:
 
-- no ``authorization: Bearer <token>`` metadata → ``UNAUTHENTICATED``;
-- a token that is not in the file, or whose role is below the method's → ``PERMISSION_DENIED``.
+- no ``authorization: Bearer <token>`` metadata, or a token that is not in the file →
+  ``UNAUTHENTICATED`` (as PolicyService answers: the caller is not known);
+- a known token whose role is below the method's → ``PERMISSION_DENIED``.
 
 Invariant: every AdminService method has an entry in :data:`METHOD_ROLES` (a test checks
 it against the proto), and a method without one is refused, never let through.
@@ -138,7 +139,7 @@ class AdminAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         try:
             identity = self._auth.identify(handler_call_details.invocation_metadata)
         except PermissionError as exc:
-            return _deny(handler, grpc.StatusCode.PERMISSION_DENIED, f"{exc}")
+            return _deny(handler, grpc.StatusCode.UNAUTHENTICATED, f"{exc}")
         if identity is None:
             return _deny(
                 handler,

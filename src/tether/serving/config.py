@@ -84,8 +84,26 @@ class AdmissionConfig(BaseModel):
         default=1024,
         description="Requests waiting for a batch before new ones are refused (requests)",
     )
+    max_sessions: int = Field(
+        default=1024, description="Control sessions the server holds at once (sessions)"
+    )
+    max_sessions_per_client: int = Field(
+        default=256,
+        description="Control sessions one client (a peer host) holds at once (sessions)",
+    )
+    allow_duplicate_sessions: bool = Field(
+        default=False,
+        description="Admit a second live session under a robot id that has one; off, it is "
+        "refused ALREADY_EXISTS, so no client can feed another robot's session state (flag)",
+    )
     max_rss_bytes: int = Field(
-        default=0, description="Refuse requests while process RSS exceeds this; 0 disables (bytes)"
+        default=0,
+        description="Refuse new sessions while process RSS exceeds this; 0 disables (bytes)",
+    )
+    memory_step_headroom: float = Field(
+        default=1.25,
+        description="Steps of open sessions (and GetAction) are refused only above "
+        "max_rss_bytes times this, so new sessions are refused first (ratio)",
     )
     max_cuda_memory_fraction: float = Field(
         default=0.95,
@@ -101,6 +119,20 @@ class AdmissionConfig(BaseModel):
     def _queue(cls, v: int) -> int:
         if v < 1:
             raise ValueError(f"max_queued_requests must be at least 1, got {v}")
+        return v
+
+    @field_validator("max_sessions", "max_sessions_per_client")
+    @classmethod
+    def _sessions(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"must be at least 1 session, got {v}")
+        return v
+
+    @field_validator("memory_step_headroom")
+    @classmethod
+    def _headroom(cls, v: float) -> float:
+        if not v >= 1.0:
+            raise ValueError(f"memory_step_headroom must be at least 1, got {v}")
         return v
 
     @field_validator("rate_headroom", "burst_s")

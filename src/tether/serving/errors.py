@@ -8,7 +8,8 @@ what was found, and what to do.
     TetherError
     └── ServingError                    (INTERNAL unless a subclass says otherwise)
         ├── RequestInvalid              INVALID_ARGUMENT: shape, NaN/Inf, magnitude, size
-        ├── AdmissionRefused            RESOURCE_EXHAUSTED: rate, queue bound, memory
+        ├── AdmissionRefused            RESOURCE_EXHAUSTED: rate, queue, sessions, memory
+        ├── DuplicateSession            ALREADY_EXISTS: the robot id has a live session
         ├── DeadlineExpired             DEADLINE_EXCEEDED: the deadline passed while queued
         ├── SpecMismatch                FAILED_PRECONDITION: session spec differs from the policy's
         ├── BatchFailed                 INTERNAL: the batch this request was in failed
@@ -52,6 +53,12 @@ class AdmissionRefused(ServingError):
     """The server is over one of its limits; the request was not computed."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class DuplicateSession(ServingError):
+    """A session for a robot id that already has a live one on this server."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
 
 
 class DeadlineExpired(ServingError):

@@ -3,7 +3,7 @@
 Runs inside the batcher (on the event loop or its worker thread). Queries are grouped
 by the engine that serves them (one group while a single version is live), each group
 is one ``engine.act`` call, and then *every* row passes its session's supervisor
-(``SessionSupervisor.decide``) with its own previous action, at the batch's level. This is the only place actions are produced, so
+(``SessionSupervisor.decide``) with its own previous action, at its own robot's level. This is the only place actions are produced, so
 invariant 1 of the design holds here: no action leaves without the supervisor's
 verdict, and the supervisor never returns a non-finite action.
 
@@ -54,7 +54,7 @@ class ActionOutcome:
     version: VersionLike
     verdict: SafetyVerdict
     safety_ns: int
-    degradation: DegradationLevel  # the level the batch was supervised at
+    degradation: DegradationLevel  # the level its robot was supervised at
     tightened: bool = False  # served under a canary's tightened limits (canary or control)
 
 
@@ -65,7 +65,6 @@ class InferencePipeline:
         self,
         models: ModelSource,
         *,
-        level: Callable[[], DegradationLevel] = lambda: DegradationLevel.NORMAL,
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
         versions: PolicyVersions | None = None,
     ) -> None:
@@ -73,7 +72,6 @@ class InferencePipeline:
         # With policy versions, routed steps run on the engine their route names, and
         # every batch is reported back (the shadow stage watches live batches).
         self._versions = versions
-        self._level = level
         self._on_actions = on_actions
 
     def run(self, queries: Sequence[ActionQuery]) -> list[ActionOutcome | RequestError]:
@@ -89,9 +87,8 @@ class InferencePipeline:
                 results[i] = exc
                 continue
             groups.setdefault(id(engine), (engine, []))[1].append(i)
-        level = self._level()  # read once: one batch is supervised at one level
         for engine, rows in groups.values():
-            self._run_group(engine, [queries[i] for i in rows], rows, results, level)
+            self._run_group(engine, [queries[i] for i in rows], rows, results)
         out: list[ActionOutcome | RequestError] = []
         for r in results:
             assert r is not None  # every index was filled by a group or an error above
@@ -104,7 +101,6 @@ class InferencePipeline:
         queries: list[ActionQuery],
         rows: list[int],
         results: list[ActionOutcome | RequestError | None],
-        level: DegradationLevel,
     ) -> None:
         obs, deterministic = _engine_input(queries)
         out = engine.act(obs, deterministic)
@@ -114,6 +110,7 @@ class InferencePipeline:
         safe_rows = np.empty_like(out.actions)
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             tightening = 1.0 if q.route is None else q.route.tightening
+            level = q.supervisor.level()  # each robot at its own level
             start = time.perf_counter_ns()
             action, verdict = q.supervisor.decide(
                 q.observation,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Any, TypeAlias
@@ -34,6 +35,7 @@ import grpc
 import numpy as np
 
 from tether.kserve import grpc_predict_v2_pb2 as kpb, grpc_predict_v2_pb2_grpc as kpb_grpc
+from tether.serving.decoding import Undecodable, refuse, tolerant
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
 from tether.serving.gateway import ACTION_OUTPUT, ActionGateway, TensorSpec
 from tether.versions.protocols import EngineLike
@@ -51,6 +53,7 @@ DATATYPES: dict[str, np.dtype[np.generic]] = {
 }
 _NAMES = {dtype: name for name, dtype in DATATYPES.items()}
 
+STATELESS_ROBOT = "(ModelInfer)"  # the degradation machine's name for KServe callers
 PROPOSED_OUTPUT = "proposed_action"
 CHECKS_OUTPUT = "safety_checks"
 OUTPUTS = (ACTION_OUTPUT, PROPOSED_OUTPUT, CHECKS_OUTPUT)
@@ -85,7 +88,7 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
         self._gateway = gateway
         self._model_name = gateway.config.kserve.model_name
         # Stateless, like GetAction: its callers share one supervisor.
-        self._supervisor = gateway.supervisors()
+        self._supervisor = gateway.supervisors(STATELESS_ROBOT)
         self._server_version = _server_version()
         self._described: dict[
             tuple[int, tuple[str, ...]], list[kpb.ModelInferResponse.InferOutputTensor]
@@ -156,16 +159,12 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
             deterministic = (
                 params["deterministic"].bool_param if "deterministic" in params else True
             )
-            client = params["client_id"].string_param if "client_id" in params else ""
-            if len(client) > self._gateway.config.validation.max_id_length:
-                raise RequestInvalid(
-                    f"parameters['client_id'] is {len(client)} characters long, expected at "
-                    f"most {self._gateway.config.validation.max_id_length}"
-                )
             remaining = context.time_remaining()
             batched = await self._gateway.act(
                 observations,
-                client=client or context.peer(),
+                # The connection, not an id it claims (as GetAction): a claimed id could
+                # spend another robot's bucket.
+                client=context.peer(),
                 supervisor=self._supervisor,
                 pin=target.pin,
                 deterministic=deterministic,
@@ -325,8 +324,45 @@ def _output_dtype(name: str) -> np.dtype[np.generic]:
     return DATATYPES["UINT32"] if name == CHECKS_OUTPUT else DATATYPES["FP32"]
 
 
+_METHODS = (
+    ("ServerLive", kpb.ServerLiveRequest, kpb.ServerLiveResponse),
+    ("ServerReady", kpb.ServerReadyRequest, kpb.ServerReadyResponse),
+    ("ModelReady", kpb.ModelReadyRequest, kpb.ModelReadyResponse),
+    ("ServerMetadata", kpb.ServerMetadataRequest, kpb.ServerMetadataResponse),
+    ("ModelMetadata", kpb.ModelMetadataRequest, kpb.ModelMetadataResponse),
+    ("ModelInfer", kpb.ModelInferRequest, kpb.ModelInferResponse),
+)
+
+
+def _checked(method: Callable[[Any, Context], Awaitable[Any]]) -> Any:
+    """``method`` behind a refusal of undecodable bytes (INVALID_ARGUMENT, as tether.v1)."""
+
+    async def handle(request: Any, context: Context) -> Any:
+        if isinstance(request, Undecodable):
+            await refuse(context, request)
+            raise AssertionError("unreachable: abort raises")
+        return await method(request, context)
+
+    return handle
+
+
 def add_inference_service(gateway: ActionGateway, server: grpc.aio.Server) -> InferenceService:
-    """Register the KServe v2 service on ``server``; returns the servicer."""
+    """Register the KServe v2 service on ``server``; returns the servicer.
+
+    Request bytes that do not parse are refused with INVALID_ARGUMENT by the handler
+    (``tether.serving.decoding``), not answered UNKNOWN with a traceback in the log.
+    """
     service = InferenceService(gateway)
-    kpb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _checked(getattr(service, name)),
+            request_deserializer=tolerant(request),
+            response_serializer=response.SerializeToString,
+        )
+        for name, request, response in _METHODS
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(INFERENCE_SERVICE, handlers),)
+    )
+    server.add_registered_method_handlers(INFERENCE_SERVICE, handlers)  # type: ignore[attr-defined]
     return service

@@ -101,7 +101,14 @@ class ServingMetrics:
         self.sessions = Gauge("tether_sessions_open", "Control sessions open", registry=r)
         self.degradation = Gauge(
             "tether_degradation_level",
-            "Degradation level (0 normal, 1 restricted, 2 paused, 3 takeover)",
+            "Learning-wide degradation level, aggregated over the robots "
+            "(0 normal, 1 restricted, 2 paused, 3 takeover)",
+            registry=r,
+        )
+        self.robots_at_level = Gauge(
+            "tether_robots_at_level",
+            "Robots whose own degradation level is this one",
+            ["level"],
             registry=r,
         )
         self._request_children: dict[tuple[str, str, str], Counter] = {}

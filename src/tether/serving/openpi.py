@@ -244,8 +244,8 @@ class OpenpiEndpoint:
 
     async def _handle(self, ws: ServerConnection) -> None:
         gateway = self._gateway
-        supervisor = gateway.supervisors()
         client = f"openpi:{ws.remote_address}"
+        supervisor = gateway.supervisors(client)  # each connection is a robot of its own
         previous: np.ndarray | None = None
         prev_total_ms: float | None = None
         gateway.metrics.sessions.inc()

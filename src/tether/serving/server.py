@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import grpc
@@ -28,9 +29,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tether.data.step import StepRecord
+from tether.safety.levels import DegradationLevel
 from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
+from tether.serving.decoding import add_policy_service
 from tether.serving.errors import ServerSetupError
 from tether.serving.gateway import ActionGateway
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
@@ -47,7 +50,7 @@ from tether.serving.security import (
 from tether.serving.served_spec import ServedSpec
 from tether.serving.service import PolicyService
 from tether.serving.supervision import SupervisorFactory
-from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
+from tether.v1 import policy_pb2 as pb
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import LiveModel, ModelSource
 from tether.versions.protocols import EngineLike
@@ -91,7 +94,6 @@ class PolicyServer:
         self._supervisors = supervisors
         self._pipeline = InferencePipeline(
             self.source,
-            level=supervisors.level,
             on_actions=self._observe_actions,
             versions=versions,
         )
@@ -166,7 +168,7 @@ class PolicyServer:
             safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
             versions=self._versions,
         )
-        pb_grpc.add_PolicyServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        add_policy_service(service, server)
         # The drop-in protocols (KServe v2 here, openpi on its own port) share the batcher,
         # admission, supervisors and versions with tether.v1.
         gateway = ActionGateway(
@@ -283,6 +285,11 @@ class PolicyServer:
         self._next_gauge_update = now + _GAUGE_PERIOD_S
         self.metrics.live_version.set(engine.version.id)
         self.metrics.degradation.set(int(self._supervisors.level()))
+        machine = self._supervisors.degradation
+        if machine is not None:
+            levels = Counter(machine.robot_levels().values())
+            for level in DegradationLevel:
+                self.metrics.robots_at_level.labels(level.name).set(levels.get(level, 0))
         self.metrics.actions(actions, engine.action_low, engine.action_high)
 
 

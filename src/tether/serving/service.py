@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeAlias
 
 import grpc
@@ -24,7 +24,7 @@ import numpy as np
 
 from tether.data.clock import ingress_ns
 from tether.data.step import StepRecord
-from tether.serving.admission import Admission
+from tether.serving.admission import Admission, SessionTicket
 from tether.serving.batcher import Batched, DynamicBatcher
 from tether.serving.config import ServerConfig
 from tether.serving.convert import (
@@ -33,19 +33,22 @@ from tether.serving.convert import (
     fill_action_response,
     version_to_proto,
 )
+from tether.serving.decoding import REFUSALS, Undecodable, refuse
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.session import ControlSession
 from tether.serving.supervision import SupervisorFactory
-from tether.serving.validation import identifier, scalar, stored_int, vector
+from tether.serving.validation import identifier, scalar, stored_int, vector, within
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 StepSink = Callable[[StepRecord], object]  # tether.data.Recorder.record
+# The robot whose level GetAction's callers share (they name no robot).
+STATELESS_ROBOT = "(GetAction)"
 
 
 class PolicyService(pb_grpc.PolicyServiceServicer):
@@ -72,8 +75,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._batcher = batcher
         self._admission = admission
         self._metrics = metrics
-        # GetAction is stateless: its callers share one supervisor.
-        self._supervisor = supervisors()
+        # GetAction is stateless: its callers share one supervisor, and one robot's level.
+        self._supervisor = supervisors(STATELESS_ROBOT)
         self._supervisors = supervisors
         self._record_step = record_step
         self._end_session = end_session
@@ -84,17 +87,25 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     # ------------------------------------------------------------------ GetAction
 
-    async def GetAction(self, request: pb.ActionRequest, context: Context) -> pb.ActionResponse:
+    async def GetAction(
+        self, request: pb.ActionRequest | Undecodable, context: Context
+    ) -> pb.ActionResponse:
+        if isinstance(request, Undecodable):
+            self._metrics.request("GetAction", "INVALID_ARGUMENT", "none", 0.0)
+            await refuse(context, request)
+            raise AssertionError("unreachable: abort raises")
         arrival = time.perf_counter_ns()
         ingress = ingress_ns()
         self._metrics.in_flight.inc()
         version = "none"
         try:
             obs = vector(request.observation, "observation", self._spec.obs_dim, self._max_obs)
-            client = identifier(request.client_id, "client_id", self._config.validation)
+            identifier(request.client_id, "client_id", self._config.validation)
             pin = request.model_version if request.HasField("model_version") else None
             self._models.engine_for(pin)  # refuse unservable pins before queueing
-            self._admission.admit(client or context.peer())
+            # The connection, not the client_id it claims: a claimed id could spend
+            # another robot's bucket, and a fresh one per call would escape the limit.
+            self._admission.admit(context.peer())
             query = ActionQuery(obs, request.deterministic, None, self._supervisor, ingress, pin)
             batched = await self._batcher.submit(query, _deadline(context))
             self._queued(batched)
@@ -120,9 +131,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
     # ------------------------------------------------------------------ Control
 
     async def Control(
-        self, request_iterator: AsyncIterator[pb.ControlStep], context: Context
+        self, request_iterator: AsyncIterator[pb.ControlStep | Undecodable], context: Context
     ) -> AsyncIterator[pb.ControlReply]:
-        session = await self._open(request_iterator, context)
+        session, ticket = await self._open(request_iterator, context)
         self._metrics.sessions.inc()
         try:
             live = self._models.live_engine()
@@ -130,10 +141,17 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 opened=pb.SessionOpened(
                     session_id=session.session_id,
                     version=version_to_proto(live.version) if live else None,
-                    degradation=degradation_to_proto(self._degradation_level()),
+                    degradation=degradation_to_proto(session.supervisor.level()),
                 )
             )
             async for message in request_iterator:
+                if isinstance(message, Undecodable):
+                    # Like any bad step: refused, and the session goes on.
+                    self._metrics.request("Control", "INVALID_ARGUMENT", "none", 0.0)
+                    REFUSALS.refused(message)
+                    code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                    yield pb.ControlReply(error=pb.StepError(code=code, message=message.message()))
+                    continue
                 if message.WhichOneof("kind") != "step":
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
@@ -148,6 +166,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                     if record is not None and self._record_step is not None:
                         self._record_step(record)
         finally:
+            self._admission.close_session(ticket)
             self._metrics.sessions.dec()
             if self._versions is not None:
                 self._versions.end_session(session.session_id)
@@ -155,10 +174,14 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 self._end_session(session.session_id)
 
     async def _open(
-        self, request_iterator: AsyncIterator[pb.ControlStep], context: Context
-    ) -> ControlSession:
+        self, request_iterator: AsyncIterator[pb.ControlStep | Undecodable], context: Context
+    ) -> tuple[ControlSession, SessionTicket]:
         first = None
         async for message in request_iterator:
+            if isinstance(message, Undecodable):
+                self._metrics.request("Control", "INVALID_ARGUMENT", "none", 0.0)
+                await refuse(context, message)
+                raise AssertionError("unreachable: abort raises")
             first = message
             break
         if first is None or first.WhichOneof("kind") != "open":
@@ -176,11 +199,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             pin = open_msg.model_version if open_msg.HasField("model_version") else None
             self._models.engine_for(pin)
             self._spec.check_session(open_msg)
+            session = ControlSession(robot, self._supervisors(robot), pinned_version=pin)
+            ticket = self._admission.open_session(session.session_id, robot, context.peer())
         except REQUEST_ERRORS as exc:
             code = status_code(exc)
             self._metrics.request("Control", code.name, "none", 0.0)
             await context.abort(code, str(exc))
-        return ControlSession(robot, self._supervisors(), pinned_version=pin)
+        return session, ticket
 
     async def _step(
         self, session: ControlSession, step: pb.StepData, context: Context
@@ -207,9 +232,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             episode = identifier(step.episode_id, "step.episode_id", cfg)
             executed = None
             if len(step.executed_action):
-                executed = vector(
-                    step.executed_action, "step.executed_action", self._spec.act_dim, 1e6
-                )
+                executed = self._executed_action(step.executed_action)
             missed = session.misses_reported(step.watchdog_misses)
             if missed:
                 self._metrics.watchdog_misses.inc(missed)
@@ -217,7 +240,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 session.supervisor.watchdog_misses(
                     missed, live.version.id if live else None, session_step=session.steps
                 )
-            self._admission.admit(session.robot_id)
+            self._admission.admit_step(session.session_id)
             route = None
             if self._versions is not None and session.pinned_version is None:
                 route = self._versions.route(session.session_id, episode)
@@ -273,6 +296,17 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._finish("Control", "OK", version, arrival)
         return reply, record
 
+    def _executed_action(self, values: Sequence[float]) -> np.ndarray:
+        """The action the robot reports having executed, within the live policy's action
+        bounds: anything else was never an action of this robot, and would enter the
+        experience log as a person's."""
+        field = "step.executed_action"
+        executed = vector(values, field, self._spec.act_dim, 1e6)
+        engine = self._models.live_engine()
+        if engine is not None:
+            within(executed, field, engine.action_low, engine.action_high)
+        return executed
+
     def _step_deadline(self, context: Context) -> float | None:
         """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
         limit = self._config.control_step_deadline_s
@@ -286,7 +320,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     # ------------------------------------------------------------------ Describe
 
-    async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
+    async def Describe(
+        self, request: pb.DescribeRequest | Undecodable, context: Context
+    ) -> pb.DescribeResponse:
+        if isinstance(request, Undecodable):
+            self._metrics.request("Describe", "INVALID_ARGUMENT", "none", 0.0)
+            await refuse(context, request)
+            raise AssertionError("unreachable: abort raises")
         engine = self._models.live_engine()
         cfg = self._config
         reply = pb.DescribeResponse(

@@ -11,12 +11,11 @@ Invariant: ``decide`` is the only way serving turns a proposed action into one i
 send, and it always returns the output of ``Supervisor.filter`` or
 ``Supervisor.backup_action`` (finite, within limits).
 
-Serving reads the level once per batch. Asking the machine costs ~10-25 µs (it
-re-evaluates its window), so ``SupervisorFactory.level`` keeps the answer and asks again
-only after the machine announced a transition (its listener) or ``level_poll_s`` later.
-Every move towards more restriction is announced by the call that caused it, before that
-call returns, so the next batch already runs at the new level; only a recovery, which
-the machine makes on the clock when polled, can be seen up to ``level_poll_s`` late.
+Each robot is supervised at its own level (``SessionSupervisor.level``, a plain read of
+the machine's per-robot state), and only its own verdicts and watchdog misses feed that
+level. ``SupervisorFactory.level`` is the learning-wide level (metrics, Describe); asking
+the machine re-evaluates every robot's window, so it keeps the answer and asks again only
+after the machine announced a change (its listener) or ``level_poll_s`` later.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tether.safety.degradation import DegradationMachine
+from tether.safety.degradation import DEFAULT_ROBOT, DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
 from tether.safety.for_spec import kinematics_for, limits_for
 from tether.safety.kinematics import Kinematics
@@ -41,9 +40,15 @@ from tether.spec import RobotSpec
 class SessionSupervisor:
     """One robot's supervisor at every degradation level (see the module docstring)."""
 
-    def __init__(self, base: Supervisor, degradation: DegradationMachine | None = None) -> None:
+    def __init__(
+        self,
+        base: Supervisor,
+        degradation: DegradationMachine | None = None,
+        robot: str = DEFAULT_ROBOT,
+    ) -> None:
         self._base = base
         self._degradation = degradation
+        self.robot = robot  # whose level this supervisor follows and feeds, alone
         self._restricted: Supervisor | None = None
         self._canary: tuple[float, Supervisor] | None = None  # (factor, its supervisor)
         # The supervisor that filtered the robot's last step: the next one, under other
@@ -85,18 +90,26 @@ class SessionSupervisor:
             )
         if self._degradation is not None:
             self._degradation.observe(
-                verdict, policy_version=policy_version, tightened=not base_limits
+                verdict, policy_version=policy_version, tightened=not base_limits, robot=self.robot
             )
         return action, verdict
 
+    def level(self) -> DegradationLevel:
+        """This robot's own level: the one its next step is supervised at."""
+        if self._degradation is None:
+            return DegradationLevel.NORMAL
+        return self._degradation.level_of(self.robot)
+
     def watchdog_misses(self, count: int, policy_version: int | None, *, session_step: int) -> None:
-        """Clients' watchdog misses count towards degradation like interventions do, except
-        in a session's first ``session_warmup_steps`` steps (start-up, not the policy)."""
+        """A client's watchdog misses count towards its own robot's level, except in a
+        session's first ``session_warmup_steps`` steps (start-up, not the policy); the
+        caller has bounded ``count`` by the steps the session sent."""
         if self._degradation is not None:
             if session_step <= self._degradation.config.session_warmup_steps:
                 return
-            for _ in range(count):
-                self._degradation.report(EventKind.WATCHDOG_MISS, policy_version=policy_version)
+            self._degradation.report_many(
+                EventKind.WATCHDOG_MISS, count, policy_version=policy_version, robot=self.robot
+            )
 
     def _canary_supervisor(self, tightening: float) -> Supervisor:
         if self._canary is None or self._canary[0] != tightening:
@@ -137,13 +150,14 @@ class SupervisorFactory:
         self.degradation = degradation
         self._level = _LevelCache(degradation, level_poll_s)
 
-    def __call__(self) -> SessionSupervisor:
+    def __call__(self, robot: str = DEFAULT_ROBOT) -> SessionSupervisor:
+        """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level."""
         return SessionSupervisor(
-            Supervisor(self.limits, kinematics=self.kinematics), self.degradation
+            Supervisor(self.limits, kinematics=self.kinematics), self.degradation, robot
         )
 
     def level(self) -> DegradationLevel:
-        """The degradation level serving supervises at now (see the module docstring)."""
+        """The learning-wide degradation level now (see the module docstring)."""
         return self._level.read()
 
 
@@ -159,7 +173,7 @@ class _LevelCache:
         self._cached = DegradationLevel.NORMAL
         self._next_poll = 0.0
         if machine is not None:
-            machine.add_listener(self._on_transition)
+            machine.add_fleet_listener(self._on_transition)
 
     def _on_transition(self, transition: DegradationTransition) -> None:
         # Runs after the machine changed state; any reader that looked before will differ.

@@ -73,3 +73,23 @@ def stored_int(value: int, field: str) -> int:
     if value > MAX_STORED_INT:
         raise RequestInvalid(f"{field} is {value}, expected at most {MAX_STORED_INT} (int64)")
     return int(value)
+
+
+# Slack for an executed action read back from a robot's float32 pipeline.
+_BOUND_SLACK = 1e-4
+
+
+def within(arr: np.ndarray, field: str, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``arr`` unchanged if every entry lies in ``[low, high]`` (the action bounds)."""
+    lo = np.asarray(low, dtype=np.float32)
+    hi = np.asarray(high, dtype=np.float32)
+    slack = _BOUND_SLACK * np.maximum(1.0, hi - lo)
+    outside = (arr < lo - slack) | (arr > hi + slack)
+    if outside.any():
+        i = int(np.argmax(outside))
+        raise RequestInvalid(
+            f"{field}[{i}] is {arr[i]:g}, expected within the action bounds "
+            f"[{lo[i]:g}, {hi[i]:g}] (Describe's action_low/action_high); report the action "
+            "the robot executed, in the policy's action units"
+        )
+    return arr

@@ -21,6 +21,7 @@ from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for, supervisor_for
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
+from tether.serving.bundle_check import for_robot
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap, robot_spec_of
 from tether.serving.security import server_credentials
@@ -53,7 +54,7 @@ async def serve_versions(
 
     versions = PolicyVersions(
         versions_config,
-        engine_factory=engine_factory,
+        engine_factory=for_robot(engine_factory, spec),
         shadow_supervisor=supervisor_for(spec, limits),
         degradation=degradation,
     )

@@ -11,19 +11,24 @@ given the true dynamics, the oracle; ``run_episodes`` runs any controller on pai
 tasks. See docs/sim.md.
 """
 
+from typing import TYPE_CHECKING
+
 import gymnasium
 
-from tether.sim.config import ArmEnvConfig
-from tether.sim.controllers import ReachController
-from tether.sim.drift import DriftRamp, DriftSchedule
-from tether.sim.dynamics import ArmDynamics
-from tether.sim.env import ArmEnv, ArmState
-from tether.sim.episodes import run_episodes
-from tether.sim.errors import SimConfigError, SimError
-from tether.sim.kinematics import ArmKinematics
-from tether.sim.outcome import EpisodeOutcome
-from tether.sim.randomization import DomainRandomization
-from tether.sim.spec import arm_spec
+from tether.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tether.sim.config import ArmEnvConfig
+    from tether.sim.controllers import ReachController
+    from tether.sim.drift import DriftRamp, DriftSchedule
+    from tether.sim.dynamics import ArmDynamics
+    from tether.sim.env import ArmEnv, ArmState
+    from tether.sim.episodes import run_episodes
+    from tether.sim.errors import SimConfigError, SimError
+    from tether.sim.kinematics import ArmKinematics
+    from tether.sim.outcome import EpisodeOutcome
+    from tether.sim.randomization import DomainRandomization
+    from tether.sim.spec import arm_spec
 
 ENV_ID = "tether/Arm-v0"
 
@@ -48,3 +53,5 @@ __all__ = [
     "arm_spec",
     "run_episodes",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -4,7 +4,9 @@
 
 Only a failure that says the server went away is worth a new stream: UNAVAILABLE (the
 connection dropped, no ready server) or CANCELLED (the server ended the session, e.g.
-while draining for shutdown). A refusal for a reason — FAILED_PRECONDITION for another
+while draining for shutdown); and ALREADY_EXISTS, the server still holding this robot's
+previous session because it has not yet seen that stream close (one live session per
+robot id), which ends by itself within its keepalive time. A refusal for a reason — FAILED_PRECONDITION for another
 robot spec, UNAUTHENTICATED — would only be refused again. The first attempt after a
 served step is immediate (the channel has usually moved to another ready server by
 then); consecutive failures wait the retry backoff, doubling up to its maximum, so a
@@ -26,7 +28,9 @@ from tether.serving.client.options import ClientOptions
 from tether.serving.errors import RemoteError
 from tether.v1 import policy_pb2 as pb
 
-REOPENABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+REOPENABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ALREADY_EXISTS}
+)
 
 
 class ReopenSchedule:
