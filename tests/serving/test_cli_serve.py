@@ -22,6 +22,15 @@ TETHER = (sys.executable, "-c", "from tether.cli.app import main; main()")
 
 
 def start_serve(bundle: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``tether serve`` on port 0; return the process and the address it announced."""
+    proc, line = announce_serve(bundle, *extra)
+    match = re.search(r"listening on (\S+),", line)
+    assert match is not None
+    return proc, match.group(1)
+
+
+def announce_serve(bundle: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``tether serve`` on port 0; return the process and its announce line."""
     proc = subprocess.Popen(
         [
             *TETHER,
@@ -46,7 +55,7 @@ def start_serve(bundle: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
         proc.kill()
         _, err = proc.communicate(timeout=10)
         raise AssertionError(f"tether serve did not start (exit {proc.returncode}): {line!r} {err}")
-    return proc, match.group(1)
+    return proc, line
 
 
 def test_serve_answers_and_stops_gracefully_on_sigint(bundle_path: Path, arm: RobotSpec) -> None:

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from tests.serving.test_cli_serve import TETHER, start_serve
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.serving.test_cli_serve import TETHER, announce_serve
 
 
 def test_openpi_port_flag_serves_healthz(bundle_path: Path) -> None:
-    port = free_port()
-    proc, _ = start_serve(bundle_path, "--openpi-port", str(port))
+    proc, announced = announce_serve(bundle_path, "--openpi-port", "0")
     try:
+        match = re.search(r"openpi port (\d+)", announced)
+        assert match is not None, announced
+        port = int(match.group(1))
         deadline = time.monotonic() + 20
         while True:
             try:

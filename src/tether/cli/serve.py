@@ -33,10 +33,11 @@ def _announce(server: PolicyServer, admin_port: int | None) -> None:
     version = "none" if engine is None else f"{engine.version.id} ({engine.version.name})"
     metrics = "off" if server.metrics_port is None else f"port {server.metrics_port}"
     admin = "off" if admin_port is None else f"port {admin_port}"
-    # One line, flushed: scripts and tests read the bound port from it when --port 0.
+    openpi = "off" if server.openpi_port is None else f"port {server.openpi_port}"
+    # One line, flushed: scripts and tests read the bound ports from it when --port 0.
     print(
         f"tether serve: listening on {server.address}, policy version {version}, "
-        f"metrics {metrics}, admin {admin}",
+        f"metrics {metrics}, admin {admin}, openpi {openpi}",
         flush=True,
     )
     if server.exposure_warning is not None:
