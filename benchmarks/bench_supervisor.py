@@ -43,14 +43,15 @@ import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
-from tether.safety.position import ARM_IMPEDANCE
-from tether.safety.position.presets import arm_position_supervisor
+from tether.safety.position.presets import arm_impedance, arm_position_supervisor
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmEnv, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
+
+ARM_IMPEDANCE = arm_impedance()
 
 
 def panda_like_spec() -> RobotSpec:

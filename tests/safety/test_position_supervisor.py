@@ -11,7 +11,6 @@ import pytest
 from tether.safety import PASSED, ActionSource, BackupConfig, LimitsError, SafetyCheck
 from tether.safety.chain_gravity import chain_gravity
 from tether.safety.position import (
-    ARM_IMPEDANCE,
     BrakeCommand,
     GoHomeCommand,
     HoldCommand,
@@ -20,11 +19,22 @@ from tether.safety.position import (
     PositionSupervisorConfig,
     PositionVerdict,
 )
-from tether.safety.position.presets import arm_position_limits, arm_position_supervisor
+from tether.safety.position.presets import (
+    ARM_POSITION_LIMITS_CONFIG,
+    arm_impedance,
+    arm_position_limits,
+    arm_position_supervisor,
+)
 from tether.sim import ArmKinematics, arm_spec
 
+ARM_IMPEDANCE = arm_impedance()
 SPEC = arm_spec()
-LIMITS = arm_position_limits()
+# The joint checks' mechanism is tested with the command's acceleration capped at the
+# arm's guaranteed deceleration (the preset allows ARM_COMMAND_ACCELERATION_SCALE times
+# more), where the change of the change binds well before the per-step change does.
+LIMITS = arm_position_limits(
+    ARM_POSITION_LIMITS_CONFIG.model_copy(update={"acceleration_limit_scale": 1.0})
+)
 # Without obstacle and workspace: the joint checks alone (gravity still from the arm).
 JOINT_LIMITS = dataclasses.replace(LIMITS, workspace=None, obstacles=())
 KINEMATICS = ArmKinematics(SPEC)
@@ -142,7 +152,7 @@ def test_the_impedance_torque_stays_within_the_motor_limits() -> None:
     """A stiff command far from a lagging arm would saturate the motors."""
     q = HOME.copy()
     # The previous command, well ahead of the arm, and at rest.
-    reference = (HOME + 0.25).astype(np.float32)
+    reference = (HOME + 0.6).astype(np.float32)
     sup = joint_supervisor()
     sup._last = (reference.tolist(), [0.0] * 4)
     out, verdict = sup.filter(obs(q), reference, reference)
@@ -256,16 +266,17 @@ def test_the_closed_form_gravity_matches_the_kinematics_with_and_without_payload
 
 
 def test_impedance_model_validation_and_defaults() -> None:
-    assert ImpedanceModel.from_spec(SPEC) is ARM_IMPEDANCE
+    assert ImpedanceModel.from_spec(SPEC) == ARM_IMPEDANCE
+    assert ARM_IMPEDANCE.stiffness_nm_per_rad == SPEC.joint_stiffness_nm_rad
+    assert ARM_IMPEDANCE.damping_nm_s_per_rad == SPEC.joint_damping_nm_s_rad
     with pytest.raises(LimitsError, match="stiffness"):
         ImpedanceModel((1.0, 0.0), (0.0, 0.0))
     with pytest.raises(LimitsError, match="damping"):
         ImpedanceModel((1.0, 1.0), (0.0, -1.0))
     with pytest.raises(LimitsError, match="one stiffness"):
         ImpedanceModel((1.0,), (0.0, 0.0))
-    other = dataclasses.replace(SPEC, torque_limit_nm=(1.0, 1.0, 1.0, 1.0))
-    with pytest.raises(LimitsError, match="declares no impedance gains"):
-        ImpedanceModel.from_spec(other)
+    with pytest.raises(LimitsError, match="commanded by torque"):
+        ImpedanceModel.from_spec(arm_spec("torque"))
     with pytest.raises(ValueError, match="gains for 2 joints"):
         PositionSupervisor(LIMITS, ImpedanceModel((1.0, 1.0), (0.0, 0.0)))
 

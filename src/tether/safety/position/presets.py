@@ -5,13 +5,19 @@ its margins, ``velocity_limit_rad_s`` (per-step change), ``acceleration_limit_ra
 (change of that change, and the braking curve toward the range's ends),
 ``torque_limit_nm``, the workspace, obstacles and their margins,
 ``command_staleness_s`` and ``home_position_rad``; the rest belong to the torque
-supervisor's model and are ignored.
+supervisor's model and are ignored. Its impedance gains are the ones the arm's spec
+declares (``ImpedanceModel.from_spec``), which the simulated controller is built from.
 
-The commanded acceleration is capped at the arm's declared acceleration limit, which
-``tether.sim`` declares as the deceleration the arm can *guarantee* inside its rated
-envelope (weakest actuator gain, heaviest payload): a command never asks the arm to
-stop faster than it surely can, so the arm can follow the command's braking curve to
-rest inside the range. The obstacle margin is the torque preset's 6 cm
+The braking curve toward the range's ends relies on the arm's declared acceleration
+limit (``braking_fraction`` 1), which ``tether.sim`` declares as the deceleration the arm
+can *guarantee* inside its rated envelope (weakest actuator gain, heaviest payload): a
+command never asks the arm to stop faster than it surely can, so the arm can follow the
+command's braking curve to rest inside the range. The command's own acceleration (the
+change of its change) is capped at ``ARM_COMMAND_ACCELERATION_SCALE`` times that limit:
+what the actuators can produce, below the 22-45 times the declared limit that
+``|M(q)⁻¹|·τ_max`` gives over the joint range (``tether.safety.presets``). Capped at the
+guaranteed deceleration itself it would correct most steps of a controller that tracks
+the arm's own motion (docs/benchmarks.md). The obstacle margin is the torque preset's 6 cm
 (``ARM_OBSTACLE_MARGIN_M``): what the segment from the measured to the commanded pose
 leaves out (the arm's momentum, tracking overshoot, the curved true path) has to fit in
 it.
@@ -20,31 +26,50 @@ it.
 from __future__ import annotations
 
 from tether.safety.limits import LimitsConfig, SafetyLimits
-from tether.safety.position.impedance import ARM_IMPEDANCE, ImpedanceModel
+from tether.safety.position.actions import PositionActionSupervisor
+from tether.safety.position.impedance import ImpedanceModel
 from tether.safety.position.supervisor import PositionSupervisor, PositionSupervisorConfig
 from tether.safety.presets import ARM_OBSTACLE_MARGIN_M
 from tether.sim import ArmKinematics, arm_spec
 
+ARM_COMMAND_ACCELERATION_SCALE = 20.0
 ARM_POSITION_LIMITS_CONFIG = LimitsConfig(
-    acceleration_limit_scale=1.0,
+    acceleration_limit_scale=ARM_COMMAND_ACCELERATION_SCALE,
+    braking_fraction=1.0,
     obstacle_margin_m=ARM_OBSTACLE_MARGIN_M,
 )
 
 
 def arm_position_limits(config: LimitsConfig = ARM_POSITION_LIMITS_CONFIG) -> SafetyLimits:
     """The built-in arm's limits for commanded positions."""
-    return SafetyLimits.from_spec(arm_spec(), config)
+    return SafetyLimits.from_spec(arm_spec("position"), config)
+
+
+def arm_impedance() -> ImpedanceModel:
+    """The gains of the built-in arm's impedance controller, as its spec declares them."""
+    return ImpedanceModel.from_spec(arm_spec("position"))
 
 
 def arm_position_supervisor(
     limits: SafetyLimits | None = None,
-    impedance: ImpedanceModel = ARM_IMPEDANCE,
+    impedance: ImpedanceModel | None = None,
     config: PositionSupervisorConfig | None = None,
 ) -> PositionSupervisor:
-    """A position supervisor for the built-in arm with its MuJoCo kinematics."""
+    """A position supervisor for the built-in arm with its MuJoCo kinematics, on joint
+    targets in rad."""
     return PositionSupervisor(
         limits or arm_position_limits(),
-        impedance,
-        kinematics=ArmKinematics(arm_spec()),
+        impedance or arm_impedance(),
+        kinematics=ArmKinematics(arm_spec("position")),
         config=config,
+    )
+
+
+def arm_action_supervisor(
+    limits: SafetyLimits | None = None, config: PositionSupervisorConfig | None = None
+) -> PositionActionSupervisor:
+    """The built-in arm's position supervisor on the policy's normalized actions (what
+    serving runs for it)."""
+    return PositionActionSupervisor(
+        arm_position_supervisor(limits, config=config), arm_spec("position")
     )
