@@ -20,7 +20,6 @@ from tether.safety.position import (
     PositionVerdict,
 )
 from tether.safety.position.presets import (
-    ARM_POSITION_LIMITS_CONFIG,
     arm_impedance,
     arm_position_limits,
     arm_position_supervisor,
@@ -29,12 +28,7 @@ from tether.sim import ArmKinematics, arm_spec
 
 ARM_IMPEDANCE = arm_impedance()
 SPEC = arm_spec()
-# The joint checks' mechanism is tested with the command's acceleration capped at the
-# arm's guaranteed deceleration (the preset allows ARM_COMMAND_ACCELERATION_SCALE times
-# more), where the change of the change binds well before the per-step change does.
-LIMITS = arm_position_limits(
-    ARM_POSITION_LIMITS_CONFIG.model_copy(update={"acceleration_limit_scale": 1.0})
-)
+LIMITS = arm_position_limits()
 # Without obstacle and workspace: the joint checks alone (gravity still from the arm).
 JOINT_LIMITS = dataclasses.replace(LIMITS, workspace=None, obstacles=())
 KINEMATICS = ArmKinematics(SPEC)

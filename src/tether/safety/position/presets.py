@@ -13,11 +13,12 @@ limit (``braking_fraction`` 1), which ``tether.sim`` declares as the deceleratio
 can *guarantee* inside its rated envelope (weakest actuator gain, heaviest payload): a
 command never asks the arm to stop faster than it surely can, so the arm can follow the
 command's braking curve to rest inside the range. The command's own acceleration (the
-change of its change) is capped at ``ARM_COMMAND_ACCELERATION_SCALE`` times that limit:
-what the actuators can produce, below the 22-45 times the declared limit that
-``|M(q)⁻¹|·τ_max`` gives over the joint range (``tether.safety.presets``). Capped at the
-guaranteed deceleration itself it would correct most steps of a controller that tracks
-the arm's own motion (docs/benchmarks.md). The obstacle margin is the torque preset's 6 cm
+change of its change) is capped at the same limit (``ARM_COMMAND_ACCELERATION_SCALE``
+1): a command that speeds up faster than the weakest rated arm can follow leaves that
+arm lagging off the checked segment, and on the fully drifted arm a random command
+policy then touched the obstacle and a joint limit (scale 4: 78-160 contact steps in
+10,000; scale 1: none; docs/safety.md).
+The obstacle margin is the torque preset's 6 cm
 (``ARM_OBSTACLE_MARGIN_M``): what the segment from the measured to the commanded pose
 leaves out (the arm's momentum, tracking overshoot, the curved true path) has to fit in
 it.
@@ -32,7 +33,7 @@ from tether.safety.position.supervisor import PositionSupervisor, PositionSuperv
 from tether.safety.presets import ARM_OBSTACLE_MARGIN_M
 from tether.sim import ArmKinematics, arm_spec
 
-ARM_COMMAND_ACCELERATION_SCALE = 20.0
+ARM_COMMAND_ACCELERATION_SCALE = 1.0
 ARM_POSITION_LIMITS_CONFIG = LimitsConfig(
     acceleration_limit_scale=ARM_COMMAND_ACCELERATION_SCALE,
     braking_fraction=1.0,
