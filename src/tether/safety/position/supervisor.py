@@ -18,7 +18,8 @@ verdict entry says how far it moved the command:
    segment from the measured pose to the command (``WORKSPACE``, ``OBSTACLE``;
    :mod:`tether.safety.segment`): a command whose segment breaches a margin, and is no
    better than where the arm is, is backed off along the segment to where it is clear,
-   else ramped toward the measured pose inside the intervals, else set to the measured
+   else the previous command is held (a sagging arm sinks once, not every step), else
+   it is ramped toward the measured pose inside the intervals, else set to the measured
    pose itself (the clearance outranks the rate limits: the arm then brakes on its
    damping);
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
@@ -275,6 +276,13 @@ class PositionSupervisor:
         targets: list[list[float]] = []
         if fraction > 0.0:
             targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
+        # Then the previous command, then the measured pose. A command reset to the
+        # measured pose every step lets an arm that sags under an unmodelled load sink by
+        # its sag every step (ratcheting into the obstacle); a held command lets it sink
+        # once, to where the impedance holds it. A held command ahead of a moving arm
+        # toward the obstacle breaches, and the pose (braking) is next.
+        if reference is not q:
+            targets.append(reference)
         targets.append(q)
         for target in targets:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)

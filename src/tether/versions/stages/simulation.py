@@ -73,7 +73,12 @@ def run_episodes(
     supervisor: Supervises | None = None,
     env_config: ArmEnvConfig | None = None,
 ) -> tuple[SimEpisode, ...]:
-    """``config.episodes`` deterministic episodes, seeds ``config.seed + k``."""
+    """``config.episodes`` deterministic episodes, seeds ``config.seed + k``, on the arm
+    commanded the way the engine's bundle commands it (unless ``env_config`` says)."""
+    if env_config is None:
+        spec = engine.bundle.robot_spec
+        if spec is not None:
+            env_config = ArmEnvConfig(command_interface=spec.command_interface)
     env = ArmEnv(randomization=randomization, config=env_config)
     out = []
     for k in range(config.episodes):
