@@ -280,3 +280,30 @@ def test_the_arm_preset_supervisor_has_the_cartesian_checks() -> None:
     assert sup._segment.active
     _, verdict = sup.filter(obs(HOME), HOME.astype(np.float32))
     assert verdict is PASSED
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("q", 1e6),
+        ("q", -1e6),
+        ("q", float(LIMITS.position_high_rad[1]) + 0.6),
+        ("v", 1e6),
+        ("v", -6.0 * LIMITS.velocity_limit_rad_s[2]),
+    ],
+)
+def test_an_observation_outside_the_physical_envelope_holds_the_last_command(
+    bad: tuple[str, float],
+) -> None:
+    sup = joint_supervisor()
+    held, _ = sup.filter(obs(HOME), HOME.astype(np.float32))
+    which, value = bad
+    q, v = HOME.copy(), np.zeros(4)
+    (q if which == "q" else v)[1 if which == "q" else 2] = value
+    out, verdict = sup.filter(obs(q, v), np.ones(4, dtype=np.float32), held)
+    assert verdict.checks & SafetyCheck.INVALID_OBSERVATION
+    assert verdict.source is ActionSource.BACKUP
+    assert out.tobytes() == held.tobytes()
+    # Inside the envelope (a reading just past the range, a fast joint) it is judged.
+    _, verdict = sup.filter(obs(HOME, np.full(4, 0.5)), HOME.astype(np.float32), held)
+    assert not verdict.checks & SafetyCheck.INVALID_OBSERVATION

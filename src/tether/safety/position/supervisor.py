@@ -7,7 +7,10 @@ verdict. Per cycle, in order, each a named check (a :class:`SafetyCheck` bit) wh
 verdict entry says how far it moved the command:
 
 1. finite and shaped (``INVALID_SHAPE``, ``NON_FINITE``: the backup replaces it; an
-   unreadable observation, ``INVALID_OBSERVATION``, repeats the last command known);
+   unreadable observation, ``INVALID_OBSERVATION``, repeats the last command known: one
+   that is misshapen, non-finite, or outside the physical envelope, a joint more than
+   ``observation_range_slack_rad`` beyond its range or faster than
+   ``observation_speed_factor`` times its velocity limit);
 2. joint range with margin, 3. per-step change (velocity limit × period), 4. change of
    that change against the previous command (acceleration limit × period²), 5. the
    impedance torque the command demands within the motor limits
@@ -86,6 +89,18 @@ class PositionSupervisorConfig(BaseModel):
         description="Largest Cartesian distance between the poses checked along the segment "
         "from the measured pose to the command; keep it below twice the obstacle margin (m)",
     )
+    observation_range_slack_rad: float = Field(
+        default=0.5,
+        gt=0.0,
+        description="A joint reading further than this outside the joint's range makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (rad)",
+    )
+    observation_speed_factor: float = Field(
+        default=5.0,
+        gt=1.0,
+        description="A joint speed above this multiple of its velocity limit makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (1)",
+    )
     sweep_max_samples: int = Field(
         default=256,
         ge=1,
@@ -127,6 +142,14 @@ class PositionSupervisor:
         self._dt = limits.control_period_s
         self._zeros = [0.0] * n
         self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
+        slack = cfg.observation_range_slack_rad
+        self._plausible_q = tuple(
+            (lo - slack, hi + slack)
+            for lo, hi in zip(limits.position_low_rad, limits.position_high_rad, strict=True)
+        )
+        self._plausible_v = tuple(
+            cfg.observation_speed_factor * x for x in limits.velocity_limit_rad_s
+        )
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
         # unreadable observation holds when nothing better is known.
@@ -333,6 +356,12 @@ class PositionSupervisor:
         # beyond 1e307 can: no joint reads those).
         if not math.isfinite(sum(q) + sum(v)):
             return None
+        # Outside what the robot can physically be (a joint far beyond its range, a speed
+        # far over its limit): a broken sensor or a garbled message, never a state to
+        # steer from.
+        for x, y, (lo, hi), vmax in zip(q, v, self._plausible_q, self._plausible_v, strict=True):
+            if not (lo <= x <= hi and -vmax <= y <= vmax):
+                return None
         return q, v
 
     def _gravity(self, q: list[float]) -> list[float]:
