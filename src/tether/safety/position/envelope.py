@@ -239,10 +239,13 @@ class CommandEnvelope:
                 checks |= _POSITION
                 m_pos += (y - z) * (y - z)
             if y < lo4 or y > hi4:
-                # Toward y no faster than it can still stop there at this acceleration
-                # (change u with u + (u - s) + ... = |y - r|), so the corrected command
-                # brakes onto y instead of overshooting it and ringing about it.
-                d = y - r
+                # Toward the proposal (inside the hard range) no faster than the command
+                # can still stop there at this acceleration (change u with
+                # u + (u - s) + ... = |x - r|), so a corrected command brakes onto its
+                # target instead of overshooting it and ringing about it. The distance
+                # is the proposal's own, not the rate-limited y's: braking onto y (at
+                # most one step away) would crawl.
+                d = (lo1 if x < lo1 else hi1 if x > hi1 else x) - r
                 ad = d if d > 0.0 else -d
                 u = s * (sqrt(0.25 + ad * two_over_s) - 0.5)
                 z = r + (d if ad <= u else u if d > 0.0 else -u)

@@ -34,7 +34,13 @@ from tether.safety.presets import ARM_OBSTACLE_MARGIN_M
 from tether.sim import ArmKinematics, arm_spec
 
 ARM_COMMAND_ACCELERATION_SCALE = 1.0
+# The command is kept this far inside each joint's range: the weakest rated arm (gain
+# 0.6, 0.5 kg payload, a step of delay) overshoots a command braking onto the default
+# 0.05 rad margin by enough to reach its limit (7-14 violation steps in 10,000 of a
+# random command policy; none at 0.1, docs/safety.md).
+ARM_POSITION_MARGIN_RAD = 0.1
 ARM_POSITION_LIMITS_CONFIG = LimitsConfig(
+    position_margin_rad=ARM_POSITION_MARGIN_RAD,
     acceleration_limit_scale=ARM_COMMAND_ACCELERATION_SCALE,
     braking_fraction=1.0,
     obstacle_margin_m=ARM_OBSTACLE_MARGIN_M,
