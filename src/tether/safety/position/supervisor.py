@@ -20,7 +20,8 @@ verdict entry says how far it moved the command:
 6. workspace box and obstacle clearance of the collision spheres along the whole
    segment from the measured pose to the command (``WORKSPACE``, ``OBSTACLE``;
    :mod:`tether.safety.segment`): a command whose segment breaches a margin, and is no
-   better than where the arm is, is backed off along the segment to where it is clear,
+   better than where the arm is (nor, from the previous command, than that command), is
+   backed off along the segment to where it is clear,
    else the previous command is held (a sagging arm sinks once, not every step), else
    it is ramped toward the measured pose inside the intervals, else set to the measured
    pose itself (the clearance outranks the rate limits: the arm then brakes on its
@@ -293,6 +294,15 @@ class PositionSupervisor:
         commands in and out are float32 values."""
         segment = self._segment
         bits, fraction = segment.clear_fraction(q, candidate)
+        # Inside a margin the command may not go deeper than the previous command either:
+        # an arm sagging under an unmodelled load lags below its command, so a command
+        # that is only "no worse than the arm" each step walks the arm into the obstacle.
+        held = reference is not q
+        if held:
+            deeper, _ = segment.clear_fraction(reference, candidate)
+            if deeper:
+                bits |= deeper
+                fraction = 0.0  # backed off to the held command, or braked
         if not bits:
             return 0, candidate
         envelope = self.envelope
@@ -310,7 +320,7 @@ class PositionSupervisor:
         for target in targets:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
-            if not segment.breaches(q, trial):
+            if not segment.breaches(q, trial) and not (held and segment.breaches(reference, trial)):
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
 
