@@ -111,7 +111,7 @@ class PositionActionSupervisor:
     # -- the map --------------------------------------------------------------------------
 
     def _to_target(self, action: Any) -> Any:
-        """The joint targets (rad, a list) an action asks for; anything that is not a
+        """The joint targets (rad, float32 as commands are) an action asks for; anything not a
         shape-(n,) numeric array goes on unchanged, for the supervisor to reject."""
         values = _values(action, self._n)
         if values is None:
@@ -124,7 +124,7 @@ class PositionActionSupervisor:
                 out.append(
                     c + h * (-_ACTION_CLAMP if x < -_ACTION_CLAMP else min(x, _ACTION_CLAMP))
                 )
-        return out
+        return np.array(out, dtype=np.float32)
 
     def _previous(self, previous: Any | None) -> Any | None:
         if previous is None:
