@@ -59,7 +59,7 @@ def random_command_run(
 # hidden: a run that passes shows as XPASS.
 DRIFTED_KNOWN_FAILURE = pytest.mark.xfail(
     reason="known defect: the drifted arm's tracking lag can carry it into the obstacle "
-    "(1-57 contact steps in 10,000 on some seeds; docs/safety.md)",
+    "(1-3 contact steps in 10,000 on 2 of 8 seeds; docs/safety.md)",
     strict=False,
 )
 ARM_CASES = ["nominal", pytest.param("drifted", marks=DRIFTED_KNOWN_FAILURE)]

@@ -24,8 +24,10 @@ verdict entry says how far it moved the command:
    backed off along the segment to where it is clear,
    else the previous command is held (a sagging arm sinks once, not every step), else
    it is ramped toward the measured pose inside the intervals, else set to the measured
-   pose itself (the clearance outranks the rate limits: the arm then brakes on its
-   damping);
+   pose itself (the clearance outranks the rate limits: the previous command held as
+   it is, else the pose). A moving arm whose coasting distance (its speed braked at the
+   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
+   brakes the same way, whatever the command asks;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
@@ -73,6 +75,9 @@ from tether.safety.verdict import (
     SafetyCheck,
     SafetyVerdict,
 )
+
+# Below this speed on every joint (rad/s) the arm's coasting distance is not checked.
+_COASTING_SPEED = 0.05
 
 
 class PositionSupervisorConfig(BaseModel):
@@ -133,6 +138,8 @@ class PositionSupervisor:
             limits, kinematics, spacing_m=cfg.sweep_spacing_m, max_samples=cfg.sweep_max_samples
         )
         self._chain_gravity = chain_gravity(kinematics, limits.n_joints)
+        # 1 / (2b) per joint: a joint at speed v coasts v·|v|/(2b) while braking at b.
+        self._half_over_brake = tuple(0.5 / b for b in limits.braking_deceleration_rad_s2)
         n = self._n = limits.n_joints
         self._all_joints = tuple(range(n))
         self._shape = (n,)
@@ -303,10 +310,26 @@ class PositionSupervisor:
             if deeper:
                 bits |= deeper
                 fraction = 0.0  # backed off to the held command, or braked
+        # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
+        # deceleration, a step of delay): if that is deeper into a margin than where it
+        # is, the command brakes (held, else the pose) whatever it asks for, before the
+        # segment to the command would see the breach.
+        coasting = False
+        if max(map(abs, v)) > _COASTING_SPEED:
+            stop = [
+                x + y * (abs(y) * half_over_b + self._dt)
+                for x, y, half_over_b in zip(q, v, self._half_over_brake, strict=True)
+            ]
+            coast_bits = segment.breaches(q, stop)
+            if coast_bits:
+                bits |= coast_bits
+                coasting = True
         if not bits:
             return 0, candidate
         envelope = self.envelope
         targets: list[list[float]] = []
+        if coasting:
+            fraction = 0.0
         if fraction > 0.0:
             targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
         # Then the previous command, then the measured pose. A command reset to the
@@ -321,6 +344,13 @@ class PositionSupervisor:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
             if not segment.breaches(q, trial) and not (held and segment.breaches(reference, trial)):
+                return bits, trial
+        # The clearance outranks the rate limits: the previous command held as it is (a
+        # moving command cannot be held within the acceleration limit, and a pose
+        # commanded every step lets a sagging arm sink every step), else the pose.
+        if held:
+            trial = _rounded(envelope.hold(reference))
+            if not segment.breaches(q, trial):
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
 
