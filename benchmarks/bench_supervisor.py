@@ -43,14 +43,15 @@ import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
-from tether.safety.position import ARM_IMPEDANCE
-from tether.safety.position.presets import arm_position_supervisor
+from tether.safety.position.presets import arm_impedance, arm_position_supervisor
 from tether.safety.presets import arm_limits, arm_supervisor
-from tether.sim import ArmEnv, ArmKinematics, arm_spec
+from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
+
+ARM_IMPEDANCE = arm_impedance()
 
 
 def panda_like_spec() -> RobotSpec:
@@ -106,7 +107,7 @@ def cycling(
 def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """(observation, proposal, previous executed) along a random policy's closed loop on
     the MuJoCo arm through the supervisor: consecutive states, as a served robot sends."""
-    env = ArmEnv(seed=seed)
+    env = ArmEnv(seed=seed, config=ArmEnvConfig(command_interface="torque"))
     supervisor = arm_supervisor()
     rng = np.random.default_rng(seed)
     obs, _ = env.reset()
@@ -226,10 +227,12 @@ from tether.assets import load_pretrained_bundle
 from tether.policy import EngineConfig, PolicyEngine
 from tether.safety import ActionSource
 from tether.safety.presets import arm_supervisor
-from tether.sim import ArmEnv
+from tether.sim import ArmEnv, ArmEnvConfig
 episodes, repeats = int(sys.argv[1]), int(sys.argv[2])
-engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
-env = ArmEnv(seed=1)
+engine = PolicyEngine(
+    load_pretrained_bundle(command_interface="torque"), EngineConfig(execution="eager")
+)
+env = ArmEnv(seed=1, config=ArmEnvConfig(command_interface="torque"))
 supervisor = arm_supervisor()
 calls, corrected = [], 0
 for seed in range(episodes):
@@ -277,8 +280,10 @@ def shipped_trajectory(
     from tether.assets import load_pretrained_bundle
     from tether.policy import EngineConfig, PolicyEngine
 
-    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
-    env = ArmEnv(seed=1)
+    engine = PolicyEngine(
+        load_pretrained_bundle(command_interface="torque"), EngineConfig(execution="eager")
+    )
+    env = ArmEnv(seed=1, config=ArmEnvConfig(command_interface="torque"))
     supervisor = arm_supervisor()
     out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
     for seed in range(episodes):
@@ -348,7 +353,7 @@ def main() -> None:
     corrected = sum(sup7.filter(o, a)[1].source != "policy" for o, a, _ in random7) / len(random7)
     nan = np.full(7, np.nan, dtype=np.float32)
 
-    arm = arm_spec()
+    arm = arm_spec("torque")
     sup_arm, ref_arm = (
         arm_supervisor(),
         ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm)),

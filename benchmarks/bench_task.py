@@ -16,7 +16,9 @@ at the end of the demo drift (``DriftSchedule.demo()``: actuator gain 0.6, frict
 Outcome per episode: success (settled within the radius over the last steps) and final
 distance, with standard errors over the tasks; return as a secondary figure. Targets
 (issue 14): frozen drifted success <= 50 % of its nominal; oracle drifted >= 90 % of its
-nominal. No supervisor in the loop yet (the position supervisor comes at integration).
+nominal. ``--supervised`` puts the position supervisor (``supervisor_for``, a fresh one per
+episode) between every controller and the arm, as serving does, and adds the share of
+steps it corrected.
 
 A second table previews what that supervisor will see on the nominal arm: for the
 policy (deterministic and sampled) and the scripted controller, the share of steps whose
@@ -24,7 +26,7 @@ command moves a joint by more than its velocity limit x period from the previous
 command, demands more than the motor's torque from the impedance law
 (``Kp (q_cmd − q) − Kd q̇ + g_nominal(q)``), or lies outside a joint's range.
 
-    python benchmarks/bench_task.py [--tasks 100] [--bundle PATH]
+    python benchmarks/bench_task.py [--tasks 100] [--bundle PATH] [--supervised]
 
 Numbers are in docs/benchmarks.md ("Task: frozen vs oracle on the position arm").
 """
@@ -45,6 +47,7 @@ import torch
 
 from tether.learning.evaluation import ObservationNormalizer
 from tether.policy.bundle import load_bundle
+from tether.safety.for_spec import supervisor_for
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, ArmKinematics, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
 from tether.sim.episodes import Act, run_episodes
@@ -79,6 +82,37 @@ def run(controller: Controller, dynamics: ArmDynamics, tasks: int) -> Row:
     env = ArmEnv(dynamics=dynamics, seed=0, config=POSITION)
     act, reset = controller
     return Row.of(run_episodes(env, act, range(tasks), reset=reset))
+
+
+class Supervised:
+    """``controller`` behind the position supervisor (a fresh one per episode), counting
+    the steps it corrected."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._act, self._reset = controller
+        self.steps = self.corrected = 0
+        self._new()
+
+    def _new(self) -> None:
+        self._supervisor = supervisor_for(arm_spec("position"))
+        self._previous: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self._new()
+        if self._reset is not None:
+            self._reset()
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        proposed = np.asarray(self._act(obs), dtype=np.float32)
+        action, verdict = self._supervisor.filter(obs, proposed, self._previous)
+        self._previous = action
+        self.steps += 1
+        self.corrected += bool(verdict.intervened)
+        return action
+
+    @property
+    def controller(self) -> Controller:
+        return self.act, self.reset
 
 
 def frozen_policy(bundle_path: Path, *, sampled: bool = False) -> Controller:
@@ -149,6 +183,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100, help="paired fixed tasks (episodes)")
     parser.add_argument("--bundle", type=Path, default=SHIPPED, help="frozen policy's bundle")
+    parser.add_argument(
+        "--supervised", action="store_true", help="every controller through the supervisor"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     nominal = ArmDynamics.nominal()
@@ -168,17 +205,28 @@ def main() -> None:
     makers.append(("scripted controller (nominal model)", lambda d: controller(None)))
     makers.append(("oracle (true dynamics)", controller))
     start = time.perf_counter()
-    rows = [
-        (name, run(make(nominal), nominal, args.tasks), run(make(worn), worn, args.tasks))
-        for name, make in makers
-    ]
+
+    def measured(
+        make: Callable[[ArmDynamics], Controller], dynamics: ArmDynamics
+    ) -> tuple[Row, float]:
+        """The controller's row on ``dynamics`` and the share of its steps corrected."""
+        if not args.supervised:
+            return run(make(dynamics), dynamics, args.tasks), float("nan")
+        supervised = Supervised(make(dynamics))
+        row = run(supervised.controller, dynamics, args.tasks)
+        return row, supervised.corrected / max(supervised.steps, 1)
+
+    rows = [(name, measured(make, nominal), measured(make, worn)) for name, make in makers]
     print(f"({time.perf_counter() - start:.0f} s)\n")
+    where = "through the position supervisor" if args.supervised else "no supervisor"
+    print(f"Outcomes, {where}:\n")
     print(
         "| controller | nominal success | drifted success | kept | nominal final distance (m) "
         "| drifted final distance (m) | nominal return | drifted return |"
+        + (" corrected nominal / drifted |" if args.supervised else "")
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for name, before, after in rows:
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.supervised else ""))
+    for name, (before, c0), (after, c1) in rows:
         (s0, e0), (s1, e1) = mean_se(before.successes), mean_se(after.successes)
         (d0, f0), (d1, f1) = mean_se(before.distances), mean_se(after.distances)
         r0, r1 = before.returns.mean(), after.returns.mean()
@@ -186,7 +234,10 @@ def main() -> None:
         print(
             f"| {name} | {s0:.2f} ± {e0:.2f} | {s1:.2f} ± {e1:.2f} | {kept:.0%} | "
             f"{d0:.3f} ± {f0:.3f} | {d1:.3f} ± {f1:.3f} | {r0:.1f} | {r1:.1f} |"
+            + (f" {c0:.1%} / {c1:.1%} |" if args.supervised else "")
         )
+    if args.supervised:
+        return
 
     print("\nWhat a position supervisor would correct, nominal arm, no supervisor in the loop:\n")
     print(

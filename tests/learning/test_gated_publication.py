@@ -37,7 +37,12 @@ def config() -> LearnerConfig:
         sac=SACConfig(batch_size=32),
         # The trust region is wide here so the gate's own offline thresholds do the judging.
         publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
-        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=2)),
+        # Publication mechanics are tested, not the simulation stage's judgement: two
+        # episodes with wide return and distance margins, so a small learner step on the
+        # position arm is not refused on noise.
+        gate=LearnerGateConfig(
+            simulation=SimulationStageConfig(episodes=2, return_margin=1e3, distance_margin_m=1.0)
+        ),
         fine_tune=False,
         updates_per_transition=1.0,
         idle_poll_s=0.001,

@@ -18,8 +18,12 @@ import pytest
 from tether.safety import SafetyLimits
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmDynamics, ArmEnv, ArmKinematics, DomainRandomization, DriftSchedule
+from tether.sim.config import ArmEnvConfig
 from tether.sim.dynamics import apply_dynamics
 from tether.sim.mjcf import build_model
+
+# These tests exercise the torque interface, the arm's second command interface.
+TORQUE = ArmEnvConfig(command_interface="torque")
 
 LIMITS = arm_limits()
 N = LIMITS.n_joints
@@ -37,7 +41,7 @@ def top_speed_fraction(limits: SafetyLimits, joint: int, dynamics: ArmDynamics) 
     policy pushes it at full torque from rest near its lower limit, the other joints
     holding against gravity, the arm turned away from the obstacle."""
     supervisor = arm_supervisor(limits)
-    env = ArmEnv(dynamics=dynamics, seed=0)
+    env = ArmEnv(config=TORQUE, dynamics=dynamics, seed=0)
     start = np.array([1.57, 0.0, 0.0, 0.0])
     start[joint] = LIMITS.position_low_rad[joint] + LIMITS.position_margin_rad[joint] + 0.05
     obs, _ = env.reset(seed=0, options={"joint_position": start, "joint_velocity": np.zeros(N)})

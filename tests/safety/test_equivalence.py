@@ -25,8 +25,12 @@ from tether.safety.kinematics import Kinematics
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.safety.reach import ClearanceAnchor, joint_reach
 from tether.sim import ArmEnv, ArmKinematics, arm_spec
+from tether.sim.config import ArmEnvConfig
 from tether.sim.drift import DriftSchedule
 from tether.sim.geometry import ARM
+
+# These tests exercise the torque interface, the arm's second command interface.
+TORQUE = ArmEnvConfig(command_interface="torque")
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 # Random states move fast, so their predicted paths are long and the oracle evaluates
@@ -82,7 +86,7 @@ def test_in_closed_loop_on_the_arm_every_step_matches_the_reference(drift: bool)
     # The drifting arm makes the supervisor stop it and learn the load, so both
     # supervisors' state (hold, load estimate) must evolve identically too.
     schedule = DriftSchedule.demo(start_step=0, ramp_steps=500) if drift else None
-    env = ArmEnv(seed=SEED, drift=schedule)
+    env = ArmEnv(config=TORQUE, seed=SEED, drift=schedule)
     reference = ReferenceSupervisor(arm_limits(), kinematics=ArmKinematics(arm_spec()))
     # 1,000 steps: past the end of the drift ramp; the oracle checks every pose of every
     # predicted path, which costs most of this test's time.

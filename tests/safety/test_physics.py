@@ -12,7 +12,11 @@ import numpy as np
 from tether.safety import Supervisor, SupervisorConfig
 from tether.safety.presets import arm_supervisor
 from tether.sim import ArmEnv
+from tether.sim.config import ArmEnvConfig
 from tether.sim.drift import DriftSchedule
+
+# These tests exercise the torque interface, the arm's second command interface.
+TORQUE = ArmEnvConfig(command_interface="torque")
 
 STEPS = 10_000
 
@@ -20,7 +24,7 @@ STEPS = 10_000
 def _random_policy_run(
     supervisor: Supervisor | None, steps: int, seed: int, env: ArmEnv | None = None
 ) -> tuple[int, int]:
-    env = env or ArmEnv(seed=seed)
+    env = env or ArmEnv(config=TORQUE, seed=seed)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset()
     previous: np.ndarray | None = None
@@ -53,7 +57,7 @@ def test_the_same_random_policy_without_the_supervisor_does_both() -> None:
 def _drifting_run(config: SupervisorConfig, steps: int = 3000, seed: int = 1) -> tuple[int, int]:
     # The demo's drift, compressed: the arm's actuators weaken and it picks up the heaviest
     # rated payload that ArmKinematics does not know about, then commands arrive a step late.
-    env = ArmEnv(seed=seed, drift=DriftSchedule.demo(start_step=0, ramp_steps=1000))
+    env = ArmEnv(config=TORQUE, seed=seed, drift=DriftSchedule.demo(start_step=0, ramp_steps=1000))
     return _random_policy_run(arm_supervisor(config=config), steps, seed, env)
 
 

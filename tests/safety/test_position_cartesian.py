@@ -14,15 +14,15 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tether.safety import ActionSource, SafetyCheck
 from tether.safety.geometry import Clearance
 from tether.safety.position import (
-    ARM_IMPEDANCE,
     ImpedanceModel,
     PositionSupervisor,
     PositionSupervisorConfig,
     PositionVerdict,
 )
-from tether.safety.position.presets import arm_position_limits
+from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmKinematics, arm_spec
 
+ARM_IMPEDANCE = arm_impedance()
 SPEC = arm_spec()
 N = SPEC.n_joints
 LIMITS = arm_position_limits()
@@ -36,6 +36,7 @@ LOOSE = dataclasses.replace(
     LIMITS,
     velocity_limit_rad_s=(1e3,) * N,
     acceleration_limit_rad_s2=(1e6,) * N,
+    braking_deceleration_rad_s2=(1e6,) * N,
 )
 SOFT = ImpedanceModel((1e-3,) * N, (0.0,) * N)
 # Yawing from one side of the obstacle to the other with the arm reaching through it.

@@ -11,7 +11,6 @@ import pytest
 from tether.safety import PASSED, ActionSource, BackupConfig, LimitsError, SafetyCheck
 from tether.safety.chain_gravity import chain_gravity
 from tether.safety.position import (
-    ARM_IMPEDANCE,
     BrakeCommand,
     GoHomeCommand,
     HoldCommand,
@@ -20,9 +19,14 @@ from tether.safety.position import (
     PositionSupervisorConfig,
     PositionVerdict,
 )
-from tether.safety.position.presets import arm_position_limits, arm_position_supervisor
+from tether.safety.position.presets import (
+    arm_impedance,
+    arm_position_limits,
+    arm_position_supervisor,
+)
 from tether.sim import ArmKinematics, arm_spec
 
+ARM_IMPEDANCE = arm_impedance()
 SPEC = arm_spec()
 LIMITS = arm_position_limits()
 # Without obstacle and workspace: the joint checks alone (gravity still from the arm).
@@ -142,7 +146,7 @@ def test_the_impedance_torque_stays_within_the_motor_limits() -> None:
     """A stiff command far from a lagging arm would saturate the motors."""
     q = HOME.copy()
     # The previous command, well ahead of the arm, and at rest.
-    reference = (HOME + 0.25).astype(np.float32)
+    reference = (HOME + 0.6).astype(np.float32)
     sup = joint_supervisor()
     sup._last = (reference.tolist(), [0.0] * 4)
     out, verdict = sup.filter(obs(q), reference, reference)
@@ -256,16 +260,17 @@ def test_the_closed_form_gravity_matches_the_kinematics_with_and_without_payload
 
 
 def test_impedance_model_validation_and_defaults() -> None:
-    assert ImpedanceModel.from_spec(SPEC) is ARM_IMPEDANCE
+    assert ImpedanceModel.from_spec(SPEC) == ARM_IMPEDANCE
+    assert ARM_IMPEDANCE.stiffness_nm_per_rad == SPEC.joint_stiffness_nm_rad
+    assert ARM_IMPEDANCE.damping_nm_s_per_rad == SPEC.joint_damping_nm_s_rad
     with pytest.raises(LimitsError, match="stiffness"):
         ImpedanceModel((1.0, 0.0), (0.0, 0.0))
     with pytest.raises(LimitsError, match="damping"):
         ImpedanceModel((1.0, 1.0), (0.0, -1.0))
     with pytest.raises(LimitsError, match="one stiffness"):
         ImpedanceModel((1.0,), (0.0, 0.0))
-    other = dataclasses.replace(SPEC, torque_limit_nm=(1.0, 1.0, 1.0, 1.0))
-    with pytest.raises(LimitsError, match="declares no impedance gains"):
-        ImpedanceModel.from_spec(other)
+    with pytest.raises(LimitsError, match="commanded by torque"):
+        ImpedanceModel.from_spec(arm_spec("torque"))
     with pytest.raises(ValueError, match="gains for 2 joints"):
         PositionSupervisor(LIMITS, ImpedanceModel((1.0, 1.0), (0.0, 0.0)))
 
@@ -275,3 +280,30 @@ def test_the_arm_preset_supervisor_has_the_cartesian_checks() -> None:
     assert sup._segment.active
     _, verdict = sup.filter(obs(HOME), HOME.astype(np.float32))
     assert verdict is PASSED
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("q", 1e6),
+        ("q", -1e6),
+        ("q", float(LIMITS.position_high_rad[1]) + 0.6),
+        ("v", 1e6),
+        ("v", -6.0 * LIMITS.velocity_limit_rad_s[2]),
+    ],
+)
+def test_an_observation_outside_the_physical_envelope_holds_the_last_command(
+    bad: tuple[str, float],
+) -> None:
+    sup = joint_supervisor()
+    held, _ = sup.filter(obs(HOME), HOME.astype(np.float32))
+    which, value = bad
+    q, v = HOME.copy(), np.zeros(4)
+    (q if which == "q" else v)[1 if which == "q" else 2] = value
+    out, verdict = sup.filter(obs(q, v), np.ones(4, dtype=np.float32), held)
+    assert verdict.checks & SafetyCheck.INVALID_OBSERVATION
+    assert verdict.source is ActionSource.BACKUP
+    assert out.tobytes() == held.tobytes()
+    # Inside the envelope (a reading just past the range, a fast joint) it is judged.
+    _, verdict = sup.filter(obs(HOME, np.full(4, 0.5)), HOME.astype(np.float32), held)
+    assert not verdict.checks & SafetyCheck.INVALID_OBSERVATION

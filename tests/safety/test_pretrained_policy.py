@@ -30,6 +30,10 @@ from tether.safety.presets import (
     arm_supervisor,
 )
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
+from tether.sim.config import ArmEnvConfig
+
+# These tests exercise the torque interface, the arm's second command interface.
+TORQUE = ArmEnvConfig(command_interface="torque")
 
 # Episode seeds (ArmEnv.reset): 32 draws a target past the obstacle, where the policy
 # swings the arm through it; with only the end of the predicted braking path checked,
@@ -60,13 +64,15 @@ def engine() -> PolicyEngine:
 @pytest.fixture(scope="module")
 def shipped() -> PolicyEngine:
     torch.set_num_threads(1)
-    return PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
+    return PolicyEngine(
+        load_pretrained_bundle(command_interface="torque"), EngineConfig(execution="eager")
+    )
 
 
 def _run(
     engine: PolicyEngine, supervisor: Supervisor | None, dynamics: ArmDynamics, deterministic: bool
 ) -> Outcome:
-    env = ArmEnv(dynamics=dynamics, seed=1)
+    env = ArmEnv(config=TORQUE, dynamics=dynamics, seed=1)
     contacts = violations = interventions = steps = successes = 0
     for seed in EPISODE_SEEDS:
         obs, _ = env.reset(seed=seed)
@@ -140,7 +146,7 @@ def test_an_arm_at_rest_that_pushes_toward_the_obstacle_is_slowed_not_frozen(
     moved = {}
     for steps in (0, 3):
         supervisor = arm_supervisor(_MARGIN_3CM, config=SupervisorConfig(sweep_backoff_steps=steps))
-        env = ArmEnv(seed=1)
+        env = ArmEnv(config=TORQUE, seed=1)
         obs, _ = env.reset(seed=episode_seed)
         start = env.true_state().end_effector_m
         previous: np.ndarray | None = None
@@ -175,7 +181,7 @@ def test_sampled_on_the_drifted_arm_near_the_obstacle(config: SupervisorConfig, 
     # now also hides these two cases). The engine is seeded: the samples decide.
     engine = PolicyEngine(load_adversary(), EngineConfig(execution="eager", seed=0))
     supervisor = arm_supervisor(_MARGIN_3CM, config=config)
-    env = ArmEnv(dynamics=DRIFTED, seed=11)
+    env = ArmEnv(config=TORQUE, dynamics=DRIFTED, seed=11)
     contacts = 0
     for seed in (1008, 1012):
         obs, _ = env.reset(seed=seed)
@@ -198,7 +204,7 @@ def test_coupled_chatter_at_the_elbow_limit_stays_clear_of_the_obstacle(margin: 
     limits = arm_limits(ARM_LIMITS_CONFIG.model_copy(update={"obstacle_margin_m": margin}))
     engine = PolicyEngine(load_adversary(), EngineConfig(execution="eager", seed=0))
     supervisor = arm_supervisor(limits=limits)
-    env = ArmEnv(dynamics=NOMINAL, seed=0)
+    env = ArmEnv(config=TORQUE, dynamics=NOMINAL, seed=0)
     obs, _ = env.reset(seed=0)
     contacts = 0
     for episode in range(24):

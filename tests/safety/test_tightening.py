@@ -27,6 +27,10 @@ from tether.safety import Supervisor
 from tether.safety.envelope import JointEnvelope
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
+from tether.sim.config import ArmEnvConfig
+
+# These tests exercise the torque interface, the arm's second command interface.
+TORQUE = ArmEnvConfig(command_interface="torque")
 
 BASE = arm_limits()
 TIGHT = BASE.tightened(0.5)
@@ -63,7 +67,7 @@ def _run_switching(
     """(contact steps, joint-limit violation steps, steps) with the supervisor switched
     from the base limits to the tightened ones mid-episode, as serving does."""
     base = arm_supervisor()
-    env = ArmEnv(dynamics=dynamics, seed=1)
+    env = ArmEnv(config=TORQUE, dynamics=dynamics, seed=1)
     contacts = violations = steps = 0
     for k, seed in enumerate(EPISODE_SEEDS):
         switch = SWITCH_STEPS[k % len(SWITCH_STEPS)]

@@ -12,8 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.serving.serving_harness import MakeServer, make_engine, relaxed_limits, server_config
 from tether.policy.engine import PolicyEngine
-from tether.safety.for_spec import kinematics_for
-from tether.safety.supervisor import Supervisor
+from tether.safety.for_spec import supervisor_for
 from tether.serving.client import ClientOptions, PolicyClient
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
@@ -29,7 +28,7 @@ def observations(spec: RobotSpec, n: int, seed: int) -> np.ndarray:
 def expected(engine: PolicyEngine, spec: RobotSpec, obs: np.ndarray) -> tuple[np.ndarray, ...]:
     """What the engine proposes for ``obs`` alone, and what a fresh supervisor makes of it."""
     proposed = engine.act(obs[None, :], True).actions[0]
-    supervisor = Supervisor(relaxed_limits(spec), kinematics=kinematics_for(spec))
+    supervisor = supervisor_for(spec, relaxed_limits(spec))
     safe, _ = supervisor.filter(obs, proposed, None, observation_age_s=0.0)
     return proposed, safe
 

@@ -91,13 +91,14 @@ def test_a_session_keeps_its_learnt_load_across_levels() -> None:
     the drifted arm must carry over. A supervisor switched in fresh knows no payload, and
     a fresh supervisor on the drifted arm let the shipped policy rest against the
     obstacle (tests/safety/test_pretrained_policy.py)."""
-    from tether.sim import ArmDynamics, ArmEnv, DriftSchedule, arm_spec
+    from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
 
     drifted = DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, ArmDynamics.nominal())
-    spec = arm_spec()
+    # The torque supervisor learns a load; the torque interface is the arm's second one.
+    spec = arm_spec("torque")
     factory = SupervisorFactory(spec)
     session = factory()
-    env = ArmEnv(dynamics=drifted, seed=3)
+    env = ArmEnv(dynamics=drifted, seed=3, config=ArmEnvConfig(command_interface="torque"))
     obs, _ = env.reset(seed=3)
     previous = None
     zeros = np.zeros(spec.act_dim, dtype=np.float32)
@@ -152,3 +153,29 @@ def test_a_sessions_watchdog_misses_move_only_its_own_robot(arm: RobotSpec) -> N
                                   observation_age_s=0.0, level=bystander.level(),
                                   policy_version=1)  # fmt: skip
     assert verdict.source != "backup"
+
+
+def test_a_position_session_keeps_its_last_command_across_levels() -> None:
+    """The position supervisor's robot state (its last command and that command's change)
+    crosses a level change: the RESTRICTED supervisor continues the command the NORMAL
+    one returned, so the acceleration check sees the command's true last change."""
+    from tether.safety.position import PositionActionSupervisor
+    from tether.sim import ArmEnv, arm_spec
+
+    spec = arm_spec()
+    session = SupervisorFactory(spec)()
+    assert isinstance(session._base, PositionActionSupervisor)
+    env = ArmEnv(seed=3)
+    obs, _ = env.reset(seed=3)
+    target = np.ones(spec.act_dim, dtype=np.float32)  # far away: corrected every step
+    previous = None
+    for _ in range(5):
+        previous, _ = session.decide(obs, target, previous, observation_age_s=0.0,
+                                     level=DegradationLevel.NORMAL, policy_version=1)  # fmt: skip
+        obs, *_ = env.step(previous)
+    session.decide(obs, target, previous, observation_age_s=0.0,
+                   level=DegradationLevel.RESTRICTED, policy_version=1)  # fmt: skip
+    tight = session._tight()
+    assert isinstance(tight, PositionActionSupervisor)
+    assert tight.position._last is not None
+    assert tight._last_command is not None

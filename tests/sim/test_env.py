@@ -19,6 +19,10 @@ from tether.sim import (
     SimError,
     arm_spec,
 )
+from tether.sim.config import ArmEnvConfig as _EnvConfig
+
+# The torque interface's task (the arm's second command interface).
+TORQUE = _EnvConfig(command_interface="torque")
 
 SPEC = arm_spec()
 LAY = SPEC.layout.slices()
@@ -50,7 +54,7 @@ def _rollout(env: ArmEnv, seed: int, steps: int) -> list[tuple[np.ndarray, float
 
 def test_same_seed_same_trajectory_even_with_randomization_and_noise() -> None:
     def make() -> ArmEnv:
-        return ArmEnv(randomization=DomainRandomization.default())
+        return ArmEnv(config=TORQUE, randomization=DomainRandomization.default())
 
     a, b, c = _rollout(make(), 3, 450), _rollout(make(), 3, 450), _rollout(make(), 4, 450)
     for (oa, ra, ca), (ob, rb, cb) in zip(a, b, strict=True):
@@ -62,7 +66,7 @@ def test_same_seed_same_trajectory_even_with_randomization_and_noise() -> None:
 def test_random_policy_hits_obstacle_and_limits_and_info_matches_the_physics() -> None:
     # The safety layer's physics test relies on this: without a supervisor, a random
     # policy really does collide and leave its limits.
-    env = ArmEnv(seed=11)
+    env = ArmEnv(config=TORQUE, seed=11)
     kin = ArmKinematics()
     rng = np.random.default_rng(11)
     env.reset(seed=11)
@@ -116,7 +120,7 @@ def _pose_inside_obstacle() -> np.ndarray:
 
 
 def test_contact_and_limit_flags_come_from_the_physics_state() -> None:
-    env = ArmEnv(seed=0)
+    env = ArmEnv(config=TORQUE, seed=0)
     hold = np.zeros(4, dtype=np.float32)
     env.reset(options={"joint_position": SPEC.home_position_rad})
     _, _, _, _, info = env.step(hold)
@@ -134,7 +138,7 @@ def test_contact_and_limit_flags_come_from_the_physics_state() -> None:
 
 
 def test_holding_against_gravity_at_the_target_earns_the_success_bonus() -> None:
-    env = ArmEnv(seed=0)
+    env = ArmEnv(config=TORQUE, seed=0)
     kin = ArmKinematics()
     q = np.array([0.5, 0.9, 1.1, -0.3])
     env.reset(options={"joint_position": q, "target": kin.end_effector(q)})
@@ -147,7 +151,7 @@ def test_holding_against_gravity_at_the_target_earns_the_success_bonus() -> None
 
 
 def test_targets_are_reachable_and_clear_of_the_obstacle() -> None:
-    env = ArmEnv(seed=5)
+    env = ArmEnv(config=TORQUE, seed=5)
     (obstacle,) = SPEC.obstacles
     for episode in range(40):
         obs, _ = env.reset(seed=episode)
@@ -158,7 +162,7 @@ def test_targets_are_reachable_and_clear_of_the_obstacle() -> None:
 
 
 def test_sensor_bias_noise_and_action_delay_are_applied() -> None:
-    env = ArmEnv(dynamics=ArmDynamics(obs_bias=0.05, action_delay_steps=1), seed=0)
+    env = ArmEnv(config=TORQUE, dynamics=ArmDynamics(obs_bias=0.05, action_delay_steps=1), seed=0)
     env.reset()
     obs, *_ = env.step(np.zeros(4, dtype=np.float32))
     true = env.true_state()
@@ -184,7 +188,7 @@ def test_sensor_bias_noise_and_action_delay_are_applied() -> None:
 def test_set_dynamics_changes_the_physics_live() -> None:
     # Same state, same command, weaker motors: the arm must move less.
     def shoulder_speed(gain: float) -> float:
-        env = ArmEnv(seed=0)
+        env = ArmEnv(config=TORQUE, seed=0)
         env.reset(options={"joint_position": SPEC.home_position_rad})
         env.set_dynamics(ArmDynamics(actuator_gain=gain))
         *_, info = env.step(np.array([0, -1, 0, 0], dtype=np.float32))
@@ -195,7 +199,7 @@ def test_set_dynamics_changes_the_physics_live() -> None:
 
 
 def test_bad_actions_and_options_are_refused_with_a_reason() -> None:
-    env = ArmEnv(seed=0)
+    env = ArmEnv(config=TORQUE, seed=0)
     env.reset()
     with pytest.raises(SimError, match="finite action of shape"):
         env.step(np.array([np.nan, 0, 0, 0], dtype=np.float32))

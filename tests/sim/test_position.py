@@ -162,5 +162,5 @@ def test_unchecked_random_commands_hit_joint_limits_and_the_obstacle(
     assert limits > 0
 
 
-def test_the_torque_interface_is_still_the_default_until_integration() -> None:
-    assert ArmEnv(seed=0).robot_spec == arm_spec() == arm_spec("torque")
+def test_the_position_interface_is_the_default() -> None:
+    assert ArmEnv(seed=0).robot_spec == arm_spec() == arm_spec("position")

@@ -11,6 +11,9 @@ import numpy as np
 
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, ArmKinematics, DriftSchedule, arm_spec
 
+# The torque interface's task (the arm's second command interface).
+TORQUE_TASK = ArmEnvConfig(command_interface="torque")
+
 SPEC = arm_spec()
 KIN = ArmKinematics()
 TORQUE = np.array(SPEC.torque_limit_nm)
@@ -32,7 +35,7 @@ def _jacobian(q: np.ndarray) -> np.ndarray:
 
 
 def _success_rate(dynamics: ArmDynamics, episodes: int) -> float:
-    env = ArmEnv(dynamics=dynamics, seed=0)
+    env = ArmEnv(config=TORQUE_TASK, dynamics=dynamics, seed=0)
     reached = 0
     for episode in range(episodes):
         obs, _ = env.reset(seed=episode)

@@ -37,7 +37,8 @@ def one_thread() -> None:
 
 @pytest.fixture(scope="session")
 def spec() -> RobotSpec:
-    return arm_spec()
+    # The arm's torque interface: reaching_bundle writes a torque controller as weights.
+    return arm_spec("torque")
 
 
 def make_engine(bundle: PolicyBundle) -> PolicyEngine:

@@ -22,6 +22,7 @@ from tests.versions.builders import (
 )
 from tether.policy.bundle import PolicyBundle
 from tether.safety.supervisor import Supervisor
+from tether.sim.config import ArmEnvConfig
 from tether.sim.env import ArmEnv
 from tether.spec import RobotSpec
 from tether.versions.facade import PolicyVersions, VersionsConfig
@@ -114,7 +115,7 @@ def test_a_better_policy_passes_every_stage_and_goes_live(
     assert all(v.passed for v in prior)
     record = versions.submit_candidate(reach, prior)
     assert record.state is VersionState.SHADOW
-    env = ArmEnv()
+    env = ArmEnv(config=ArmEnvConfig(command_interface="torque"))
     canary_supervisor = supervisor.with_limits(
         supervisor.limits.tightened(config.promotion.canary.safety_tightening)
     )
@@ -157,7 +158,7 @@ def test_a_negated_policy_never_acts_even_with_learner_stages_off(
     versions.load(reach_bundle.path)  # type: ignore[arg-type]
     flipped = make_engine(derived(reach_bundle, tmp_path / "flip", 3, "flipped", negated))
     record = versions.submit_candidate(flipped)  # no offline/simulation verdicts at all
-    env = ArmEnv()
+    env = ArmEnv(config=ArmEnvConfig(command_interface="torque"))
     routed: list[Role] = []
     for episode in range(2):
         _episode(versions, env, supervisor, supervisor, "robot-1", episode, routed)
@@ -240,7 +241,7 @@ def test_a_live_version_that_degrades_on_the_arm_is_rolled_back(
     versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
     good = reaching_bundle(spec, tmp_path / "r")
     versions.load(good.path)  # type: ignore[arg-type]
-    env = ArmEnv()
+    env = ArmEnv(config=ArmEnvConfig(command_interface="torque"))
     routed: list[Role] = []
     for episode in range(6):  # the good version's record while it is live
         _episode(versions, env, supervisor, supervisor, "robot-1", episode, routed)

@@ -17,7 +17,7 @@ import torch
 
 from tether.policy.networks import Actor
 from tether.policy.transforms import ObservationNormalizer
-from tether.safety.supervisor import Supervisor
+from tether.safety.supervises import ActionSupervisor
 from tether.sim.env import ArmEnv
 
 
@@ -36,7 +36,7 @@ def evaluate_actor(
     episodes: int,
     *,
     seed: int = 10_000,
-    supervisor: Supervisor | None = None,
+    supervisor: ActionSupervisor | None = None,
 ) -> EvaluationResult:
     """Deterministic episodes (``tanh(mu)``) of ``actor`` in ``env``; seeds ``seed``, ``seed+1``, ...
 

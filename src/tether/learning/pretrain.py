@@ -48,8 +48,9 @@ from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
 from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.transforms import ObservationNormalizer
+from tether.safety.for_spec import supervisor_for
 from tether.safety.presets import arm_supervisor
-from tether.safety.supervisor import Supervisor
+from tether.safety.supervises import ActionSupervisor
 from tether.sim.config import ArmEnvConfig
 from tether.sim.controllers import ReachController
 from tether.sim.env import ArmEnv
@@ -272,7 +273,7 @@ def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
     return sac_from_bundle(base, config.sac)
 
 
-SupervisorFactory = Callable[[], Supervisor]
+SupervisorFactory = Callable[[], ActionSupervisor]
 
 
 def _supervisor_factory(
@@ -280,9 +281,8 @@ def _supervisor_factory(
 ) -> SupervisorFactory | None:
     """Which supervisor pretraining acts through (None: unsupervised).
 
-    The torque arm has ``arm_supervisor``; the position arm's supervisor comes in through
-    ``pretrain(supervisor_factory=...)`` until it is integrated (the hook for training
-    with it in the loop).
+    The torque arm has ``arm_supervisor``; the position arm the position supervisor on
+    normalized actions (``supervisor_for``); ``supervisor_factory`` overrides either.
     """
     if not config.supervised:
         return None
@@ -290,10 +290,7 @@ def _supervisor_factory(
         return factory
     if config.command_interface == "torque":
         return arm_supervisor
-    raise LearningError(
-        "supervised pretraining of the position interface needs a supervisor for commanded "
-        "positions: pass pretrain(..., supervisor_factory=...), or pretrain unsupervised"
-    )
+    return lambda: supervisor_for(arm_spec("position"))
 
 
 def _check_demonstrations(config: PretrainConfig) -> None:

@@ -211,10 +211,16 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                     reward = float(r)
                     ep.ret += reward
                     ep.steps += 1
-                    # Success is judged on the episode's last step, as the gate and the
-                    # evaluations judge it: reaching the target in passing does not count.
-                    ep.success = bool(info["success"])
+                    # Success is the env's settled success (within the radius over the
+                    # episode's last steps), as the gate and the evaluations judge it:
+                    # reaching the target in passing does not count. The last step's
+                    # outcome is the episode's.
+                    ep.success = bool(info["settled"])
                     ep.final_distance_m = float(info["distance_m"])
+                    if "outcome" in info:
+                        outcome = info["outcome"]
+                        ep.success = bool(outcome.success)
+                        ep.final_distance_m = float(outcome.final_distance_m)
                     ep.violations += int(info["joint_limit_violation"])
                     ep.contacts += int(info["obstacle_contact"])
                 if now - last_snapshot >= _SNAPSHOT_INTERVAL_S:

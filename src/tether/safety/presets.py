@@ -1,4 +1,5 @@
-"""Safety settings for the built-in arm (``tether.sim``), ready to use.
+"""Torque-command safety settings for the built-in arm (``tether.sim``), ready to use
+(its position-command settings are ``tether.safety.position.presets``).
 
 The arm's declared acceleration limits are the decelerations it can *guarantee* in its
 rated envelope (see ``tether.sim.braking``); its motors can accelerate a joint far
@@ -65,7 +66,7 @@ def arm_damping_per_rad_s() -> tuple[float, ...]:
 def arm_limits(config: LimitsConfig = ARM_LIMITS_CONFIG) -> SafetyLimits:
     """The built-in arm's safety limits (pass a config built from ``ARM_LIMITS_CONFIG``)."""
     return SafetyLimits.from_spec(
-        arm_spec(), config, viscous_damping_per_rad_s=arm_damping_per_rad_s()
+        arm_spec("torque"), config, viscous_damping_per_rad_s=arm_damping_per_rad_s()
     )
 
 
@@ -73,4 +74,6 @@ def arm_supervisor(
     limits: SafetyLimits | None = None, config: SupervisorConfig | None = None
 ) -> Supervisor:
     """A supervisor for the built-in arm with its MuJoCo kinematics (obstacle, workspace)."""
-    return Supervisor(limits or arm_limits(), kinematics=ArmKinematics(arm_spec()), config=config)
+    return Supervisor(
+        limits or arm_limits(), kinematics=ArmKinematics(arm_spec("torque")), config=config
+    )

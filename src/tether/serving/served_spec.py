@@ -2,8 +2,10 @@
 
 Built once per server from the bundle (its manifest's names and robot spec); a Control
 session is accepted only when the robot's fingerprint, dims and joint names match it.
-Invariant: ``fingerprint`` is ``tether.spec.fingerprint_of`` over exactly the names held
-here, so a client computing it from the same RobotSpec always agrees.
+Invariant: ``fingerprint`` is ``tether.spec.fingerprint_of`` over exactly the names and
+the command interface held here, so a client computing it from the same RobotSpec always
+agrees, and a policy for torque commands is never served to a robot commanded by
+position (or the other way round).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from tether.serving.errors import SpecMismatch
-from tether.spec import RobotSpec, fingerprint_of
+from tether.spec import CommandInterface, RobotSpec, fingerprint_of
 from tether.v1 import policy_pb2 as pb
 
 
@@ -25,6 +27,7 @@ class ServedSpec:
     action_names: tuple[str, ...]
     joint_names: tuple[str, ...]
     control_period_s: float
+    command_interface: CommandInterface = "torque"
     robot_spec: RobotSpec | None = None
 
     @classmethod
@@ -35,6 +38,7 @@ class ServedSpec:
             action_names=spec.action_names,
             joint_names=spec.joint_names,
             control_period_s=spec.control_period_s,
+            command_interface=spec.command_interface,
             robot_spec=spec,
         )
 
@@ -48,7 +52,12 @@ class ServedSpec:
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint_of(self.observation_names, self.action_names, self.joint_names)
+        return fingerprint_of(
+            self.observation_names,
+            self.action_names,
+            self.joint_names,
+            command_interface=self.command_interface,
+        )
 
     def check_session(self, open_msg: pb.SessionOpen) -> None:
         """Raise ``SpecMismatch`` showing both sides unless the robot matches this spec."""
@@ -56,7 +65,8 @@ class ServedSpec:
         if open_msg.spec_fingerprint != self.fingerprint:
             problems.append(
                 f"spec_fingerprint: robot sent {open_msg.spec_fingerprint!r}, "
-                f"policy has {self.fingerprint!r}"
+                f"policy has {self.fingerprint!r} (names and the command interface: the "
+                f"policy commands {self.command_interface})"
             )
         if open_msg.obs_dim != self.obs_dim:
             problems.append(f"obs_dim: robot sent {open_msg.obs_dim}, policy has {self.obs_dim}")

@@ -2,14 +2,16 @@
 
 Every supervisor keeps per-robot state (where its robot was last seen), so each Control
 session gets its own ``SessionSupervisor``; limits and kinematics are shared (immutable,
-or used one batch at a time inside the batcher). The degradation machine decides what
+or used one batch at a time inside the batcher). Which supervisor a session gets (the
+position supervisor on normalized actions for a position-commanded robot, the torque one
+otherwise) is ``tether.safety.for_spec.supervisor_for``'s decision, never made here. The degradation machine decides what
 the supervisor enforces: the base limits at NORMAL, the tightened ones below it, and at
 TAKEOVER the backup action replaces the policy's. Every verdict is fed back to the
 machine, with the version that proposed the action.
 
 Invariant: ``decide`` is the only way serving turns a proposed action into one it may
-send, and it always returns the output of ``Supervisor.filter`` or
-``Supervisor.backup_action`` (finite, within limits).
+send, and it always returns the output of the session supervisor's ``filter`` or
+``backup_action`` (finite, within limits).
 
 Each robot is supervised at its own level (``SessionSupervisor.level``, a plain read of
 the machine's per-robot state), and only its own verdicts and watchdog misses feed that
@@ -28,11 +30,11 @@ import numpy as np
 
 from tether.safety.degradation import DEFAULT_ROBOT, DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
-from tether.safety.for_spec import kinematics_for, limits_for
+from tether.safety.for_spec import kinematics_for, limits_for, supervisor_for
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind
 from tether.safety.limits import SafetyLimits
-from tether.safety.supervisor import Supervisor
+from tether.safety.supervises import ActionSupervisor
 from tether.safety.verdict import SafetyVerdict
 from tether.spec import RobotSpec
 
@@ -42,15 +44,16 @@ class SessionSupervisor:
 
     def __init__(
         self,
-        base: Supervisor,
+        base: ActionSupervisor,
         degradation: DegradationMachine | None = None,
         robot: str = DEFAULT_ROBOT,
     ) -> None:
         self._base = base
         self._degradation = degradation
         self.robot = robot  # whose level this supervisor follows and feeds, alone
-        self._restricted: Supervisor | None = None
-        self._canary: tuple[float, Supervisor] | None = None  # (factor, its supervisor)
+        self._restricted: ActionSupervisor | None = None
+        # (factor, its supervisor)
+        self._canary: tuple[float, ActionSupervisor] | None = None
         # The supervisor that filtered the robot's last step: the next one, under other
         # limits, takes over its robot state (learnt load, last stop).
         self._active = base
@@ -111,7 +114,7 @@ class SessionSupervisor:
                 EventKind.WATCHDOG_MISS, count, policy_version=policy_version, robot=self.robot
             )
 
-    def _canary_supervisor(self, tightening: float) -> Supervisor:
+    def _canary_supervisor(self, tightening: float) -> ActionSupervisor:
         if self._canary is None or self._canary[0] != tightening:
             self._canary = (
                 tightening,
@@ -119,7 +122,7 @@ class SessionSupervisor:
             )
         return self._canary[1]
 
-    def _tight(self) -> Supervisor:
+    def _tight(self) -> ActionSupervisor:
         if self._restricted is None:
             if self._degradation is not None:
                 limits = self._degradation.limits_for(DegradationLevel.RESTRICTED)
@@ -145,6 +148,7 @@ class SupervisorFactory:
         degradation: DegradationMachine | None = None,
         level_poll_s: float = LEVEL_POLL_S,
     ) -> None:
+        self.spec = spec
         self.limits = limits if limits is not None else limits_for(spec)
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         self.degradation = degradation
@@ -153,7 +157,9 @@ class SupervisorFactory:
     def __call__(self, robot: str = DEFAULT_ROBOT) -> SessionSupervisor:
         """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level."""
         return SessionSupervisor(
-            Supervisor(self.limits, kinematics=self.kinematics), self.degradation, robot
+            supervisor_for(self.spec, self.limits, kinematics=self.kinematics),
+            self.degradation,
+            robot,
         )
 
     def level(self) -> DegradationLevel:

@@ -23,9 +23,8 @@ from tether.spec import Box, CommandInterface, ObservationLayout, RobotSpec, Sph
 ARM_NAME = "tether-arm-4dof"
 
 # The built-in arm's interface when none is asked for: every `arm_spec()`, every
-# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. It flips to
-# "position" when the position supervisor and the position bundle are integrated.
-DEFAULT_COMMAND_INTERFACE: CommandInterface = "torque"
+# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm.
+DEFAULT_COMMAND_INTERFACE: CommandInterface = "position"
 
 
 def arm_spec(command_interface: CommandInterface | None = None) -> RobotSpec:

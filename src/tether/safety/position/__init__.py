@@ -2,7 +2,9 @@
 
 - :class:`PositionSupervisor` (``filter``, ``backup_action``, ``with_limits``,
   ``take_state``), :class:`PositionSupervisorConfig`
-- :class:`ImpedanceModel`, ``ARM_IMPEDANCE``: the gains of the robot's impedance law
+- :class:`PositionActionSupervisor`: the same on a policy's normalized actions, through
+  the spec's action map (what serving runs for a position-commanded robot)
+- :class:`ImpedanceModel` (``from_spec``): the gains of the robot's impedance law
 - :class:`PositionVerdict`: a :class:`~tether.safety.SafetyVerdict` with how far each
   check moved the command
 - backups: :class:`HoldCommand`, :class:`BrakeCommand`, :class:`GoHomeCommand`
@@ -11,6 +13,7 @@
 ``tether.sim``). See docs/safety.md, "Commanded positions".
 """
 
+from tether.safety.position.actions import PositionActionSupervisor
 from tether.safety.position.backups import (
     BrakeCommand,
     CommandBackup,
@@ -19,12 +22,11 @@ from tether.safety.position.backups import (
     make_command_backup,
 )
 from tether.safety.position.envelope import CommandEnvelope, JointResult
-from tether.safety.position.impedance import ARM_IMPEDANCE, ImpedanceModel
+from tether.safety.position.impedance import ImpedanceModel
 from tether.safety.position.supervisor import PositionSupervisor, PositionSupervisorConfig
 from tether.safety.position.verdict import PositionVerdict
 
 __all__ = [
-    "ARM_IMPEDANCE",
     "BrakeCommand",
     "CommandBackup",
     "CommandEnvelope",
@@ -32,6 +34,7 @@ __all__ = [
     "HoldCommand",
     "ImpedanceModel",
     "JointResult",
+    "PositionActionSupervisor",
     "PositionSupervisor",
     "PositionSupervisorConfig",
     "PositionVerdict",

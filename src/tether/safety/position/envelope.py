@@ -3,18 +3,24 @@
 Each joint check is an interval of the commanded position ``c`` (rad), from the state
 (measured ``q``, ``q̇``), the nominal gravity torque ``g`` (N·m), the reference ``r`` (the
 previous command, or ``q`` when there is none) and the previous command's own change
-``Δp`` (rad per step). With ``dt`` the control period and ``s = acceleration_limit·dt²``:
+``Δp`` (rad per step). With ``dt`` the control period, ``s = acceleration_limit·dt²``
+(the command's own acceleration) and ``b = min(braking_deceleration·dt², s)`` (the
+deceleration the robot can guarantee):
 
 1. ``POSITION`` (hard range): ``c`` inside the untightened range shrunk by its margin.
 2. ``VELOCITY`` (per-step change): ``|c − r| ≤ velocity_limit·dt``.
 3. ``POSITION`` (range with margin, braking): the command must still be able to stop
-   inside the margin-shrunk range decelerating at the acceleration limit:
-   ``c + (c − r)²/(2s) ≤ high`` (and the mirror image), i.e. ``c − r ≤ s·(√(1 + 2d/s) − 1)``
+   inside the margin-shrunk range decelerating at ``b``:
+   ``c + (c − r)²/(2b) ≤ high`` (and the mirror image), i.e. ``c − r ≤ b·(√(1 + 2d/b) − 1)``
    with ``d`` the distance from ``r`` to the limit, so a command slows along a braking
    curve instead of being clamped at the limit (which would break the acceleration
-   limit). From a command that met this bound, braking by ``s`` meets it again, so
+   limit). From a command that met this bound, braking by ``b ≤ s`` meets it again, so
    checks 3 and 4 never conflict on a command this envelope produced.
-4. ``ACCELERATION`` (change of the change): ``|(c − r) − Δp| ≤ s``.
+4. ``ACCELERATION`` (change of the change): ``|(c − r) − Δp| ≤ s``. A command outside
+   this interval is not simply clipped to its nearer end: it is moved toward the
+   proposal no faster than it could still stop there at ``s`` per step, then into the
+   interval, so a corrected command brakes onto a target instead of overshooting it and
+   ringing about it (what a clip of the change of the change does).
 5. ``TORQUE``: the impedance torque the command demands,
    ``Kp·(c − q) − Kd·q̇ + g``, within ``±torque_limit_nm``.
 
@@ -98,6 +104,12 @@ class CommandEnvelope:
         self.soft_hi = [high[i] - margin[i] for i in range(n)]
         self.step = [v * dt for v in limits.velocity_limit_rad_s]
         self.accel_step = [a * dt * dt for a in limits.acceleration_limit_rad_s2]
+        # The braking curve relies on the deceleration the robot can guarantee, never on
+        # more than the commanded acceleration allows (so checks 3 and 4 cannot conflict).
+        self.brake_step = [
+            min(b * dt * dt, s)
+            for b, s in zip(limits.braking_deceleration_rad_s2, self.accel_step, strict=True)
+        ]
         self.stiffness = list(impedance.stiffness_nm_per_rad)
         self.damping = list(impedance.damping_nm_s_per_rad)
         self.torque = list(limits.torque_limit_nm)
@@ -110,11 +122,13 @@ class CommandEnvelope:
                 self.step,
                 self.accel_step,
                 [2.0 / s for s in self.accel_step],
+                self.brake_step,
+                [2.0 / b for b in self.brake_step],
                 # The distance to a limit beyond which the braking curve allows more
-                # than the per-step change: step + step²/(2s).
+                # than the per-step change: step + step²/(2b).
                 [
-                    st + st * st / (2.0 * s)
-                    for st, s in zip(self.step, self.accel_step, strict=True)
+                    st + st * st / (2.0 * b)
+                    for st, b in zip(self.step, self.brake_step, strict=True)
                 ],
                 self.stiffness,
                 self.damping,
@@ -153,6 +167,8 @@ class CommandEnvelope:
             step,
             s,
             two_over_s,
+            brake,
+            two_over_b,
             far,
             kp,
             kd,
@@ -174,13 +190,13 @@ class CommandEnvelope:
             hi3 = hi2
             d = s_hi - r
             if d < far:
-                b = r + s * (sqrt(1.0 + d * two_over_s) - 1.0) if d > 0.0 else s_hi
+                b = r + brake * (sqrt(1.0 + d * two_over_b) - 1.0) if d > 0.0 else s_hi
                 if b < hi3:
                     hi3 = b
             lo3 = lo2
             d = r - s_lo
             if d < far:
-                a = r - s * (sqrt(1.0 + d * two_over_s) - 1.0) if d > 0.0 else s_lo
+                a = r - brake * (sqrt(1.0 + d * two_over_b) - 1.0) if d > 0.0 else s_lo
                 if a > lo3:
                     lo3 = a
             if lo3 > hi3:
@@ -222,7 +238,20 @@ class CommandEnvelope:
             if y != z:
                 checks |= _POSITION
                 m_pos += (y - z) * (y - z)
-            z = lo4 if y < lo4 else hi4 if y > hi4 else y
+            if y < lo4 or y > hi4:
+                # Toward the proposal (inside the hard range) no faster than the command
+                # can still stop there at this acceleration (change u with
+                # u + (u - s) + ... = |x - r|), so a corrected command brakes onto its
+                # target instead of overshooting it and ringing about it. The distance
+                # is the proposal's own, not the rate-limited y's: braking onto y (at
+                # most one step away) would crawl.
+                d = (lo1 if x < lo1 else hi1 if x > hi1 else x) - r
+                ad = d if d > 0.0 else -d
+                u = s * (sqrt(0.25 + ad * two_over_s) - 0.5)
+                z = r + (d if ad <= u else u if d > 0.0 else -u)
+                z = lo4 if z < lo4 else hi4 if z > hi4 else z
+            else:
+                z = y
             if z != y:
                 checks |= _ACCELERATION
                 m_acc += (z - y) * (z - y)

@@ -7,7 +7,10 @@ verdict. Per cycle, in order, each a named check (a :class:`SafetyCheck` bit) wh
 verdict entry says how far it moved the command:
 
 1. finite and shaped (``INVALID_SHAPE``, ``NON_FINITE``: the backup replaces it; an
-   unreadable observation, ``INVALID_OBSERVATION``, repeats the last command known);
+   unreadable observation, ``INVALID_OBSERVATION``, repeats the last command known: one
+   that is misshapen, non-finite, or outside the physical envelope, a joint more than
+   ``observation_range_slack_rad`` beyond its range or faster than
+   ``observation_speed_factor`` times its velocity limit);
 2. joint range with margin, 3. per-step change (velocity limit × period), 4. change of
    that change against the previous command (acceleration limit × period²), 5. the
    impedance torque the command demands within the motor limits
@@ -17,10 +20,14 @@ verdict entry says how far it moved the command:
 6. workspace box and obstacle clearance of the collision spheres along the whole
    segment from the measured pose to the command (``WORKSPACE``, ``OBSTACLE``;
    :mod:`tether.safety.segment`): a command whose segment breaches a margin, and is no
-   better than where the arm is, is backed off along the segment to where it is clear,
-   else ramped toward the measured pose inside the intervals, else set to the measured
-   pose itself (the clearance outranks the rate limits: the arm then brakes on its
-   damping);
+   better than where the arm is (nor, from the previous command, than that command), is
+   backed off along the segment to where it is clear,
+   else the previous command is held (a sagging arm sinks once, not every step), else
+   it is ramped toward the measured pose inside the intervals, else set to the measured
+   pose itself (the clearance outranks the rate limits: the previous command held as
+   it is, else the pose). A moving arm whose coasting distance (its speed braked at the
+   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
+   brakes the same way, whatever the command asks;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
@@ -69,6 +76,9 @@ from tether.safety.verdict import (
     SafetyVerdict,
 )
 
+# Below this speed on every joint (rad/s) the arm's coasting distance is not checked.
+_COASTING_SPEED = 0.05
+
 
 class PositionSupervisorConfig(BaseModel):
     """How the position supervisor checks commands and which backup it uses."""
@@ -84,6 +94,18 @@ class PositionSupervisorConfig(BaseModel):
         gt=0.0,
         description="Largest Cartesian distance between the poses checked along the segment "
         "from the measured pose to the command; keep it below twice the obstacle margin (m)",
+    )
+    observation_range_slack_rad: float = Field(
+        default=0.5,
+        gt=0.0,
+        description="A joint reading further than this outside the joint's range makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (rad)",
+    )
+    observation_speed_factor: float = Field(
+        default=5.0,
+        gt=1.0,
+        description="A joint speed above this multiple of its velocity limit makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (1)",
     )
     sweep_max_samples: int = Field(
         default=256,
@@ -116,6 +138,8 @@ class PositionSupervisor:
             limits, kinematics, spacing_m=cfg.sweep_spacing_m, max_samples=cfg.sweep_max_samples
         )
         self._chain_gravity = chain_gravity(kinematics, limits.n_joints)
+        # 1 / (2b) per joint: a joint at speed v coasts v·|v|/(2b) while braking at b.
+        self._half_over_brake = tuple(0.5 / b for b in limits.braking_deceleration_rad_s2)
         n = self._n = limits.n_joints
         self._all_joints = tuple(range(n))
         self._shape = (n,)
@@ -126,6 +150,14 @@ class PositionSupervisor:
         self._dt = limits.control_period_s
         self._zeros = [0.0] * n
         self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
+        slack = cfg.observation_range_slack_rad
+        self._plausible_q = tuple(
+            (lo - slack, hi + slack)
+            for lo, hi in zip(limits.position_low_rad, limits.position_high_rad, strict=True)
+        )
+        self._plausible_v = tuple(
+            cfg.observation_speed_factor * x for x in limits.velocity_limit_rad_s
+        )
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
         # unreadable observation holds when nothing better is known.
@@ -269,16 +301,55 @@ class PositionSupervisor:
         commands in and out are float32 values."""
         segment = self._segment
         bits, fraction = segment.clear_fraction(q, candidate)
+        # Inside a margin the command may not go deeper than the previous command either:
+        # an arm sagging under an unmodelled load lags below its command, so a command
+        # that is only "no worse than the arm" each step walks the arm into the obstacle.
+        held = reference is not q
+        if held:
+            deeper, _ = segment.clear_fraction(reference, candidate)
+            if deeper:
+                bits |= deeper
+                fraction = 0.0  # backed off to the held command, or braked
+        # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
+        # deceleration, a step of delay): if that is deeper into a margin than where it
+        # is, the command brakes (held, else the pose) whatever it asks for, before the
+        # segment to the command would see the breach.
+        coasting = False
+        if max(map(abs, v)) > _COASTING_SPEED:
+            stop = [
+                x + y * (abs(y) * half_over_b + self._dt)
+                for x, y, half_over_b in zip(q, v, self._half_over_brake, strict=True)
+            ]
+            coast_bits = segment.breaches(q, stop)
+            if coast_bits:
+                bits |= coast_bits
+                coasting = True
         if not bits:
             return 0, candidate
         envelope = self.envelope
         targets: list[list[float]] = []
+        if coasting:
+            fraction = 0.0
         if fraction > 0.0:
             targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
+        # Then the previous command, then the measured pose. A command reset to the
+        # measured pose every step lets an arm that sags under an unmodelled load sink by
+        # its sag every step (ratcheting into the obstacle); a held command lets it sink
+        # once, to where the impedance holds it. A held command ahead of a moving arm
+        # toward the obstacle breaches, and the pose (braking) is next.
+        if reference is not q:
+            targets.append(reference)
         targets.append(q)
         for target in targets:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
+            if not segment.breaches(q, trial) and not (held and segment.breaches(reference, trial)):
+                return bits, trial
+        # The clearance outranks the rate limits: the previous command held as it is (a
+        # moving command cannot be held within the acceleration limit, and a pose
+        # commanded every step lets a sagging arm sink every step), else the pose.
+        if held:
+            trial = _rounded(envelope.hold(reference))
             if not segment.breaches(q, trial):
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
@@ -325,6 +396,12 @@ class PositionSupervisor:
         # beyond 1e307 can: no joint reads those).
         if not math.isfinite(sum(q) + sum(v)):
             return None
+        # Outside what the robot can physically be (a joint far beyond its range, a speed
+        # far over its limit): a broken sensor or a garbled message, never a state to
+        # steer from.
+        for x, y, (lo, hi), vmax in zip(q, v, self._plausible_q, self._plausible_v, strict=True):
+            if not (lo <= x <= hi and -vmax <= y <= vmax):
+                return None
         return q, v
 
     def _gravity(self, q: list[float]) -> list[float]:
