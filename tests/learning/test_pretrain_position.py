@@ -49,11 +49,9 @@ def test_position_pretraining_starts_from_the_clone_and_writes_a_position_bundle
     assert "1 DAgger rounds" in source
 
 
-def test_position_pretraining_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+def test_position_pretraining_refuses_a_torque_arm(tmp_path: Path) -> None:
     with pytest.raises(LearningError, match="needs command_interface='position'"):
         pretrain(TINY.model_copy(update={"command_interface": "torque"}), tmp_path / "t")
-    with pytest.raises(LearningError, match="supervisor for commanded positions"):
-        pretrain(TINY.model_copy(update={"supervised": True}), tmp_path / "s")
 
 
 def test_a_supervisor_comes_in_through_the_hook(tmp_path: Path) -> None:

@@ -18,9 +18,8 @@ from tests.serving.client_venv import clients_python, run_client
 from tests.serving.serving_harness import RELAXED, MakeServer
 from tether.kserve import grpc_predict_v2_pb2 as kpb, grpc_predict_v2_pb2_grpc as kpb_grpc
 from tether.policy.engine import PolicyEngine
-from tether.safety.for_spec import kinematics_for
+from tether.safety.for_spec import supervisor_for
 from tether.safety.limits import SafetyLimits
-from tether.safety.supervisor import Supervisor
 from tether.serving.client import PolicyClient
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
@@ -41,7 +40,7 @@ def rows(spec: RobotSpec, n: int, seed: int) -> np.ndarray:
 
 def supervised(engine: PolicyEngine, spec: RobotSpec, obs: np.ndarray) -> tuple[np.ndarray, ...]:
     proposed = engine.act(obs[None, :], True).actions[0]
-    supervisor = Supervisor(tight_limits(spec), kinematics=kinematics_for(spec))
+    supervisor = supervisor_for(spec, tight_limits(spec))
     safe, _ = supervisor.filter(obs, proposed, None, observation_age_s=0.0)
     return proposed, safe
 
