@@ -82,6 +82,60 @@ RECIPES: dict[str, dict[str, Any]] = {
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 2000,
     },
+    # AWAC: the actor re-weights the likelihood of the data's own actions by advantage,
+    # so it only moves toward actions the robots executed.
+    "awac": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 1.0,
+    },
+    "awac_b3_lr1": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+    },
+    "awac_b3_lr1_utd2": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "updates_per_transition": 2.0,
+        "sac.actor_warmup_updates": 4000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+    },
+    "awac_b3_lr1_prior": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+        "prior.episodes": 50,
+    },
+    "awac_b3_lr1_ln_ens": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+        "sac.critic_layer_norm": True,
+        "sac.critic_ensemble_size": 4,
+    },
+    # A slow actor: the deployed policy can follow the learner's within the trust
+    # region, so the robots' data stays on the learner's policy.
+    "slow_actor": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_lr": 3e-6,
+        "sac.actor_warmup_updates": 2000,
+    },
+    "slow_actor_anchor": {
+        "fine_tune_bc_weight": 0.4,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_lr": 3e-6,
+        "sac.actor_warmup_updates": 2000,
+    },
     # RLPD's symmetric sampling: half of each batch from the nominal arm.
     "wsrl_prior": {
         "fine_tune_bc_weight": 0.0,
