@@ -21,11 +21,13 @@ sampling and initialization; the evaluation tasks are the same for every seed).
 
     python benchmarks/bench_adaptation.py [--recipes default,anchor,...] [--seeds 3]
         [--steps 20000] [--tasks 100] [--publish-every 500] [--set key=value,...]
+        [--arm drifted|nominal]
 
 A recipe is a named set of ``LearnerConfig`` overrides (``RECIPES`` below; dotted keys
 reach nested models: ``sac.critic_ensemble_size=10``, ``prior.episodes=50``); ``--set``
 adds overrides on top of every recipe, validated by the config models. The bundle is the
-shipped position bundle and the arm the position interface, both chosen explicitly here.
+shipped position bundle and the arm the position interface, both chosen explicitly here;
+``--arm nominal`` runs the same on the arm without drift (a control).
 A smoke run takes about a minute:
 
     python benchmarks/bench_adaptation.py --recipes default --seeds 1 --steps 2000 --tasks 20
@@ -293,6 +295,13 @@ def main() -> None:
     )
     parser.add_argument("--set", default="", help="LearnerConfig overrides on every recipe")
     parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
+    parser.add_argument(
+        "--arm",
+        choices=("drifted", "nominal"),
+        default="drifted",
+        help="train and evaluate on the drifted arm, or on the nominal one (a control: "
+        "what fine-tuning does where nothing drifted)",
+    )
     args = parser.parse_args()
     names = [n for n in args.recipes.split(",") if n]
     unknown = [n for n in names if n not in RECIPES]
@@ -302,15 +311,17 @@ def main() -> None:
     bundle = load_bundle(args.bundle)
     if bundle.robot_spec != arm_spec("position"):
         raise SystemExit(f"{args.bundle} is not a bundle for the position-commanded arm")
-    worn = DriftSchedule.demo().dynamics_at(10**9, ArmDynamics.nominal())
+    worn = ArmDynamics.nominal()
+    if args.arm == "drifted":
+        worn = DriftSchedule.demo().dynamics_at(10**9, worn)
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
     extra = parse_set(args.set)
     print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
     print(f"# {' '.join(sys.argv)}")
-    print(f"# drifted arm: {worn}")
+    print(f"# {args.arm} arm: {worn}")
     frozen = evaluate(bundle.build_actor(), normalize, worn, args.tasks)
     print(
-        f"frozen on the drifted arm, {args.tasks} tasks: success {frozen.success}, "
+        f"frozen on the {args.arm} arm, {args.tasks} tasks: success {frozen.success}, "
         f"final distance {frozen.distance} m"
     )
     print(
