@@ -179,3 +179,12 @@ def test_an_ensemble_with_layer_norm_checkpoints_and_resumes(tmp_path: Path) -> 
 
     with pytest.raises(CheckpointError, match="critic_ensemble_size"):
         restore_checkpoint(tmp_path / "ckpt", SAC(ARCH, SACConfig()))
+
+
+def test_prior_data_is_refused_for_a_robot_without_a_simulator(tmp_path: Path) -> None:
+    from tests.policy.conftest import make_spec
+    from tether.policy import init_bundle
+
+    bundle = init_bundle(tmp_path / "b", make_spec(), hidden_sizes=(8,), with_training=True)
+    with pytest.raises(LearningError, match=r"prior\.episodes"):
+        LearnerCore(bundle, LearnerConfig(prior=PriorDataConfig(episodes=1)))
