@@ -52,8 +52,8 @@ class LearnerConfig(BaseModel):
         default=False,
         description="Keep tuning the entropy coefficient when fine-tuning; off keeps the "
         "bundle's coefficient: SAC's default target entropy (-act_dim) lies far above a "
-        "pretrained policy's, and chasing it pulls the mean action toward the centre of the "
-        "range, where the tanh squash has the most entropy (flag)",
+        "pretrained policy's, so alpha can only grow, and a larger alpha pulls the mean action "
+        "toward the centre of the range, where the tanh squash has the most entropy (flag)",
     )
     fine_tune_interval_factor: float = Field(
         default=2.5,
