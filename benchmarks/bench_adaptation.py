@@ -1,214 +1,369 @@
-"""How fast the learner's SAC adapts the shipped policy to a drifted arm, offline.
+"""Does the learner recover the drifted position arm? Frozen vs adapted, per recipe.
 
-``tether run``'s acceptance asks the learning robots to recover to 90 % of their
-pre-drift return while the frozen baseline stays at or below 70 %. Whether the learner
-*can* do that is a property of the learning algorithm and the drift, not of the
-serving system, so it is measured here without servers, gates or real time: one
-simulated arm with the drift's final dynamics from the first step, the learner's own
-SAC (``sac_from_bundle`` with ``LearnerConfig().effective_sac()``: fine-tuning, trunk
-frozen, learning rates x 0.2, behaviour-cloning pull 0.4 toward the bundle's actor) and
-its replay configuration, sampled actions as the
-robots send, and optionally the arm's supervisor in the loop (SAC then learns the
-proposed action, as the learner does).
+One simulated position-commanded arm with the demo drift's final dynamics from the
+first step (``DriftSchedule.demo()``: actuator gain 0.6, friction x4, 0.5 kg payload,
+one step of delay) plays the *deployed* policy with sampled actions, as a learning
+robot of ``tether run`` does. Its transitions go into the learner's own core
+(``tether.learning.core.LearnerCore``: normalization, replay with its recent/older mix,
+prior data, SAC at the update-to-data ratio; the object ``Learner`` wraps), and every
+``--publish-every`` environment steps the deployed policy takes the learner's
+publication step (``TrustRegion.step``: a Polyak step toward the learner's actor, halved
+until it fits the trust region on the recent states, withheld when none fits). The
+gate's stages are not run: this measures the learner, not the promotion gate.
 
-Every ``--eval-every`` environment steps the deterministic policy is evaluated on the
-same drifted episodes (same seeds each time), beside the frozen policy on the nominal
-and on the drifted arm, so each figure is a same-seed comparison:
+After ``--steps`` environment steps the deployed policy and the learner's own actor are
+evaluated deterministically on ``--tasks`` paired fixed tasks (episode seeds 0..N-1,
+the same start poses and targets in every row) of the drifted arm, beside the frozen
+shipped policy on the same tasks: success (settled within the radius over the last
+steps) and final distance, mean ± standard error over the tasks, and the paired
+difference to frozen. ``--seeds`` training runs per recipe (seed s: its own arm noise,
+sampling and initialization; the evaluation tasks are the same for every seed).
 
-    python benchmarks/bench_adaptation.py [--drift actuator_gain=0.6,joint_damping=3]
-        [--steps 12000] [--eval-every 2000] [--episodes 20] [--supervised]
-        [--sac bc_weight=0.4,actor_objective=awac,...] [--learner fine_tune_lr_scale=1,...]
-        [--learn-executed] [--deterministic]
+    python benchmarks/bench_adaptation.py [--recipes default,anchor,...] [--seeds 3]
+        [--steps 20000] [--tasks 100] [--publish-every 500] [--set key=value,...]
+        [--arm drifted|nominal]
 
-``--sac`` and ``--learner`` override fields of ``SACConfig`` / ``LearnerConfig`` by name
-(validated by their models), so a fine-tuning recipe is measured exactly as the learner
-would run it. Fine-tuning sets ``bc_weight`` and ``lr_scale`` from the learner's
-``fine_tune_bc_weight`` / ``fine_tune_lr_scale``: override those with ``--learner``.
+A recipe is a named set of ``LearnerConfig`` overrides (``RECIPES`` below; dotted keys
+reach nested models: ``sac.critic_ensemble_size=10``, ``prior.episodes=50``); ``--set``
+adds overrides on top of every recipe, validated by the config models. The bundle is the
+shipped position bundle and the arm the position interface, both chosen explicitly here;
+``--arm nominal`` runs the same on the arm without drift (a control).
+A smoke run takes about a minute:
 
-Numbers are in docs/benchmarks.md ("Adaptation").
+    python benchmarks/bench_adaptation.py --recipes default --seeds 1 --steps 2000 --tasks 20
+
+Numbers are in docs/benchmarks.md ("Adaptation on the position arm").
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import math
 import platform
+import sys
 import time
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from tether.assets import load_pretrained_bundle
 from tether.data.columns import TransitionArrays
-from tether.data.replay.buffer import ReplayBuffer
-from tether.learning.evaluation import EvaluationResult, evaluate_actor
+from tether.learning.core import LearnerCore
 from tether.learning.learner_config import LearnerConfig
-from tether.learning.sac import sac_from_bundle
-from tether.policy.bundle import load_bundle
+from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
+from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.networks import Actor
 from tether.policy.transforms import ObservationNormalizer
-from tether.safety.presets import arm_supervisor
-from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.sim.episodes import run_episodes
+
+POSITION = ArmEnvConfig(command_interface="position")
+SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
+CONTROL_PERIOD_NS = 20_000_000  # the arm's 50 Hz, as ingress stamps for the recency mix
+
+# Each recipe: LearnerConfig overrides (dotted keys into nested models). "default" is
+# LearnerConfig() as shipped; the others are measured against it.
+RECIPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    # The fine-tuning default before this benchmark: TD3+BC anchor 0.4, rates x 0.2.
+    "anchor": {"fine_tune_bc_weight": 0.4, "sac.actor_warmup_updates": 0},
+    # WSRL: no anchor, critic-only warm-up on the deployed policy's fresh transitions.
+    "wsrl": {"fine_tune_bc_weight": 0.0, "sac.actor_warmup_updates": 2000},
+    "wsrl_utd4": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 8000,
+        "updates_per_transition": 4.0,
+    },
+    "wsrl_bc01": {"fine_tune_bc_weight": 0.1, "sac.actor_warmup_updates": 2000},
+    "wsrl_bc25": {"fine_tune_bc_weight": 2.5, "sac.actor_warmup_updates": 2000},
+    "wsrl_lr1": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+    },
+    # AWAC: the actor re-weights the likelihood of the data's own actions by advantage,
+    # so it only moves toward actions the robots executed.
+    "awac": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 1.0,
+    },
+    "awac_b3_lr1": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+    },
+    "awac_b3_lr1_utd2": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "updates_per_transition": 2.0,
+        "sac.actor_warmup_updates": 4000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+    },
+    "awac_b3_lr1_prior": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+        "prior.episodes": 50,
+    },
+    "awac_b3_lr1_ln_ens": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.actor_objective": "awac",
+        "sac.awac_beta": 3.0,
+        "sac.critic_layer_norm": True,
+        "sac.critic_ensemble_size": 4,
+    },
+    # A slow actor: the deployed policy can follow the learner's within the trust
+    # region, so the robots' data stays on the learner's policy.
+    "slow_actor": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_lr": 3e-6,
+        "sac.actor_warmup_updates": 2000,
+    },
+    "slow_actor_anchor": {
+        "fine_tune_bc_weight": 0.4,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_lr": 3e-6,
+        "sac.actor_warmup_updates": 2000,
+    },
+    # RLPD's symmetric sampling: half of each batch from the nominal arm.
+    "wsrl_prior": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 2000,
+        "prior.episodes": 50,
+        "prior.fraction": 0.5,
+    },
+    # RLPD/REDQ critics: LayerNorm, 10 members, targets from the minimum of 2.
+    "wsrl_ens": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.critic_ensemble_size": 10,
+        "sac.critic_target_subset": 2,
+    },
+    "wsrl_ln": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 2000,
+        "sac.critic_layer_norm": True,
+    },
+}
 
 
-def parse_drift(text: str | None) -> ArmDynamics:
-    """``knob=value,...`` over the nominal arm; None: the demo drift's final dynamics."""
-    nominal = ArmDynamics.nominal()
-    if text is None:
-        return DriftSchedule.demo(start_step=0, ramp_steps=2).dynamics_at(10, nominal)
-    values: dict[str, float | int] = {
-        knob: int(value) if knob == "action_delay_steps" else float(value)
-        for knob, value in _overrides(text).items()
-    }
-    return dataclasses.replace(nominal, **values)  # type: ignore[arg-type]
+def learner_config(overrides: dict[str, Any], seed: int) -> LearnerConfig:
+    """``LearnerConfig()`` with ``overrides`` (dotted keys) and the run's seeds."""
+    tree = LearnerConfig().model_dump()
+    merged = {**overrides, "sac.seed": seed, "replay.sampler.seed": seed}
+    for key, value in merged.items():
+        node = tree
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        if leaf not in node:
+            raise SystemExit(f"unknown LearnerConfig key {key!r}")
+        node[leaf] = value
+    return LearnerConfig.model_validate(tree)
+
+
+def parse_set(text: str) -> dict[str, Any]:
+    # Strings: pydantic parses them into each field's type and rejects bad values.
+    return dict(item.partition("=")[::2] for item in text.split(",") if item)
+
+
+@dataclass(frozen=True)
+class Scores:
+    successes: np.ndarray
+    distances: np.ndarray
+
+    @property
+    def success(self) -> str:
+        return _mean_se(self.successes, "{:.2f}")
+
+    @property
+    def distance(self) -> str:
+        return _mean_se(self.distances, "{:.3f}")
+
+
+def _mean_se(values: np.ndarray, fmt: str) -> str:
+    se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return f"{fmt.format(values.mean())} ± {fmt.format(se)}"
 
 
 def evaluate(
-    actor: Actor,
-    normalize: ObservationNormalizer,
-    dynamics: ArmDynamics,
-    episodes: int,
-    supervised: bool,
-) -> EvaluationResult:
-    # A fresh env and supervisor per evaluation: the same episodes every time.
-    return evaluate_actor(
-        actor,
-        normalize,
-        ArmEnv(dynamics=dynamics, seed=4),
-        episodes,
-        supervisor=arm_supervisor() if supervised else None,
+    actor: Actor, normalize: ObservationNormalizer, worn: ArmDynamics, tasks: int
+) -> Scores:
+    actor = actor.eval()
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(normalize(obs[None, :]))
+            return actor.sample(x, deterministic=True)[0].numpy()[0]
+
+    outcomes = run_episodes(ArmEnv(dynamics=worn, seed=0, config=POSITION), act, range(tasks))
+    return Scores(
+        np.array([float(o.success) for o in outcomes]),
+        np.array([o.final_distance_m for o in outcomes]),
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    deployed: Scores
+    learner: Scores
+    env_steps: int
+    updates: int
+    publications: dict[str, int]
+    wall_s: float
+
+
+def adapt(
+    bundle: PolicyBundle,
+    config: LearnerConfig,
+    worn: ArmDynamics,
+    args: argparse.Namespace,
+    seed: int,
+) -> Run:
+    """One training run: the drifted arm plays the deployed policy; the core learns."""
+    start = time.monotonic()
+    core = LearnerCore(bundle, config)
+    arch = bundle.architecture
+    deployed_state = {k: v.detach().clone() for k, v in bundle.actor_state.items()}
+    deployed = Actor(arch).eval().requires_grad_(False)
+    deployed.load_state_dict(deployed_state)
+    trust_region = TrustRegion(core.sac.actor, config.publication)
+    recent = RecentStates(config.publication.recent_states, arch.obs_dim)
+    counts = {outcome.value: 0 for outcome in PublishOutcome}
+    generator = torch.Generator().manual_seed(seed)
+    env = ArmEnv(dynamics=worn, seed=1000 + seed, config=POSITION)
+    rows = TransitionArrays.empty(1, arch.obs_dim, arch.act_dim)
+    raw, _ = env.reset(seed=100_000 + seed)
+    for step in range(1, args.steps + 1):
+        with torch.no_grad():
+            x = torch.from_numpy(core.normalize(raw[None, :]))
+            action = deployed.sample(x, generator=generator)[0].numpy()
+        nxt, reward, terminated, truncated, _ = env.step(action[0])
+        rows.observations[:] = raw
+        rows.proposed_actions[:] = rows.actions[:] = action
+        rows.next_observations[:] = nxt
+        rows.rewards[0] = reward
+        rows.terminated[0], rows.truncated[0] = terminated, truncated
+        rows.ingress_ns[0] = step * CONTROL_PERIOD_NS
+        rows.next_ingress_ns[0] = (step + 1) * CONTROL_PERIOD_NS
+        recent.extend(core.ingest(rows).observations)
+        core.run_updates(64)
+        raw = env.reset()[0] if terminated or truncated else nxt
+        if step % args.publish_every == 0:
+            decision, candidate = trust_region.step(
+                deployed_state, core.sac.actor_state(), recent.states()
+            )
+            counts[decision.outcome.value] += 1
+            if candidate is not None:
+                deployed_state = candidate
+                deployed.load_state_dict(deployed_state)
+    normalize = core.normalize
+    result_deployed = evaluate(deployed, normalize, worn, args.tasks)
+    result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks)
+    return Run(
+        result_deployed,
+        result_learner,
+        args.steps,
+        core.sac.updates,
+        counts,
+        time.monotonic() - start,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bundle", default=None, help="bundle to adapt (default: shipped)")
-    parser.add_argument("--drift", default=None, help="knob=value,... (default: demo drift)")
-    parser.add_argument("--steps", type=int, default=12_000, help="environment steps")
-    parser.add_argument("--eval-every", type=int, default=2_000, help="steps between evals")
-    parser.add_argument("--episodes", type=int, default=20, help="episodes per evaluation")
-    parser.add_argument("--supervised", action="store_true", help="supervisor in the loop")
-    parser.add_argument("--seed", type=int, default=3, help="seed of the training arm")
+    parser.add_argument("--recipes", default="default", help=f"comma list of {sorted(RECIPES)}")
+    parser.add_argument("--seeds", type=int, default=3, help="training runs per recipe")
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run")
+    parser.add_argument("--steps", type=int, default=20_000, help="environment steps per run")
+    parser.add_argument("--tasks", type=int, default=100, help="paired evaluation tasks")
     parser.add_argument(
-        "--sac", default="", help="SACConfig overrides, knob=value,... (e.g. bc_weight=0.4)"
+        "--publish-every", type=int, default=500, help="environment steps between publications"
     )
+    parser.add_argument("--set", default="", help="LearnerConfig overrides on every recipe")
+    parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
     parser.add_argument(
-        "--learner", default="", help="LearnerConfig overrides (e.g. fine_tune_lr_scale=1)"
-    )
-    parser.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="collect with the mean action, as robots with deterministic=true do",
-    )
-    parser.add_argument(
-        "--learn-executed",
-        action="store_true",
-        help="learn the supervisor's executed action instead of the proposed one",
-    )
-    parser.add_argument(
-        "--utd", type=float, default=None, help="updates per transition (default: learner's)"
+        "--arm",
+        choices=("drifted", "nominal"),
+        default="drifted",
+        help="train and evaluate on the drifted arm, or on the nominal one (a control: "
+        "what fine-tuning does where nothing drifted)",
     )
     args = parser.parse_args()
-
+    names = [n for n in args.recipes.split(",") if n]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        raise SystemExit(f"unknown recipes {unknown}; known: {sorted(RECIPES)}")
     torch.set_num_threads(1)
-    bundle = load_pretrained_bundle() if args.bundle is None else load_bundle(args.bundle)
-    config = LearnerConfig()
-    config = config.model_validate(
-        {
-            **config.model_dump(),
-            **_overrides(args.learner),
-            "sac": {**config.sac.model_dump(), **_overrides(args.sac)},
-        }
-    )
-    drifted = parse_drift(args.drift)
+    bundle = load_bundle(args.bundle)
+    if bundle.robot_spec != arm_spec("position"):
+        raise SystemExit(f"{args.bundle} is not a bundle for the position-commanded arm")
+    worn = ArmDynamics.nominal()
+    if args.arm == "drifted":
+        worn = DriftSchedule.demo().dynamics_at(10**9, worn)
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
-    frozen = bundle.build_actor().eval()
-    nominal_ref = evaluate(frozen, normalize, ArmDynamics.nominal(), args.episodes, args.supervised)
-    drifted_ref = evaluate(frozen, normalize, drifted, args.episodes, args.supervised)
-
-    effective = config.effective_sac()
-    sac = sac_from_bundle(bundle, effective)
-    arch = bundle.architecture
-    replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
-    env = ArmEnv(dynamics=drifted, seed=args.seed)
-    supervisor = arm_supervisor() if args.supervised else None
-    rows = TransitionArrays.empty(1, arch.obs_dim, arch.act_dim)
-    # The learner's ratio; None there means "as fast as it can", which here is one.
-    utd = args.utd or config.updates_per_transition or 1.0
-
+    extra = parse_set(args.set)
+    print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# {args.arm} arm: {worn}")
+    frozen = evaluate(bundle.build_actor(), normalize, worn, args.tasks)
     print(
-        f"# machine: {platform.machine()}, python {platform.python_version()}, "
-        f"torch {torch.__version__}"
-    )
-    print(f"# drift: {drifted}")
-    print(f"# learner overrides: {args.learner or '-'}; sac overrides: {args.sac or '-'}")
-    print(
-        f"# effective: lr_scale {effective.lr_scale}, bc_weight {effective.bc_weight}, "
-        f"actor_warmup_updates {effective.actor_warmup_updates}, "
-        f"actor_objective {effective.actor_objective}, learn executed {args.learn_executed}, "
-        f"collect deterministic {args.deterministic}"
-    )
-    print(f"# supervised: {args.supervised}; eval: {args.episodes} deterministic episodes")
-    print(
-        f"frozen, nominal arm: return {nominal_ref.mean_return:7.1f} "
-        f"success {nominal_ref.success_rate:.2f}"
+        f"frozen on the {args.arm} arm, {args.tasks} tasks: success {frozen.success}, "
+        f"final distance {frozen.distance} m"
     )
     print(
-        f"frozen, drifted arm: return {drifted_ref.mean_return:7.1f} "
-        f"success {drifted_ref.success_rate:.2f} "
-        f"({_ratio(drifted_ref, nominal_ref)} of nominal)"
+        "| recipe | seed | env steps | updates | publications acc/shrunk/withheld "
+        "| deployed success | Δ vs frozen | deployed final distance (m) | learner's actor success "
+        "| learner's final distance (m) | wall s |"
     )
-    print("| env steps | updates | return | success | of nominal frozen | wall s |")
-    print("|---|---|---|---|---|---|")
-
-    raw, _ = env.reset(seed=args.seed)
-    previous: np.ndarray | None = None
-    budget = 0.0
-    start = time.monotonic()
-    for step in range(1, args.steps + 1):
-        obs = normalize(raw[None])
-        proposed = sac.act(obs, deterministic=args.deterministic)
-        executed = proposed[0]
-        if supervisor is not None:
-            executed, _ = supervisor.filter(raw, proposed[0], previous)
-        rows.observations[:] = obs
-        rows.proposed_actions[:] = proposed
-        # The learner learns what the policy proposed, unless told to learn what ran.
-        rows.actions[:] = executed if args.learn_executed else proposed
-        nxt, reward, terminated, truncated, _ = env.step(executed)
-        rows.next_observations[:] = normalize(nxt[None])
-        rows.rewards[0] = reward
-        rows.terminated[0] = terminated
-        rows.truncated[0] = truncated
-        replay.extend(rows)
-        done = terminated or truncated
-        previous = None if done else np.asarray(executed)
-        raw = env.reset()[0] if done else nxt
-        if len(replay) >= config.sac.batch_size:
-            budget += utd
-            while budget >= 1.0:
-                sac.update(replay.sample(config.sac.batch_size))
-                budget -= 1.0
-        if step % args.eval_every == 0:
-            result = evaluate(sac.actor, normalize, drifted, args.episodes, args.supervised)
-            sac.actor.train()
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    summary: list[str] = []
+    for name in names:
+        deployed_means: list[float] = []
+        distance_means: list[float] = []
+        diffs: list[np.ndarray] = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            config = learner_config({**RECIPES[name], **extra}, seed)
+            run = adapt(bundle, config, worn, args, seed)
+            diff = run.deployed.successes - frozen.successes
+            diffs.append(diff)
+            deployed_means.append(float(run.deployed.successes.mean()))
+            distance_means.append(float(run.deployed.distances.mean()))
+            p = run.publications
             print(
-                f"| {step} | {sac.updates} | {result.mean_return:.1f} | "
-                f"{result.success_rate:.2f} | {_ratio(result, nominal_ref)} | "
-                f"{time.monotonic() - start:.0f} |",
+                f"| {name} | {seed} | {run.env_steps} | {run.updates} | "
+                f"{p['accepted']}/{p['shrunk']}/{p['withheld']} | {run.deployed.success} | "
+                f"{_mean_se(diff, '{:+.2f}')} | {run.deployed.distance} | "
+                f"{run.learner.success} | {run.learner.distance} | {run.wall_s:.0f} |",
                 flush=True,
             )
-
-
-def _overrides(text: str) -> dict[str, str]:
-    # Strings: pydantic parses them into each field's type and rejects unknown knobs.
-    return dict(item.partition("=")[::2] for item in text.split(",") if item)
-
-
-def _ratio(result: EvaluationResult, reference: EvaluationResult) -> str:
-    if reference.mean_return <= 0:
-        return "n/a (reference return <= 0)"
-    return f"{result.mean_return / reference.mean_return:.0%}"
+        pooled = np.concatenate(diffs)
+        summary.append(
+            f"| {name} | {args.seeds} | {args.steps} | {frozen.success} | "
+            f"{_mean_se(np.array(deployed_means), '{:.2f}')} | "
+            f"{_mean_se(pooled, '{:+.2f}')} | {frozen.distance} | "
+            f"{_mean_se(np.array(distance_means), '{:.3f}')} |"
+        )
+    print(
+        "\n| recipe | seeds | env steps | frozen success | adapted success (± se over seeds) "
+        "| Δ success (± se, paired over seeds × tasks) | frozen final distance (m) "
+        "| adapted final distance (m, ± se over seeds) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":

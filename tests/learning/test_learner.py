@@ -144,7 +144,7 @@ def test_fine_tuning_starts_from_the_bundle_critics_and_freezes_the_trunk(
     try:
         assert small_bundle.training is not None
         for k, v in small_bundle.training.critic.items():
-            assert torch.equal(learner.sac.critic.state_dict()[k], v)
+            assert torch.equal(learner.sac.twin_critic_states()[0][k], v)
         trunk = {k: v.clone() for k, v in learner.sac.actor.trunk.state_dict().items()}
         channel.put_arrays(traffic(small_bundle, 64))
         while learner.step():

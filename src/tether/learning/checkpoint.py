@@ -1,7 +1,7 @@
 """Learner checkpoints: everything SAC needs to resume, as safetensors + JSON (no pickle).
 
-A checkpoint directory holds ``state.safetensors`` (actor, critics, target critics,
-log alpha, the Adam moments of all three optimizers, and the deployed actor the learner
+A checkpoint directory holds ``state.safetensors`` (actor, every critic-ensemble member
+and its target, log alpha, the Adam moments of all three optimizers, and the deployed actor the learner
 publishes from) and ``progress.json`` (update count, version counter, counters). It is
 written to a temporary sibling and renamed over the previous one, so a learner killed
 mid-write leaves the last complete checkpoint in place.
@@ -27,7 +27,7 @@ from tether.learning.sac import SAC
 
 STATE_FILE = "state.safetensors"
 PROGRESS_FILE = "progress.json"
-_FORMAT = "tether.learner-checkpoint/1"
+_FORMAT = "tether.learner-checkpoint/2"  # /2: critics stored as an ensemble
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,12 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file(_collect(sac, deployed), str(tmp / STATE_FILE))
-    meta = {"format": _FORMAT, "progress": asdict(progress), "arch": asdict(sac.arch)}
+    meta = {
+        "format": _FORMAT,
+        "progress": asdict(progress),
+        "arch": asdict(sac.arch),
+        "critics": _critic_shape(sac),
+    }
     (tmp / PROGRESS_FILE).write_text(json.dumps(meta, indent=2))
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():
@@ -89,6 +94,10 @@ def save_checkpoint(
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _critic_shape(sac: SAC) -> dict[str, int | bool]:
+    return {"ensemble_size": sac.critic.size, "layer_norm": sac.critic.layer_norm}
 
 
 def find_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
@@ -121,6 +130,12 @@ def restore_checkpoint(
         raise CheckpointError(
             f"{found}: checkpoint of architecture {stored_arch}, but the learner was built "
             f"for {arch}; resume with the bundle the checkpoint was trained from"
+        )
+    if meta.get("critics") != _critic_shape(sac):
+        raise CheckpointError(
+            f"{found}: checkpoint of critics {meta.get('critics')}, but the learner was "
+            f"configured for {_critic_shape(sac)} (SACConfig.critic_ensemble_size, "
+            "critic_layer_norm); resume with the configuration the checkpoint was written with"
         )
     tensors = load_file(str(found / STATE_FILE))
 

@@ -89,7 +89,32 @@ class SACConfig(BaseModel):
     actor_warmup_updates: int = Field(
         default=0,
         ge=0,
-        description="Critic-only updates before the actor and alpha start learning (updates)",
+        description="Critic-only updates before the actor and alpha start learning; when "
+        "fine-tuning, on the deployed policy's own transitions (WSRL's warm-up) (updates)",
+    )
+    critic_ensemble_size: int = Field(
+        default=2,
+        ge=2,
+        le=32,
+        description="Q networks in the critic ensemble; 2 is SAC's twin critics, more is "
+        "REDQ/RLPD's ensemble (the actor then follows the members' mean) (networks)",
+    )
+    critic_target_subset: int = Field(
+        default=2,
+        ge=1,
+        description="Members whose minimum forms each target, drawn at random per update; "
+        "equal to critic_ensemble_size: the minimum of all (networks)",
+    )
+    critic_layer_norm: bool = Field(
+        default=False,
+        description="LayerNorm after each hidden linear layer of the critics (RLPD); the "
+        "bundle's critics have none, so their warm start needs the critic-only warm-up (flag)",
+    )
+    critic_member_noise: float = Field(
+        default=0.1,
+        ge=0.0,
+        description="Ensemble members past the bundle's two start from its weights times "
+        "1 + this * N(0, 1), elementwise, so they are not identical copies (1)",
     )
     seed: int = Field(
         default=0, ge=0, description="Seed of network initialization and sampling noise (1)"
@@ -99,6 +124,11 @@ class SACConfig(BaseModel):
     def _check(self) -> SACConfig:
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must all be positive, got {self.hidden_sizes}")
+        if self.critic_target_subset > self.critic_ensemble_size:
+            raise ValueError(
+                f"critic_target_subset ({self.critic_target_subset}) cannot exceed "
+                f"critic_ensemble_size ({self.critic_ensemble_size})"
+            )
         return self
 
     def fine_tuning(self, lr_scale: float = 0.2, bc_weight: float | None = None) -> SACConfig:

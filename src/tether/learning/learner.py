@@ -3,8 +3,9 @@
 One :class:`Learner` runs inside the learner process (see :mod:`tether.learning.process`);
 it is an ordinary object so tests and benchmarks can also drive it in-process.
 
-Each :meth:`Learner.step` drains the transition channel into the replay buffer, runs
-as many updates as the update-to-data ratio allows (mini-batch streaming: the first
+Each :meth:`Learner.step` drains the transition channel into the learner core
+(:class:`tether.learning.core.LearnerCore`: normalization, replay, prior data, SAC),
+runs as many updates as the update-to-data ratio allows (mini-batch streaming: the first
 update happens as soon as the buffer holds one mini-batch), and -- at most once per
 publication interval -- proposes a candidate: a Polyak step from the live actor toward
 the learner's, held inside the trust region, with a new version id whose parent is the
@@ -38,8 +39,6 @@ import torch
 
 from tether.data.channel import TransitionChannel
 from tether.data.columns import TransitionArrays
-from tether.data.replay.buffer import ReplayBuffer
-from tether.data.step import HUMAN_SOURCE_CODE
 from tether.learning.candidates import CandidateJudge, KnownWeights
 from tether.learning.checkpoint import (
     LearnerProgress,
@@ -47,12 +46,11 @@ from tether.learning.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
+from tether.learning.core import LearnerCore
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
-from tether.learning.sac import sac_from_bundle
 from tether.policy.bundle import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
-from tether.policy.transforms import ObservationNormalizer
 from tether.safety.levels import DegradationLevel
 from tether.versions.records import GateRecord
 from tether.versions.verdict_files import gate_record_versions
@@ -111,7 +109,10 @@ class Learner:
                 "bundle %s has no training section: fine-tuning starts from random critics",
                 bundle.path,
             )
-        self.sac = sac_from_bundle(bundle, config.effective_sac())
+        self.core = LearnerCore(bundle, config)
+        self.sac = self.core.sac
+        self.replay = self.core.replay
+        self.normalize = self.core.normalize
         self.deployed: dict[str, torch.Tensor] = {
             k: v.detach().clone() for k, v in bundle.actor_state.items()
         }
@@ -140,14 +141,11 @@ class Learner:
         self._follow_live()
         self._set("deployed_version", self.progress.deployed_version)
 
-        self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
         arch = bundle.architecture
-        self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
         self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
         # The gate's offline stage normalizes raw observations itself.
         self.recent_raw = RecentStates(config.publication.recent_states, arch.obs_dim)
         self.trust_region = TrustRegion(self.sac.actor, config.publication)
-        self._budget = 0.0
         self._min_interval_s = config.effective_min_interval_s()
         self._last_publish = time.monotonic()
         self._last_checkpoint = time.monotonic()
@@ -205,48 +203,32 @@ class Learner:
     # --- the loop ---------------------------------------------------------------------
 
     def ingest(self, rows: TransitionArrays) -> None:
-        """Normalize and store transitions from the channel."""
-        # Not ``_replace``: TransitionArrays overrides __len__ (rows), which NamedTuple's
-        # _replace uses as its field count.
-        columns = rows._asdict()
-        # The safety supervisor is part of the environment the policy acts in, as in
-        # pretraining: SAC learns the value of what the policy *proposed* (its correction
-        # shows up in the next state and reward). A person's override is different: it is
-        # a demonstration, so the action the robot executed is the one learned from.
-        human = rows.action_sources == HUMAN_SOURCE_CODE
-        columns["actions"] = np.where(human[:, None], rows.actions, rows.proposed_actions)
-        columns["observations"] = self.normalize(rows.observations)
-        columns["next_observations"] = self.normalize(rows.next_observations)
-        normalized = TransitionArrays(**columns)
-        self.replay.extend(normalized)
+        """Normalize and store transitions from the channel (:meth:`LearnerCore.ingest`)."""
+        normalized = self.core.ingest(rows)
         self.recent.extend(normalized.observations)
         self.recent_raw.extend(rows.observations)
         self._add("transitions", len(rows))
-        if self.config.updates_per_transition is not None:
-            self._budget += len(rows) * self.config.updates_per_transition
 
     def step(self) -> int:
         """Drain, update, maybe publish and checkpoint; returns the number of updates run."""
         level = DegradationLevel(self.weights.degradation_level())
         self._set("degradation_level", int(level))
         self._follow_live()
-        can_update = (
-            level < DegradationLevel.PAUSED and len(self.replay) >= self.config.sac.batch_size
-        )
+        can_update = level < DegradationLevel.PAUSED and self.core.ready()
         unlimited = self.config.updates_per_transition is None
-        wait = 0.0 if can_update and (unlimited or self._budget >= 1.0) else self.config.idle_poll_s
+        wait = (
+            0.0
+            if can_update and (unlimited or self.core.budget >= 1.0)
+            else self.config.idle_poll_s
+        )
         rows = self.channel.get(self.config.drain_max_rows, timeout_s=wait)
         if len(rows):
             self.ingest(rows)
-        if level >= DegradationLevel.PAUSED or len(self.replay) < self.config.sac.batch_size:
+        if level >= DegradationLevel.PAUSED or not self.core.ready():
             self._maybe_checkpoint()
             return 0
         # Bounded per step so draining stays responsive at high update-to-data ratios.
-        n = 8 if unlimited else min(int(self._budget), 64)
-        for _ in range(n):
-            self.sac.update(self.replay.sample(self.config.sac.batch_size))
-        if not unlimited:
-            self._budget -= n
+        n = self.core.run_updates(8 if unlimited else 64)
         self._set("updates", self.sac.updates)
         self._maybe_publish(level)
         self._maybe_checkpoint()
@@ -291,7 +273,7 @@ class Learner:
             live_version=p.deployed_version,
             live=self.deployed,
             observations=self.recent_raw.states(),
-            critic=self.sac.critic,
+            critic=self.sac.gate_critic(),
         )
         self.progress = replace(p, updates=self.sac.updates, next_version=version + 1)
         if not record.passed:

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
 from tether.learning.config import SACConfig
+from tether.learning.prior import PriorDataConfig
 from tether.learning.publication import PublicationConfig
 from tether.versions.learner_gate import LearnerGateConfig
 
@@ -28,6 +29,10 @@ class LearnerConfig(BaseModel):
         default_factory=ReplayBufferConfig,
         description="Replay buffer sizes and sampling mix",
     )
+    prior: PriorDataConfig = Field(
+        default_factory=PriorDataConfig,
+        description="Prior data from the nominal built-in arm mixed into every batch (RLPD)",
+    )
     fine_tune: bool = Field(
         default=True,
         description="Freeze the actor trunk, scale learning rates by fine_tune_lr_scale and "
@@ -42,6 +47,13 @@ class LearnerConfig(BaseModel):
         description="Behaviour-cloning pull toward the bundle's actor when fine-tuning "
         "(SACConfig.bc_weight; 0.4 is TD3+BC's strength): without it a few minutes of one "
         "arm's data drive the actor below the frozen policy (docs/learning.md) (1)",
+    )
+    fine_tune_autotune_alpha: bool = Field(
+        default=False,
+        description="Keep tuning the entropy coefficient when fine-tuning; off keeps the "
+        "bundle's coefficient: SAC's default target entropy (-act_dim) lies far above a "
+        "pretrained policy's, so alpha can only grow, and a larger alpha pulls the mean action "
+        "toward the centre of the range, where the tanh squash has the most entropy (flag)",
     )
     fine_tune_interval_factor: float = Field(
         default=2.5,
@@ -96,7 +108,8 @@ class LearnerConfig(BaseModel):
     def effective_sac(self) -> SACConfig:
         if not self.fine_tune:
             return self.sac
-        return self.sac.fine_tuning(self.fine_tune_lr_scale, self.fine_tune_bc_weight)
+        tuned = self.sac.fine_tuning(self.fine_tune_lr_scale, self.fine_tune_bc_weight)
+        return tuned.model_copy(update={"autotune_alpha": self.fine_tune_autotune_alpha})
 
     def effective_min_interval_s(self) -> float:
         factor = self.fine_tune_interval_factor if self.fine_tune else 1.0

@@ -207,10 +207,11 @@ def _snapshot(sac: SAC, success_rate: float) -> _Snapshot:
     def copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
+    critic, critic_target = sac.twin_critic_states()
     return _Snapshot(
         copy(sac.actor),
-        copy(sac.critic),
-        copy(sac.critic_target),
+        critic,
+        critic_target,
         float(sac.log_alpha.detach()),
         success_rate,
     )

@@ -1,18 +1,21 @@
 """Soft Actor-Critic behind a narrow interface: ``update(batch) -> TrainingStats``.
 
-Twin critics with clipped double-Q targets, a tanh-Gaussian actor, automatic entropy
-tuning and Polyak-averaged target critics (Haarnoja et al. 2018). Inputs are
+A critic ensemble (two members by default: clipped double-Q targets; more: REDQ's
+minimum over a random subset), a tanh-Gaussian actor, automatic entropy tuning and
+Polyak-averaged target critics (Haarnoja et al. 2018; :mod:`tether.learning.critics`). Inputs are
 *normalized* observations (the bundle's normalizer, applied by the caller) and actions
 in [-1, 1]; a truncated episode still bootstraps, only ``terminated`` cuts the return.
 
 Invariants: ``update`` never changes a parameter outside the optimizers it owns, so with
-``freeze_trunk`` the actor trunk stays bit-identical; the networks are the same
-``Actor``/``TwinCritic`` classes the bundle stores, so ``actor_state()`` loads into a
-``PolicyEngine`` unchanged.
+``freeze_trunk`` the actor trunk stays bit-identical, and during the critic-only warm-up
+the actor does not move at all; the actor is the same ``Actor`` class the bundle stores,
+so ``actor_state()`` loads into a ``PolicyEngine`` unchanged.
 
 Fine-tuning options (``SACConfig``): ``bc_weight`` adds a TD3+BC pull of the mean action
 toward ``reference``, a frozen copy of the actor SAC was built with (never updated);
-``actor_warmup_updates`` trains only the critics first; ``actor_objective="awac"``
+``actor_warmup_updates`` trains only the critics first (WSRL's warm-up when the data
+comes from the deployed policy); ``critic_ensemble_size`` / ``critic_target_subset`` /
+``critic_layer_norm`` shape the critics (RLPD/REDQ); ``actor_objective="awac"``
 replaces the reparameterized actor loss by advantage-weighted likelihood of the batch's
 actions. docs/learning.md has what each did on a drifted arm.
 
@@ -34,6 +37,8 @@ from torch import nn
 
 from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
+from tether.learning.critics import CriticEnsemble, EnsembleAsTwin
+from tether.learning.errors import LearningError
 from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import (
     Actor,
@@ -78,7 +83,6 @@ class SAC:
         config: SACConfig | None = None,
         *,
         actor: Actor | None = None,
-        critic: TwinCritic | None = None,
         log_alpha: float | None = None,
     ) -> None:
         self.config = config or SACConfig()
@@ -89,8 +93,8 @@ class SAC:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.actor = actor if actor is not None else Actor(arch)
-            self.critic = critic if critic is not None else TwinCritic(arch)
-            self.critic_target = TwinCritic(arch)
+            self.critic = self._ensemble()
+            self.critic_target = self._ensemble()
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         # The behaviour-cloning anchor is the actor as it was handed in (the deployed
@@ -114,6 +118,47 @@ class SAC:
         self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr * cfg.lr_scale)
         self.updates = 0
 
+    def _ensemble(self) -> CriticEnsemble:
+        cfg = self.config
+        return CriticEnsemble(
+            self.arch, size=cfg.critic_ensemble_size, layer_norm=cfg.critic_layer_norm
+        )
+
+    def load_twin_critics(
+        self, critic: dict[str, torch.Tensor], critic_target: dict[str, torch.Tensor]
+    ) -> None:
+        """Warm-start critics and target critics from a bundle's ``TwinCritic`` states
+        (:meth:`CriticEnsemble.load_twin`; the same perturbation for both, so each
+        extra member's target starts where the member does)."""
+        noise = self.config.critic_member_noise
+        for module, state in ((self.critic, critic), (self.critic_target, critic_target)):
+            module.load_twin(
+                state, member_noise=noise, generator=torch.Generator().manual_seed(self.config.seed)
+            )
+
+    def twin_critic_states(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Critics and target critics as a bundle's ``TwinCritic`` state dicts (for a
+        training section); only a pair without LayerNorm has that shape."""
+        if self.critic.size != 2 or self.critic.layer_norm:
+            raise LearningError(
+                f"a bundle's training section holds twin critics without LayerNorm; this SAC "
+                f"has {self.critic.size} members, layer_norm={self.critic.layer_norm}; "
+                "pretrain with critic_ensemble_size=2 and critic_layer_norm=false"
+            )
+
+        def twin(module: CriticEnsemble) -> dict[str, torch.Tensor]:
+            return {
+                f"q{i + 1}.{k}": v.detach().clone()
+                for i, member in enumerate(module.members)
+                for k, v in member.state_dict().items()
+            }
+
+        return twin(self.critic), twin(self.critic_target)
+
+    def gate_critic(self) -> TwinCritic:
+        """The critics as the gate's offline stage reads them (a ``TwinCritic`` call)."""
+        return EnsembleAsTwin(self.critic)
+
     @property
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
@@ -131,16 +176,17 @@ class SAC:
 
         with torch.no_grad():
             next_action, next_log_prob = self.actor.sample(nxt, generator=self._generator)
-            tq1, tq2 = self.critic_target(nxt, next_action)
-            soft_value = torch.minimum(tq1, tq2) - alpha * next_log_prob
-            target = rew + cfg.gamma * not_done * soft_value
+            next_q = self.critic_target.target_min(
+                nxt, next_action, cfg.critic_target_subset, self._generator
+            )
+            target = rew + cfg.gamma * not_done * (next_q - alpha * next_log_prob)
 
-        q1, q2 = self.critic(obs, act)
-        critic_loss = 0.5 * (
-            nn.functional.mse_loss(q1, target) + nn.functional.mse_loss(q2, target)
-        )
+        q = self.critic(obs, act)
+        # Sum over members of each member's mean squared error, halved: for a pair this
+        # is the twin critics' 0.5 * (mse1 + mse2).
+        critic_loss = 0.5 * ((q - target) ** 2).mean(dim=1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()  # type: ignore[no-untyped-call]
+        critic_loss.backward()
         self.critic_optimizer.step()
 
         actor_loss_value = alpha_loss_value = entropy = math.nan
@@ -157,7 +203,7 @@ class SAC:
             actor_loss=actor_loss_value,
             alpha_loss=alpha_loss_value,
             alpha=float(alpha),
-            q_mean=float(q1.detach().mean()),
+            q_mean=float(q[0].detach().mean()),
             entropy=entropy,
         )
 
@@ -171,10 +217,9 @@ class SAC:
         # two backward matmuls per layer that SB3 computes and then discards.
         self.critic.requires_grad_(False)
         try:
-            q1, q2 = self.critic(obs, action)
+            q = self.critic.actor_value(obs, action)
         finally:
             self.critic.requires_grad_(True)
-        q = torch.minimum(q1, q2)
         if self.config.actor_objective == "awac":
             actor_loss = self._awac_loss(obs, act, mu, log_std, q.detach())
         else:
@@ -210,8 +255,7 @@ class SAC:
         so their mean is one whatever the reward scale.
         """
         with torch.no_grad():
-            q1, q2 = self.critic(obs, act)
-            advantage = torch.minimum(q1, q2) - value
+            advantage = self.critic.actor_value(obs, act) - value
             scaled = self.config.awac_beta * advantage / (advantage.std() + 1e-6)
             weights = torch.softmax(scaled, dim=0) * len(scaled)
             # Pre-squash actions: the tanh Jacobian does not depend on the parameters.
@@ -252,7 +296,8 @@ class SAC:
 
 def sac_from_bundle(bundle: PolicyBundle, config: SACConfig) -> SAC:
     """SAC continuing ``bundle``: its actor and, when it has a training section, the
-    critics, target critics and entropy coefficient that judged that actor.
+    critics, target critics and entropy coefficient that judged that actor (every
+    ensemble member warm-started from them, :meth:`SAC.load_twin_critics`).
 
     Fine-tuning must start from those critics, not random ones: a random critic drags a
     good actor toward whatever it happens to rate highest before it has learnt anything.
@@ -260,17 +305,12 @@ def sac_from_bundle(bundle: PolicyBundle, config: SACConfig) -> SAC:
     is acceptable).
     """
     training = bundle.training
-    critic = None
-    if training is not None:
-        critic = TwinCritic(bundle.architecture)
-        critic.load_state_dict(dict(training.critic))
     sac = SAC(
         bundle.architecture,
         config,
         actor=bundle.build_actor().train(),
-        critic=critic,
         log_alpha=None if training is None else training.log_alpha,
     )
     if training is not None:
-        sac.critic_target.load_state_dict(dict(training.critic_target))
+        sac.load_twin_critics(dict(training.critic), dict(training.critic_target))
     return sac

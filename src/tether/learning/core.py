@@ -1,0 +1,96 @@
+"""The learner's core: what happens to a transition between the channel and an update.
+
+:class:`LearnerCore` normalizes incoming transitions with the bundle's normalizer (the
+engine's own function), learns the policy's *proposed* action unless a person overrode
+it, stores them in the replay buffer (its recent/older mix), mixes prior data into each
+batch when configured (``LearnerConfig.prior``), and runs SAC updates at the
+update-to-data ratio. It knows nothing of processes, shared weights, pacing or the
+gate: :class:`tether.learning.Learner` wraps it for ``tether run``, and
+``benchmarks/bench_adaptation.py`` drives the same object from a simulated arm, so the
+benchmark measures the recipe ``tether run`` runs.
+
+Invariant: with prior data, each batch holds exactly ``PriorData.rows_in(batch_size)``
+prior rows and the rest from the replay buffer; the replay buffer holds only the
+robots' transitions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tether.data.columns import TransitionArrays
+from tether.data.records import TransitionBatch
+from tether.data.replay.buffer import ReplayBuffer
+from tether.data.step import HUMAN_SOURCE_CODE
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.prior import PriorData, concat_batches, nominal_arm_transitions
+from tether.learning.sac import SAC, TrainingStats, sac_from_bundle
+from tether.policy.bundle import PolicyBundle
+from tether.policy.transforms import ObservationNormalizer
+
+
+class LearnerCore:
+    """SAC, its replay buffer and its prior data; fed raw transitions, runs updates."""
+
+    def __init__(self, bundle: PolicyBundle, config: LearnerConfig) -> None:
+        self.config = config
+        self.sac: SAC = sac_from_bundle(bundle, config.effective_sac())
+        self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
+        arch = bundle.architecture
+        self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
+        self.prior: PriorData | None = None
+        if config.prior.episodes > 0:
+            raw = nominal_arm_transitions(bundle, config.prior.episodes, seed=config.prior.seed)
+            self.prior = PriorData(self._normalized(raw), config.prior)
+        self.batch_size = config.sac.batch_size
+        self.budget = 0.0  # updates earned by ingested transitions and not yet run
+
+    def _normalized(self, rows: TransitionArrays) -> TransitionArrays:
+        # Not ``_replace``: TransitionArrays overrides __len__ (rows), which NamedTuple's
+        # _replace uses as its field count.
+        columns = rows._asdict()
+        # The safety supervisor is part of the environment the policy acts in, as in
+        # pretraining: SAC learns the value of what the policy *proposed* (its correction
+        # shows up in the next state and reward). A person's override is different: it is
+        # a demonstration, so the action the robot executed is the one learned from.
+        human = rows.action_sources == HUMAN_SOURCE_CODE
+        columns["actions"] = np.where(human[:, None], rows.actions, rows.proposed_actions)
+        columns["observations"] = self.normalize(rows.observations)
+        columns["next_observations"] = self.normalize(rows.next_observations)
+        return TransitionArrays(**columns)
+
+    def ingest(self, rows: TransitionArrays) -> TransitionArrays:
+        """Store raw transitions; returns them normalized (as stored)."""
+        normalized = self._normalized(rows)
+        self.replay.extend(normalized)
+        if self.config.updates_per_transition is not None:
+            self.budget += len(rows) * self.config.updates_per_transition
+        return normalized
+
+    def ready(self) -> bool:
+        """Whether the replay buffer holds one mini-batch of the robots' data."""
+        return len(self.replay) >= self.batch_size
+
+    def sample(self) -> TransitionBatch:
+        """One mini-batch: the prior share (exact) from prior data, the rest from replay."""
+        if self.prior is None:
+            return self.replay.sample(self.batch_size)
+        n_prior = self.prior.rows_in(self.batch_size)
+        online = self.replay.sample(self.batch_size - n_prior)
+        return concat_batches(online, self.prior.sample(n_prior)) if n_prior else online
+
+    def update(self) -> TrainingStats:
+        return self.sac.update(self.sample())
+
+    def run_updates(self, most: int) -> int:
+        """Up to ``most`` updates the ratio has earned (``most`` of them when the ratio is
+        unlimited); returns how many ran."""
+        if not self.ready():
+            return 0
+        unlimited = self.config.updates_per_transition is None
+        n = most if unlimited else min(int(self.budget), most)
+        for _ in range(n):
+            self.update()
+        if not unlimited:
+            self.budget -= n
+        return n
