@@ -18,11 +18,15 @@ from tether.sim import ArmKinematics, arm_spec
 from tether.sim.spec import DEFAULT_COMMAND_INTERFACE
 
 
-def test_the_arm_is_commanded_by_position_by_default_and_ships_that_bundle() -> None:
-    assert DEFAULT_COMMAND_INTERFACE == "position"
-    assert arm_spec().command_interface == "position"
-    assert pretrained_bundle_path().parent.name == "pretrained-position"
+def test_the_default_interface_decides_the_arm_and_the_shipped_bundle() -> None:
+    assert arm_spec().command_interface == DEFAULT_COMMAND_INTERFACE
+    assert pretrained_bundle_path(command_interface="position").parent.name == (
+        "pretrained-position"
+    )
     assert pretrained_bundle_path(command_interface="torque").parent.name == "pretrained"
+    assert pretrained_bundle_path() == pretrained_bundle_path(
+        command_interface=DEFAULT_COMMAND_INTERFACE
+    )
     assert load_pretrained_bundle().robot_spec == arm_spec()
 
 
@@ -43,7 +47,7 @@ def test_only_the_arm_gets_kinematics() -> None:
 
 
 def test_a_supervisor_for_a_spec_enforces_the_limits_given_or_the_specs() -> None:
-    spec = arm_spec()
+    spec = arm_spec("position")
     assert supervisor_for(spec).limits == arm_position_limits()
     tight = arm_position_limits().tightened(0.5)
     assert supervisor_for(spec, tight).limits == tight
@@ -63,7 +67,7 @@ def test_each_interface_gets_its_own_supervisor_with_the_specs_gains() -> None:
 
 
 def test_the_position_supervisor_speaks_normalized_actions() -> None:
-    spec = arm_spec()
+    spec = arm_spec("position")
     sup = supervisor_for(spec)
     obs = np.zeros(spec.obs_dim, dtype=np.float32)
     home = np.asarray(spec.home_position_rad)

@@ -18,7 +18,7 @@ import pytest
 
 from tether.safety.for_spec import supervisor_for
 from tether.safety.supervises import ActionSupervisor
-from tether.sim import ArmDynamics, ArmEnv, DriftSchedule, arm_spec
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
 
 NOMINAL = ArmDynamics.nominal()
 # The demo drift at its end: gain 0.6, friction x4, 0.5 kg payload, one step of delay.
@@ -31,7 +31,7 @@ def random_command_run(
     dynamics: ArmDynamics, supervisor: ActionSupervisor | None, steps: int, seed: int
 ) -> tuple[int, int]:
     """(obstacle-contact steps, joint-limit-violation steps) MuJoCo measured."""
-    env = ArmEnv(dynamics=dynamics, seed=seed)
+    env = ArmEnv(dynamics=dynamics, seed=seed, config=ArmEnvConfig(command_interface="position"))
     assert env.robot_spec.command_interface == "position"
     rng = np.random.default_rng(seed)
     obs, _ = env.reset()
@@ -67,7 +67,7 @@ ARM_CASES = ["nominal", pytest.param("drifted", marks=DRIFTED_KNOWN_FAILURE)]
 
 @pytest.mark.parametrize("arm", ARM_CASES)
 def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(arm: str) -> None:
-    supervised = random_command_run(ARMS[arm], supervisor_for(arm_spec()), 2000, seed=3)
+    supervised = random_command_run(ARMS[arm], supervisor_for(arm_spec("position")), 2000, seed=3)
     assert supervised == (0, 0)
     contacts, violations = random_command_run(ARMS[arm], None, 2000, seed=3)
     assert contacts > 0
@@ -78,7 +78,9 @@ def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(ar
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("arm", ARM_CASES)
 def test_random_command_policy_for_10000_steps(arm: str, seed: int) -> None:
-    supervised = random_command_run(ARMS[arm], supervisor_for(arm_spec()), 10_000, seed=seed)
+    supervised = random_command_run(
+        ARMS[arm], supervisor_for(arm_spec("position")), 10_000, seed=seed
+    )
     assert supervised == (0, 0)
     contacts, violations = random_command_run(ARMS[arm], None, 10_000, seed=seed)
     assert contacts > 0

@@ -17,7 +17,7 @@ from tether.assets import load_pretrained_bundle
 from tether.policy import EngineConfig, PolicyEngine
 from tether.safety.degradation_config import DegradationConfig
 from tether.safety.for_spec import supervisor_for
-from tether.sim import ArmDynamics, ArmEnv, DriftSchedule, arm_spec
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
 
 NOMINAL = ArmDynamics.nominal()
 DRIFTED = DriftSchedule.demo().dynamics_at(10**9, NOMINAL)
@@ -40,12 +40,14 @@ def run(
     dynamics: ArmDynamics, schedule: tuple[tuple[int, str], ...], seeds: range
 ) -> tuple[int, int]:
     torch.set_num_threads(1)
-    engine = PolicyEngine(load_pretrained_bundle(), EngineConfig(execution="eager"))
-    base = supervisor_for(arm_spec())
+    engine = PolicyEngine(
+        load_pretrained_bundle(command_interface="position"), EngineConfig(execution="eager")
+    )
+    base = supervisor_for(arm_spec("position"))
     restricted = base.with_limits(
         base.limits.tightened(DegradationConfig().restricted_tighten_factor)
     )
-    env = ArmEnv(dynamics=dynamics, seed=0)
+    env = ArmEnv(dynamics=dynamics, seed=0, config=ArmEnvConfig(command_interface="position"))
     contacts = violations = 0
     for seed in seeds:
         obs, _ = env.reset(seed=seed)

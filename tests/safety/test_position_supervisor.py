@@ -27,7 +27,7 @@ from tether.safety.position.presets import (
 from tether.sim import ArmKinematics, arm_spec
 
 ARM_IMPEDANCE = arm_impedance()
-SPEC = arm_spec()
+SPEC = arm_spec("position")
 LIMITS = arm_position_limits()
 # Without obstacle and workspace: the joint checks alone (gravity still from the arm).
 JOINT_LIMITS = dataclasses.replace(LIMITS, workspace=None, obstacles=())

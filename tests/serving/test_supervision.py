@@ -160,12 +160,12 @@ def test_a_position_session_keeps_its_last_command_across_levels() -> None:
     crosses a level change: the RESTRICTED supervisor continues the command the NORMAL
     one returned, so the acceleration check sees the command's true last change."""
     from tether.safety.position import PositionActionSupervisor
-    from tether.sim import ArmEnv, arm_spec
+    from tether.sim import ArmEnv, ArmEnvConfig, arm_spec
 
-    spec = arm_spec()
+    spec = arm_spec("position")
     session = SupervisorFactory(spec)()
     assert isinstance(session._base, PositionActionSupervisor)
-    env = ArmEnv(seed=3)
+    env = ArmEnv(seed=3, config=ArmEnvConfig(command_interface="position"))
     obs, _ = env.reset(seed=3)
     target = np.ones(spec.act_dim, dtype=np.float32)  # far away: corrected every step
     previous = None

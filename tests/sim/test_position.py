@@ -25,6 +25,7 @@ from tether.sim.controllers import ReachController
 from tether.sim.dynamics import apply_dynamics
 from tether.sim.episodes import run_episodes, success_rate
 from tether.sim.mjcf import build_model
+from tether.sim.spec import DEFAULT_COMMAND_INTERFACE
 
 SPEC = arm_spec("position")
 POSITION = ArmEnvConfig(command_interface="position")
@@ -162,5 +163,5 @@ def test_unchecked_random_commands_hit_joint_limits_and_the_obstacle(
     assert limits > 0
 
 
-def test_the_position_interface_is_the_default() -> None:
-    assert ArmEnv(seed=0).robot_spec == arm_spec() == arm_spec("position")
+def test_the_default_interface_is_the_one_arm_spec_and_the_env_give() -> None:
+    assert ArmEnv(seed=0).robot_spec == arm_spec() == arm_spec(DEFAULT_COMMAND_INTERFACE)
