@@ -305,6 +305,15 @@ class ServerConfig(BaseModel):
             raise ValueError(f"max_message_bytes must be between 1024 and 67108864, got {v}")
         return v
 
+    def step_deadline(self, control_period_s: float, now: float) -> float | None:
+        """When a control step arriving at ``now`` (monotonic s) turns stale: after
+        ``control_step_deadline_s``, or ``stale_control_periods`` control periods when that
+        is None; None when 0 disables it."""
+        limit = self.control_step_deadline_s
+        if limit is None:
+            limit = self.stale_control_periods * control_period_s
+        return now + limit if limit > 0 else None
+
     @classmethod
     def from_yaml(cls, path: Path) -> ServerConfig:
         """Load a config file; every error names the file and the field."""

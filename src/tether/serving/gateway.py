@@ -32,6 +32,7 @@ from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.supervision import SessionSupervisor, SupervisorFactory
+from tether.serving.validation import refusal
 from tether.versions.holder import ModelSource
 from tether.versions.protocols import EngineLike
 
@@ -112,16 +113,12 @@ class ActionGateway:
             )
         values = np.ascontiguousarray(array, dtype=np.float32)
         if values.size and not np.abs(values).max() <= self._max_abs:
-            raise _refusal(values, field, self._max_abs)
+            raise refusal(values, field, self._max_abs)
         return values
 
     def step_deadline(self) -> float | None:
-        """A control step's deadline, as ``Control`` sets it: ``control_step_deadline_s``
-        after now (None derives it from the control period; 0 means none)."""
-        limit = self.config.control_step_deadline_s
-        if limit is None:
-            limit = self.config.stale_control_periods * self.spec.control_period_s
-        return time.monotonic() + limit if limit > 0 else None
+        """A control step's deadline from now, as ``Control`` sets it."""
+        return self.config.step_deadline(self.spec.control_period_s, time.monotonic())
 
     def engine_for(self, pin: int | None) -> EngineLike:
         """The engine that serves ``pin`` (None: the live one), or the versions error."""
@@ -182,21 +179,3 @@ async def _all(
         for task in tasks:
             task.cancel()
         raise
-
-
-def _refusal(values: np.ndarray, field: str, max_abs: float) -> RequestInvalid:
-    """The message for rows that failed: the first non-finite entry, else the largest."""
-    flat = values.reshape(-1)
-    finite = np.isfinite(flat)
-    if not finite.all():
-        i = int(np.argmin(finite))
-        where = np.unravel_index(i, values.shape)
-        return RequestInvalid(
-            f"{field}{list(map(int, where))} is {flat[i]}, expected a finite number"
-        )
-    i = int(np.argmax(np.abs(flat)))
-    where = np.unravel_index(i, values.shape)
-    return RequestInvalid(
-        f"{field}{list(map(int, where))} is {flat[i]:g}, expected a magnitude of at most "
-        f"{max_abs:g} (validation.max_abs_observation)"
-    )

@@ -309,10 +309,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     def _step_deadline(self, context: Context) -> float | None:
         """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
-        limit = self._config.control_step_deadline_s
-        if limit is None:
-            limit = self._config.stale_control_periods * self._spec.control_period_s
-        own = time.monotonic() + limit if limit > 0 else None
+        own = self._config.step_deadline(self._spec.control_period_s, time.monotonic())
         stream = _deadline(context)
         if own is None or stream is None:
             return own if stream is None else stream

@@ -33,19 +33,21 @@ def vector(values: Sequence[float], field: str, expected_len: int, max_abs: floa
     arr = np.fromiter(values, np.float32, expected_len)
     # One pass decides: NaN compares false and Inf exceeds any finite bound.
     if expected_len and not np.abs(arr).max() <= max_abs:
-        raise _refusal(arr, field, max_abs)
+        raise refusal(arr, field, max_abs)
     return arr
 
 
-def _refusal(arr: np.ndarray, field: str, max_abs: float) -> RequestInvalid:
-    """The message for a vector that failed: the first non-finite entry, else the largest."""
-    finite = np.isfinite(arr)
-    if not finite.all():
-        i = int(np.argmin(finite))
-        return RequestInvalid(f"{field}[{i}] is {arr[i]}, expected a finite number")
-    i = int(np.argmax(np.abs(arr)))
+def refusal(arr: np.ndarray, field: str, max_abs: float) -> RequestInvalid:
+    """The message for values that failed (any shape): the first non-finite entry, else
+    the largest, named by its index (``field[3]``, ``field[0, 3]``)."""
+    flat = arr.reshape(-1)
+    finite = np.isfinite(flat)
+    i = int(np.argmin(finite)) if not finite.all() else int(np.argmax(np.abs(flat)))
+    where = ", ".join(str(int(k)) for k in np.unravel_index(i, arr.shape))
+    if not finite[i]:
+        return RequestInvalid(f"{field}[{where}] is {flat[i]}, expected a finite number")
     return RequestInvalid(
-        f"{field}[{i}] is {arr[i]:g}, expected a magnitude of at most {max_abs:g} "
+        f"{field}[{where}] is {flat[i]:g}, expected a magnitude of at most {max_abs:g} "
         "(validation.max_abs_observation)"
     )
 
