@@ -184,12 +184,14 @@ def test_config_refuses_nonsense() -> None:
         EngineConfig(threads=2)  # type: ignore[call-arg]
 
 
-def test_thread_count_is_capped(bundle: PolicyBundle) -> None:
+def test_thread_count_is_capped_without_touching_the_caller(bundle: PolicyBundle) -> None:
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        PolicyEngine(bundle, EngineConfig(execution="eager", num_threads=1))
-        assert torch.get_num_threads() == 1
+        engine = PolicyEngine(bundle, EngineConfig(execution="eager", num_threads=1))
+        engine.act(probe_observations(bundle.manifest.normalizer, 2), deterministic=True)
+        assert engine.threads == 1
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
 
@@ -225,3 +227,36 @@ def test_stochastic_rows_match_the_actor_given_the_same_noise(bundle: PolicyBund
         logp = gaussian_log_prob(u, mu, log_std) - squash_correction(u)
     np.testing.assert_allclose(out.actions, torch.tanh(u).numpy(), atol=5e-6)
     np.testing.assert_allclose(out.log_probs, logp.numpy(), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("execution", ["eager", "jit"])
+def test_every_forward_runs_at_the_engines_thread_count(
+    bundle: PolicyBundle, execution: str
+) -> None:
+    """A thread the engine did not start in (a shadow or evaluation thread: torch gives a
+    fresh one a thread per core) still runs the forward at the engine's count, and gets
+    its own count back afterwards."""
+    import threading
+
+    engine = PolicyEngine(bundle, EngineConfig(execution=execution, num_threads=1))  # type: ignore[arg-type]
+    path, version = engine._live
+    seen: list[int] = []
+
+    def counting(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(torch.get_num_threads())
+        return path(x)
+
+    engine._live = (counting, version)  # type: ignore[assignment]
+    after: list[int] = []
+
+    def caller() -> None:
+        torch.set_num_threads(3)  # what a fresh thread on a 3-core machine starts with
+        engine.act(probe_observations(bundle.manifest.normalizer, 4), deterministic=True)
+        after.append(torch.get_num_threads())
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    thread.join()
+    assert engine.threads == 1
+    assert seen == [1]
+    assert after == [3]

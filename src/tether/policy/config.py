@@ -28,7 +28,9 @@ class EngineConfig(BaseModel):
         default="cpu", description="where inference runs: 'cpu', 'cuda' or 'cuda:N' (device)"
     )
     num_threads: int = Field(
-        default=1, description="cap on torch intra-op threads in this process, 1-256 (threads)"
+        default=1,
+        description="torch intra-op threads every forward runs with, whichever thread calls "
+        "it; at most the constructing thread's count, 1-256 (threads)",
     )
     max_batch_size: int = Field(
         default=1024, description="largest batch act() accepts, 1-65536 (rows)"

@@ -9,12 +9,20 @@ so a client can never apply the wrong statistics. Invariants:
 - a row's deterministic action is bit-identical whatever batch it arrives in (see
   :mod:`tether.policy.paths`);
 - inputs with the wrong shape, dtype or non-finite values are refused with
-  :class:`ObservationError` before anything runs.
+  :class:`ObservationError` before anything runs;
+- every forward runs with the engine's own torch intra-op thread count, whichever thread
+  calls it. torch keeps that count per thread and a fresh thread starts at one per core:
+  a shadow or evaluation thread running a candidate with two OpenMP threads on a core the
+  server shares with its robots spun that core and made the robots' replies miss their
+  control deadlines. The count also fixes the padding of the exact activation
+  (``paths.py``), so it is part of the numerics, not only of the speed.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -56,8 +64,7 @@ class PolicyEngine:
         self._bundle = bundle
         self._arch = bundle.architecture
         self._device = _resolve_device(cfg.device)
-        if torch.get_num_threads() > cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        self._threads = min(torch.get_num_threads(), cfg.num_threads)
         m = bundle.manifest
         self._normalize = ObservationNormalizer(m.normalizer)
         self._low, self._half_range, self._high = action_arrays(m.action)
@@ -153,6 +160,24 @@ class PolicyEngine:
             actions, log_probs = self.run(path, observations, det)
         return EngineOutput(actions, log_probs, version)
 
+    @property
+    def threads(self) -> int:
+        """torch intra-op threads every forward of this engine runs with."""
+        return self._threads
+
+    @contextmanager
+    def _own_threads(self) -> Iterator[None]:
+        """Run the block at the engine's thread count, then give the caller's back."""
+        before = torch.get_num_threads()
+        if before == self._threads:
+            yield
+            return
+        torch.set_num_threads(self._threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
     def run(
         self, path: ForwardPath, observations: np.ndarray, deterministic: np.ndarray | bool
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -160,7 +185,8 @@ class PolicyEngine:
         n = observations.shape[0]
         x = np.zeros((_padded(n, self._config.row_block), self.obs_dim), dtype=np.float32)
         self._normalize(observations, out=x[:n])
-        mu, log_std = path(self._to_device(x))
+        with self._own_threads():
+            mu, log_std = path(self._to_device(x))
         mu_np, log_std_np = self._to_host(mu, log_std)
         noise: np.ndarray | None = None
         if not (isinstance(deterministic, bool) and deterministic):
@@ -203,10 +229,10 @@ class PolicyEngine:
             actor_state,
             row_block=self._config.row_block,
             device=self._device,
-            num_threads=torch.get_num_threads(),
+            num_threads=self._threads,
         )
         block = torch.zeros((self._config.row_block, self.obs_dim), device=self._device)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._own_threads():
             for _ in range(_WARMUP_CALLS):
                 path(block)
         return path

@@ -91,14 +91,12 @@ class DynamicBatcher(Generic[In, Out]):
         max_queued: int = 1024,
         before_batch: Callable[[], None] | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
-        thread_initializer: Callable[[], None] | None = None,
     ) -> None:
         self._run_batch = run_batch
         self._config = config or BatcherConfig()
         self._max_queued = max_queued
         self._before_batch = before_batch
         self._on_batch = on_batch
-        self._thread_initializer = thread_initializer
         self._queue: deque[_Pending[In, Out]] = deque()
         self._wakeup = asyncio.Event()
         self._full = asyncio.Event()
@@ -283,9 +281,7 @@ class DynamicBatcher(Generic[In, Out]):
             self._report(0, 0, False, expired)
             return
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                1, thread_name_prefix="tether-batch", initializer=self._thread_initializer
-            )
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-batch")
         items = [p.item for p in live]
         start = time.perf_counter_ns()
         # before_batch runs in the worker thread too: a slow weight swap then delays only

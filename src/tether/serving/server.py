@@ -24,7 +24,6 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 import psutil
-import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -139,7 +138,6 @@ class PolicyServer:
             max_queued=cfg.admission.max_queued_requests,
             before_batch=self._before_batch,
             on_batch=self._observe_batch,
-            thread_initializer=_torch_threads_like(torch.get_num_threads()),
         )
         self._batcher.start()
         server = grpc.aio.server(
@@ -291,20 +289,6 @@ class PolicyServer:
             for level in DegradationLevel:
                 self.metrics.robots_at_level.labels(level.name).set(levels.get(level, 0))
         self.metrics.actions(actions, engine.action_low, engine.action_high)
-
-
-def _torch_threads_like(n: int) -> Callable[[], None]:
-    """Give the batch thread the intra-op thread count the engine set on the main thread.
-
-    torch's OpenMP setting is per thread: a fresh worker thread runs with the default
-    (every core) however the main thread was configured, which on a busy 2-core machine
-    made a 1024-wide MLP's batch-1 forward 8 ms instead of 0.5 ms (bench_serving.py).
-    """
-
-    def initialize() -> None:
-        torch.set_num_threads(n)
-
-    return initialize
 
 
 async def run_until_signal(server: PolicyServer) -> None:
