@@ -68,14 +68,50 @@ class SegmentClearance:
         chain = chain_clearance(limits, kinematics) if self.active else None
         checks: list[tuple[int, Measure]] = []
         if self.active and clearance.has_workspace:
-            checks.append((_WORKSPACE, chain.workspace if chain else self._workspace_exact))
+            checks.append(
+                (_WORKSPACE, _remembered(chain.workspace) if chain else self._workspace_exact)
+            )
         if self.active and clearance.has_obstacles:
-            checks.append((_OBSTACLE, chain.obstacles if chain else self._obstacles_exact))
+            checks.append(
+                (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
+            )
         self._checks = tuple(checks)
         # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
         # clearance was not finite) and its clearance.
         self._anchor: list[list[float] | None] = [None] * len(checks)
         self._anchor_clearance = [0.0] * len(checks)
+
+    def proves_clear(self, poses: Sequence[Sequence[float]]) -> bool:
+        """Whether the reach bound proves, from the anchors alone, that no segment between
+        any two of ``poses`` breaches: then :meth:`clear_fraction` of each such segment
+        would skip every check (the same sums, in the same order, against the same
+        anchors) and evaluate nothing, so calling it is not needed. False whenever a
+        check has no anchor or the arm's reach is unknown."""
+        reach = self._reach
+        if reach is None:
+            return False
+        clearances = self._anchor_clearance
+        measured: list[float] | None = None
+        measured_from: list[float] | None = None
+        for index, anchor in enumerate(self._anchor):
+            if anchor is None:
+                return False
+            if anchor is not measured_from:
+                # The bound is convex along a segment: its ends decide. Summed as
+                # _margins sums it, so the comparison below is the one it makes.
+                measured_from, measured = anchor, []
+                for pose in poses:
+                    total = 0.0
+                    for r, x, a in zip(reach, pose, anchor, strict=True):
+                        d = x - a
+                        total += r * (d if d > 0.0 else -d)
+                    measured.append(total)
+            assert measured is not None
+            c = clearances[index]
+            for total in measured:
+                if not c - total > SLACK_M:
+                    return False
+        return True
 
     def breaches(self, start: Sequence[float], end: Sequence[float]) -> int:
         """The check bits (WORKSPACE, OBSTACLE) whose margin the segment breaches."""
@@ -186,12 +222,25 @@ class SegmentClearance:
             return 1.0
         count, _ = path_count(start, end, reach, self._spacing, self._max_samples)
         step = length / count
+        end_clearance = ahead
+        # A sample breaches when its clearance is at most 0 and at most the start's, i.e.
+        # at most this threshold (min(0, start's) once the start is measured; 0 before,
+        # which only proves less). Samples the reach bound puts above it are skipped:
+        # from the start's bound, from the end's, and from each sample measured.
+        threshold = 0.0
         now: float | None = None
         last: list[float] | None = None
         last_clearance = 0.0
         clear = 1.0
         k = 1
+        bounded = reach is not None and step > 0.0
+        if bounded and at_start > SLACK_M:
+            k = max(1, math.ceil((at_start - SLACK_M) / step))
         while k <= count:
+            if bounded and end_clearance - (count - k) * step > threshold + SLACK_M:
+                # This sample and every later one are clear by the end's bound.
+                last, last_clearance = end, end_clearance
+                break
             pose = path_pose(start, end, k, count)
             ahead = measure(pose)
             last, last_clearance = pose, ahead
@@ -199,13 +248,16 @@ class SegmentClearance:
             if not ahead > 0.0:
                 if now is None:
                     now = measure(start)
+                    if now < 0.0:
+                        threshold = now
                 if not ahead > now:
                     clear = (k - 1) / count
                     break
             k += 1
-            if reach is not None and step > 0.0 and ahead > SLACK_M:
-                # Samples within (clearance − slack) of this one, by the reach bound, are clear.
-                k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
+            if bounded and ahead - threshold > SLACK_M:
+                # Samples within (clearance − threshold − slack) of this one, by the reach
+                # bound, do not breach.
+                k += max(0, math.ceil((ahead - threshold - SLACK_M) / step) - 1)
         if reach is not None and last is not None:
             self._anchor_at(index, last, last_clearance)
         return clear
@@ -227,3 +279,28 @@ class SegmentClearance:
         return self._clearance.obstacles(
             np.asarray(centers, dtype=np.float64), np.asarray(radii, dtype=np.float64)
         )
+
+
+# Poses whose clearances a closed form remembers: one step's segments share their ends
+# (the measured pose, the command, the previous command), and a held command or a
+# command the policy repeats comes back next step.
+_REMEMBERED_POSES = 16
+
+
+def _remembered(measure: Measure) -> Measure:
+    """``measure`` (a pure function of the pose: a closed form's) remembering the
+    clearances of the last poses it was asked about. Keyed by the pose's values, so
+    ``-0.0`` and ``0.0`` share an entry: a clearance can differ between them at most in
+    the sign of an exact zero, which no comparison tells apart."""
+    known: dict[tuple[float, ...], float] = {}
+
+    def remembered(q: Sequence[float]) -> float:
+        key = tuple(q)
+        clearance = known.get(key)
+        if clearance is None:
+            if len(known) >= _REMEMBERED_POSES:
+                known.clear()
+            clearance = known[key] = measure(q)
+        return clearance
+
+    return remembered

@@ -300,26 +300,37 @@ class PositionSupervisor:
         """The Cartesian bits breached and the command to execute instead (see step 6);
         commands in and out are float32 values."""
         segment = self._segment
-        bits, fraction = segment.clear_fraction(q, candidate)
-        # Inside a margin the command may not go deeper than the previous command either:
-        # an arm sagging under an unmodelled load lags below its command, so a command
-        # that is only "no worse than the arm" each step walks the arm into the obstacle.
         held = reference is not q
-        if held:
-            deeper, _ = segment.clear_fraction(reference, candidate)
-            if deeper:
-                bits |= deeper
-                fraction = 0.0  # backed off to the held command, or braked
         # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
         # deceleration, a step of delay): if that is deeper into a margin than where it
         # is, the command brakes (held, else the pose) whatever it asks for, before the
         # segment to the command would see the breach.
-        coasting = False
+        stop: list[float] | None = None
         if max(map(abs, v)) > _COASTING_SPEED:
             stop = [
                 x + y * (abs(y) * half_over_b + self._dt)
                 for x, y, half_over_b in zip(q, v, self._half_over_brake, strict=True)
             ]
+        # The common case far from every wall and obstacle: the anchors prove all the
+        # segments below clear at once (one pass instead of one per segment).
+        poses = [q, candidate]
+        if held:
+            poses.append(reference)
+        if stop is not None:
+            poses.append(stop)
+        if segment.proves_clear(poses):
+            return 0, candidate
+        bits, fraction = segment.clear_fraction(q, candidate)
+        # Inside a margin the command may not go deeper than the previous command either:
+        # an arm sagging under an unmodelled load lags below its command, so a command
+        # that is only "no worse than the arm" each step walks the arm into the obstacle.
+        if held:
+            deeper, _ = segment.clear_fraction(reference, candidate)
+            if deeper:
+                bits |= deeper
+                fraction = 0.0  # backed off to the held command, or braked
+        coasting = False
+        if stop is not None:
             coast_bits = segment.breaches(q, stop)
             if coast_bits:
                 bits |= coast_bits
