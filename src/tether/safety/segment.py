@@ -88,27 +88,32 @@ class SegmentClearance:
         anchors) and evaluate nothing, so calling it is not needed. False whenever a
         check has no anchor or the arm's reach is unknown."""
         reach = self._reach
-        if reach is None:
+        anchors = self._anchor
+        if reach is None or None in anchors:
             return False
         clearances = self._anchor_clearance
-        measured: list[float] | None = None
-        measured_from: list[float] | None = None
-        for index, anchor in enumerate(self._anchor):
-            if anchor is None:
-                return False
-            if anchor is not measured_from:
-                # The bound is convex along a segment: its ends decide. Summed as
-                # _margins sums it, so the comparison below is the one it makes.
-                measured_from, measured = anchor, []
-                for pose in poses:
-                    total = 0.0
-                    for r, x, a in zip(reach, pose, anchor, strict=True):
-                        d = x - a
-                        total += r * (d if d > 0.0 else -d)
-                    measured.append(total)
-            assert measured is not None
-            c = clearances[index]
-            for total in measured:
+        # The bound is convex along a segment: its ends decide. Summed as _margins sums
+        # it, so each comparison below is the one it makes.
+        if len(anchors) == 2:  # workspace and obstacles: both anchors in one pass
+            first, second = anchors
+            c0, c1 = clearances
+            for pose in poses:
+                s0 = s1 = 0.0
+                for r, x, a, b in zip(reach, pose, first, second, strict=True):
+                    d = x - a
+                    s0 += r * (d if d > 0.0 else -d)
+                    d = x - b
+                    s1 += r * (d if d > 0.0 else -d)
+                if not (c0 - s0 > SLACK_M and c1 - s1 > SLACK_M):
+                    return False
+            return True
+        for anchor, c in zip(anchors, clearances, strict=True):
+            assert anchor is not None
+            for pose in poses:
+                total = 0.0
+                for r, x, a in zip(reach, pose, anchor, strict=True):
+                    d = x - a
+                    total += r * (d if d > 0.0 else -d)
                 if not c - total > SLACK_M:
                     return False
         return True

@@ -151,12 +151,16 @@ class PositionSupervisor:
         self._zeros = [0.0] * n
         self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
         slack = cfg.observation_range_slack_rad
-        self._plausible_q = tuple(
-            (lo - slack, hi + slack)
-            for lo, hi in zip(limits.position_low_rad, limits.position_high_rad, strict=True)
-        )
-        self._plausible_v = tuple(
-            cfg.observation_speed_factor * x for x in limits.velocity_limit_rad_s
+        # Per joint, the readings an observation may hold: the range widened by the slack,
+        # and speeds up to a multiple of the velocity limit.
+        self._plausible = tuple(
+            (lo - slack, hi + slack, cfg.observation_speed_factor * vmax)
+            for lo, hi, vmax in zip(
+                limits.position_low_rad,
+                limits.position_high_rad,
+                limits.velocity_limit_rad_s,
+                strict=True,
+            )
         )
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
@@ -403,14 +407,10 @@ class PositionSupervisor:
         values = obs.tolist()
         q = values[self._q]
         v = values[self._v]
-        # A sum is NaN or ±inf if any term is (or if it overflows, which only values
-        # beyond 1e307 can: no joint reads those).
-        if not math.isfinite(sum(q) + sum(v)):
-            return None
         # Outside what the robot can physically be (a joint far beyond its range, a speed
         # far over its limit): a broken sensor or a garbled message, never a state to
-        # steer from.
-        for x, y, (lo, hi), vmax in zip(q, v, self._plausible_q, self._plausible_v, strict=True):
+        # steer from. The bounds are finite, so NaN and ±inf fail them too.
+        for x, y, (lo, hi, vmax) in zip(q, v, self._plausible, strict=True):
             if not (lo <= x <= hi and -vmax <= y <= vmax):
                 return None
         return q, v
