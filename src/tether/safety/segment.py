@@ -76,6 +76,9 @@ class SegmentClearance:
                 (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
             )
         self._checks = tuple(checks)
+        # Closed forms are pure functions of the pose, so their answers can be reused.
+        self._pure = chain is not None
+        self._last_segment: tuple[list[float], list[float], tuple[int, float]] | None = None
         # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
         # clearance was not finite) and its clearance.
         self._anchor: list[list[float] | None] = [None] * len(checks)
@@ -126,6 +129,11 @@ class SegmentClearance:
     def clear_fraction(self, start: Sequence[float], end: Sequence[float]) -> tuple[int, float]:
         """The breached check bits and the largest fraction of the way from ``start``
         to ``end`` up to which every sample was found clear (1.0 when none breached)."""
+        # The same segment asked again (a step's fallbacks often place the command where
+        # it was already checked): the answer depends only on the two poses.
+        last = self._last_segment
+        if last is not None and last[0] == start and last[1] == end:
+            return last[2]
         reach = self._reach
         checks = self._checks
         if reach is None:
@@ -146,6 +154,8 @@ class SegmentClearance:
             if clear < 1.0:
                 bits |= bit
                 fraction = clear if clear < fraction else fraction
+        if self._pure:
+            self._last_segment = (list(start), end_pose, (bits, fraction))
         return bits, fraction
 
     def _margins(
@@ -289,7 +299,7 @@ class SegmentClearance:
 # Poses whose clearances a closed form remembers: one step's segments share their ends
 # (the measured pose, the command, the previous command), and a held command or a
 # command the policy repeats comes back next step.
-_REMEMBERED_POSES = 16
+_REMEMBERED_POSES = 64
 
 
 def _remembered(measure: Measure) -> Measure:
