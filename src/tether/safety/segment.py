@@ -8,15 +8,21 @@ bound, the last one the end itself) and each is evaluated for each margin. A sam
 inside a margin breaches only if it is no better than the start, so an arm already inside
 a margin may leave it.
 
-Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it clear:
-a whole segment whose ends are both provably clear of the last pose evaluated exactly
-(the bound is convex along a straight segment), a segment whose end is clearer than the
-segment is long, and, within a sweep, every sample the clearance just measured proves
-clear. Clearances come in closed form where the
-kinematics offers it (``tether.safety.chain``), else through the kinematics calls.
+Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it
+cannot breach: a whole segment whose ends are both provably clear of the last pose
+evaluated exactly (the bound is convex along a straight segment; ``proves_clear`` makes
+that proof for all of a step's segments at once), a segment whose end is clearer than
+the segment is long, and, within a sweep, the samples the start's bound, the end's bound
+or the sample just measured put above the breach threshold (0, or the start's clearance
+when that is lower). Clearances come in closed form where the kinematics offers it
+(``tether.safety.chain``), else through the kinematics calls; a closed form's answers are
+remembered for the last poses asked (a step's segments share their ends) and a segment
+asked again in a row gets its answer back.
 
 Invariant: the answer depends only on the two poses, the limits and the kinematics; the
-anchors only decide which poses need evaluating, never what a pose's clearance is.
+anchors only decide which poses need evaluating, never what a pose's clearance is (so
+``tests/safety/test_position_equivalence.py`` holds the supervisor to the decisions of
+its copy from before these skips, bit for bit).
 """
 
 from __future__ import annotations
