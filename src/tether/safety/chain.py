@@ -69,7 +69,26 @@ class ChainClearance:
         )
         # With each centre's cx² + cy² and each group's size, for obstacles().
         self._obstacles_k = tuple((*o, o[0] * o[0] + o[1] * o[1]) for o in self._obstacles)
-        self._groups_n = tuple((*g, len(g[2])) for g in self._groups)
+        # The base column (link 0) only yaws about its own axis, so its spheres' distances
+        # to each obstacle never change: computed once, as obstacles() would (its start
+        # is (0, base) and its direction vertical whatever the pose, and 0·x adds nothing).
+        self._groups_n = tuple((*g, len(g[2])) for g in self._groups if g[0] != 0)
+        column = tuple((*g, len(g[2])) for g in self._groups if g[0] == 0)
+        self._column_best = math.inf
+        for cx, cy, cz, radius, k in self._obstacles_k:
+            for _, sphere_radius, offsets, _ in column:
+                dz = self._base - cz
+                base = 0.0 + k + dz * dz
+                slope = 2.0 * (0.0 + 1.0 * dz)
+                i = bisect_left(offsets, -0.5 * slope)
+                d2 = math.inf
+                for offset in offsets[i - 1 if i else 0 : i + 1]:
+                    x = base + offset * (slope + offset)
+                    if x < d2:
+                        d2 = x
+                d = math.sqrt(d2 if d2 > 0.0 else 0.0) - sphere_radius - radius
+                if d < self._column_best:
+                    self._column_best = d
         self._obstacle_margin = limits.obstacle_margin_m
         ws = limits.workspace
         self._ws = None if ws is None else (*ws.low, *ws.high)
@@ -102,7 +121,8 @@ class ChainClearance:
         z0 = list(accumulate(map(operator.mul, lengths, cos), initial=self._base))
         yaw_cos = cos_(q[0])
         yaw_sin = sin_(q[0])
-        best = math.inf
+        # A NaN yaw makes every distance NaN, which obstacles() has always skipped.
+        best = self._column_best if yaw_cos == yaw_cos else math.inf
         sqrt = math.sqrt
         for cx, cy, cz, radius, k in self._obstacles_k:
             # With a the obstacle centre's projection on the arm's plane, the squared
