@@ -4,8 +4,8 @@ compares the live one against, bit for bit.
 
 Only the modules the optimization touched are copied here (``position/supervisor.py``,
 ``position/envelope.py``, ``position/actions.py``, ``segment.py``, ``sweep.py``,
-``chain_gravity.py``), their imports pointed at each other; everything else (limits,
-kinematics, the closed-form clearances of ``tether.safety.chain``, backups, verdicts) is
-the live code, which both sides share. Do not edit these files: a change of behaviour
+``chain_gravity.py``, and the closed-form clearances of ``chain.py``), their imports
+pointed at each other; everything else (limits, kinematics, backups, verdicts) is the
+live code, which both sides share. Do not edit these files: a change of behaviour
 belongs in ``src/`` and in the tests that pin it, and then this copy is retired.
 """

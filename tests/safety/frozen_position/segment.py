@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from safety.frozen_position.chain import chain_clearance
 from safety.frozen_position.sweep import path_count, path_pose
-from tether.safety.chain import chain_clearance
 from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
