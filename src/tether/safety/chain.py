@@ -75,7 +75,7 @@ class ChainClearance:
         self._groups_n = tuple((*g, len(g[2])) for g in self._groups if g[0] != 0)
         column = tuple((*g, len(g[2])) for g in self._groups if g[0] == 0)
         self._column_best = math.inf
-        for cx, cy, cz, radius, k in self._obstacles_k:
+        for _, _, cz, radius, k in self._obstacles_k:
             for _, sphere_radius, offsets, _ in column:
                 dz = self._base - cz
                 base = 0.0 + k + dz * dz

@@ -105,6 +105,8 @@ class SegmentClearance:
         # it, so each comparison below is the one it makes.
         if len(anchors) == 2:  # workspace and obstacles: both anchors in one pass
             first, second = anchors
+            assert first is not None
+            assert second is not None
             c0, c1 = clearances
             for pose in poses:
                 s0 = s1 = 0.0
