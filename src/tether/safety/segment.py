@@ -37,7 +37,7 @@ from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.safety.reach import SLACK_M, joint_reach
-from tether.safety.sweep import path_count, path_pose
+from tether.safety.sweep import path_count, path_pose, sample_count
 from tether.safety.verdict import (
     OBSTACLE_BIT as _OBSTACLE,
     WORKSPACE_BIT as _WORKSPACE,
@@ -243,7 +243,9 @@ class SegmentClearance:
         ):
             self._anchor_at(index, end, ahead)
             return 1.0
-        count, _ = path_count(start, end, reach, self._spacing, self._max_samples)
+        # ``length`` is path_count's own sum (from _margins, term for term, or from
+        # path_count itself without a reach), so the samples are path_count's.
+        count = sample_count(length, self._spacing, self._max_samples)
         step = length / count
         end_clearance = ahead
         # A sample breaches when its clearance is at most 0 and at most the start's, i.e.
