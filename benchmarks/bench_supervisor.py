@@ -15,9 +15,12 @@ one's, each in a fresh process on its own closed loop, rounds alternating. Every
 comes from one run of this script.
 
 The second table times ``PositionSupervisor`` (commanded joint positions, issue 14;
-target ≤ 20 µs per action) beside ``Supervisor`` (torques) on the built-in arm in the
-same interleaved runs: a command or action inside every limit at the home pose, random
-ones at random states, NaN, and each one's closed loop on the MuJoCo arm (the torque
+target ≤ 20 µs per action) beside the same supervisor as it was before its cost was cut
+(``tests/safety/frozen_position``, which the tests hold it equal to bit for bit) and
+beside ``Supervisor`` (torques) on the built-in arm, in the same interleaved runs: a
+command or action inside every limit at the home pose, random ones at random states,
+NaN, each shipped policy's closed loop (the position one through ``supervisor_for``, in
+the action space serving runs), and each one's closed loop on the MuJoCo arm (the torque
 supervisor's random policy as above; for positions a random-target policy tracked by
 the joint impedance law τ = Kp·(q_cmd − q) − Kd·q̇ + g(q) at the physics rate, emulated
 here until ``tether.sim`` has its own). With ``--physics STEPS`` it also counts MuJoCo's
@@ -38,17 +41,27 @@ import tempfile
 import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
-from tether.safety.position.presets import arm_impedance, arm_position_supervisor
+from tether.safety.for_spec import limits_for, supervisor_for
+from tether.safety.position.presets import (
+    arm_impedance,
+    arm_position_limits,
+    arm_position_supervisor,
+)
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from safety.frozen_position.actions import (  # the position supervisor before issue 14's cuts
+    PositionActionSupervisor as FrozenActionSupervisor,
+)
+from safety.frozen_position.supervisor import PositionSupervisor as FrozenPositionSupervisor
 from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
 
 ARM_IMPEDANCE = arm_impedance()
@@ -90,7 +103,7 @@ def per_call_us(
 
 
 def cycling(
-    items: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], supervisor: Supervisor
+    items: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], supervisor: Any
 ) -> Callable[[], None]:
     """A call that filters the next (observation, action, previous) triple each time."""
     index = [0]
@@ -139,7 +152,7 @@ class ImpedanceArm:
         from tether.sim.mjcf import build_model
 
         self._mujoco = mujoco
-        self.spec = spec = arm_spec()
+        self.spec = spec = arm_spec("position")
         self._model = build_model(ARM)
         if drifted:
             apply_dynamics(self._model, DriftSchedule.demo().dynamics_at(10**9, ArmDynamics()))
@@ -156,7 +169,8 @@ class ImpedanceArm:
 
     def observation(self) -> np.ndarray:
         obs = np.zeros(self.spec.obs_dim, dtype=np.float32)
-        obs[:4], obs[4:8] = self._data.qpos, self._data.qvel
+        obs[slice(*self.spec.layout.joint_position)] = self._data.qpos
+        obs[slice(*self.spec.layout.joint_velocity)] = self._data.qvel
         return obs
 
     def step(self, command: np.ndarray) -> tuple[bool, bool]:
@@ -189,7 +203,7 @@ def impedance_trajectory(
         if step % 25 == 0:
             target = rng.uniform(arm.low, arm.high)
         obs = arm.observation()
-        q = obs[:4].astype(np.float64)
+        q = obs[slice(*arm.spec.layout.joint_position)].astype(np.float64)
         command = (q + np.clip(target - q, -0.1, 0.1)).astype(np.float32)
         out.append((obs, command, previous))
         previous, _ = supervisor.filter(obs, command, previous)
@@ -290,6 +304,34 @@ def shipped_trajectory(
         obs, _ = env.reset(seed=seed)
         previous: np.ndarray | None = None
         for _ in range(200):
+            action = engine.act(obs[None].astype(np.float32), True).actions[0]
+            out.append((obs, action, previous))
+            previous, _ = supervisor.filter(obs, action, previous)
+            obs, _, terminated, truncated, _ = env.step(previous)
+            if terminated or truncated:
+                break
+    return out
+
+
+def shipped_position_trajectory(
+    episodes: int,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(observation, proposed action, previous executed action) along the shipped position
+    policy's closed loop (deterministic, nominal arm, episode seeds 0..) through the
+    supervisor serving runs for it (``supervisor_for``: positions in the action space)."""
+    from tether.assets import load_pretrained_bundle
+    from tether.policy import EngineConfig, PolicyEngine
+
+    engine = PolicyEngine(
+        load_pretrained_bundle(command_interface="position"), EngineConfig(execution="eager")
+    )
+    env = ArmEnv(seed=1, config=ArmEnvConfig(command_interface="position"))
+    supervisor = supervisor_for(arm_spec("position"))
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for seed in range(episodes):
+        obs, _ = env.reset(seed=seed)
+        previous: np.ndarray | None = None
+        for _ in range(env.config.episode_steps):
             action = engine.act(obs[None].astype(np.float32), True).actions[0]
             out.append((obs, action, previous))
             previous, _ = supervisor.filter(obs, action, previous)
@@ -411,49 +453,91 @@ def main() -> None:
         ),
     ):
         cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
-    # Position commands beside torques on the built-in arm.
-    pos_pass, pos_random_sup, pos_loop_sup = (arm_position_supervisor() for _ in range(3))
-    pos_nan_sup = arm_position_supervisor()
+    # Position commands beside torques on the built-in arm, and beside the position
+    # supervisor as it was before issue 14's cuts (the frozen copy the tests compare with).
+    pspec = arm_spec("position")
+    pq, pv = slice(*pspec.layout.joint_position), slice(*pspec.layout.joint_velocity)
+
+    def position_pair() -> tuple[Any, Any]:
+        return arm_position_supervisor(), FrozenPositionSupervisor(
+            arm_position_limits(), ARM_IMPEDANCE, kinematics=ArmKinematics(pspec)
+        )
+
+    def as_position(obs: np.ndarray) -> np.ndarray:
+        out = np.zeros(pspec.obs_dim, dtype=np.float32)
+        out[pq], out[pv] = (
+            obs[slice(*arm.layout.joint_position)],
+            obs[slice(*arm.layout.joint_velocity)],
+        )
+        return out
+
+    pos_pass, pos_random_sup, pos_loop_sup, pos_nan_sup = (position_pair() for _ in range(4))
     at_home = np.zeros(arm.obs_dim, dtype=np.float32)
-    at_home[:4] = arm.home_position_rad
+    at_home[slice(*arm.layout.joint_position)] = arm.home_position_rad
+    at_home_position = as_position(at_home)
     home_command = np.asarray(arm.home_position_rad, dtype=np.float32)
-    hold_home = (kin.gravity_torque(at_home[:4].astype(np.float64)) / arm.torque_limit_nm).astype(
-        np.float32
-    )
-    assert pos_pass.filter(at_home, home_command)[1].source == "policy"
+    hold_home = (
+        kin.gravity_torque(np.asarray(arm.home_position_rad, dtype=np.float64))
+        / arm.torque_limit_nm
+    ).astype(np.float32)
+    assert pos_pass[0].filter(at_home_position, home_command)[1].source == "policy"
     assert sup_arm.filter(at_home, hold_home)[1].source == "policy"
     random_commands = [
-        (s, (s[:4] + rng.uniform(-0.1, 0.1, 4)).astype(np.float32), None) for s in states_arm
+        (as_position(s), (s[pq] + rng.uniform(-0.1, 0.1, 4)).astype(np.float32), None)
+        for s in states_arm
     ]
     pos_corrected = sum(
-        pos_random_sup.filter(o, c)[1].source != "policy" for o, c, _ in random_commands
+        pos_random_sup[0].filter(o, c)[1].source != "policy" for o, c, _ in random_commands
     ) / len(random_commands)
     pos_loop = impedance_trajectory(2000, seed=0)
+    pos_shipped = shipped_position_trajectory(args.episodes)
+    pos_shipped_corrected = sum(
+        supervisor_for(pspec).filter(o, c, p)[1].source != "policy" for o, c, p in pos_shipped
+    ) / len(pos_shipped)
+    pos_shipped_sup = (
+        supervisor_for(pspec),
+        FrozenActionSupervisor(
+            FrozenPositionSupervisor(
+                limits_for(pspec), ARM_IMPEDANCE, kinematics=ArmKinematics(pspec)
+            ),
+            pspec,
+        ),
+    )
     nan4 = np.full(4, np.nan, dtype=np.float32)
-    torque_pass, torque_nan = arm_supervisor(), arm_supervisor()
+    torque_pass, torque_nan, torque_shipped = arm_supervisor(), arm_supervisor(), arm_supervisor()
     for label, position, torque in (
         (
             "inside every limit at the home pose",
-            lambda: pos_pass.filter(at_home, home_command),
+            [lambda s=s: s.filter(at_home_position, home_command) for s in pos_pass],
             lambda: torque_pass.filter(at_home, hold_home),
         ),
         (
             f"random at random states (positions: within 0.1 rad, {pos_corrected:.0%} corrected)",
-            cycling(random_commands, pos_random_sup),
+            [cycling(random_commands, s) for s in pos_random_sup],
             cycling(random_arm, sup_arm),
         ),
         (
             "closed loop on the MuJoCo arm (2,000 steps)",
-            cycling(pos_loop, pos_loop_sup),
+            [cycling(pos_loop, s) for s in pos_loop_sup],
             cycling(loop, loop_sup),
         ),
         (
+            f"shipped policy's closed loop, action space as served ({len(pos_shipped)} steps; "
+            f"positions {pos_shipped_corrected:.0%} corrected)",
+            [cycling(pos_shipped, s) for s in pos_shipped_sup],
+            cycling(shipped, torque_shipped),
+        ),
+        (
             "NaN -> backup",
-            lambda: pos_nan_sup.filter(at_home, nan4),
+            [lambda s=s: s.filter(at_home_position, nan4) for s in pos_nan_sup],
             lambda: torque_nan.filter(at_home, nan4),
         ),
     ):
-        cases += [(f"{label} || position", position), (f"{label} || torque", torque)]
+        cases += [
+            (f"{label} || position", position[0]),
+            (f"{label} || before", position[1]),
+            (f"{label} || torque", torque),
+        ]
     cases += [
         ("  of which kinematics: gravity + end effector + spheres | -", kinematics),
         ("reference: numpy add of two 7-vectors | -", lambda: a + a),
@@ -489,10 +573,17 @@ def main() -> None:
         else:
             print(f"| {label} | {got['-']:.1f} | | |")
     print("\nBuilt-in arm, commanded positions beside torques (same runs):")
-    print("| case | PositionSupervisor µs | Supervisor (torque) µs |")
-    print("|---|---|---|")
+    print(
+        "| case | PositionSupervisor µs | before (frozen copy) µs | after/before "
+        "| Supervisor (torque) µs | position/torque |"
+    )
+    print("|---|---|---|---|---|---|")
     for label, got in side_by_side.items():
-        print(f"| {label} | {got['position']:.1f} | {got['torque']:.1f} |")
+        new, old, torque = got["position"], got["before"], got["torque"]
+        print(
+            f"| {label} | {new:.1f} | {old:.1f} | {new / old:.2f} | {torque:.1f} "
+            f"| {new / torque:.2f} |"
+        )
     if args.physics:
         print(f"\nUniformly random position commands, {args.physics} steps (emulated impedance):")
         print("| arm | supervisor | obstacle-contact steps | joint-limit-violation steps |")

@@ -67,6 +67,28 @@ class ChainClearance:
             for o in limits.obstacles
             if isinstance(o, Sphere)
         )
+        # With each centre's cx² + cy² and each group's size, for obstacles().
+        self._obstacles_k = tuple((*o, o[0] * o[0] + o[1] * o[1]) for o in self._obstacles)
+        # The base column (link 0) only yaws about its own axis, so its spheres' distances
+        # to each obstacle never change: computed once, as obstacles() would (its start
+        # is (0, base) and its direction vertical whatever the pose, and 0·x adds nothing).
+        self._groups_n = tuple((*g, len(g[2])) for g in self._groups if g[0] != 0)
+        column = tuple((*g, len(g[2])) for g in self._groups if g[0] == 0)
+        self._column_best = math.inf
+        for _, _, cz, radius, k in self._obstacles_k:
+            for _, sphere_radius, offsets, _ in column:
+                dz = self._base - cz
+                base = 0.0 + k + dz * dz
+                slope = 2.0 * (0.0 + 1.0 * dz)
+                i = bisect_left(offsets, -0.5 * slope)
+                d2 = math.inf
+                for offset in offsets[i - 1 if i else 0 : i + 1]:
+                    x = base + offset * (slope + offset)
+                    if x < d2:
+                        d2 = x
+                d = math.sqrt(d2 if d2 > 0.0 else 0.0) - sphere_radius - radius
+                if d < self._column_best:
+                    self._column_best = d
         self._obstacle_margin = limits.obstacle_margin_m
         ws = limits.workspace
         self._ws = None if ws is None else (*ws.low, *ws.high)
@@ -87,17 +109,28 @@ class ChainClearance:
 
     def obstacles(self, q: Sequence[float]) -> float:
         """Smallest surface distance of any arm sphere to any obstacle, minus the margin (m)."""
-        yaw_cos, yaw_sin, r0, z0, sin, cos = self._frames(q)
-        best = math.inf
+        # Hot path (the swept checks evaluate this several times per action): the frames
+        # are built inline and each group's one or two candidate centres evaluated
+        # directly; the arithmetic is _frames' and the loop's over a slice, op for op.
+        sin_, cos_ = math.sin, math.cos
+        pitch = list(accumulate(q[1:]))
+        sin = [0.0, *map(sin_, pitch)]
+        cos = [1.0, *map(cos_, pitch)]
+        lengths = self._lengths
+        r0 = list(accumulate(map(operator.mul, lengths, sin), initial=0.0))
+        z0 = list(accumulate(map(operator.mul, lengths, cos), initial=self._base))
+        yaw_cos = cos_(q[0])
+        yaw_sin = sin_(q[0])
+        # A NaN yaw makes every distance NaN, which obstacles() has always skipped.
+        best = self._column_best if yaw_cos == yaw_cos else math.inf
         sqrt = math.sqrt
-        for cx, cy, cz, radius in self._obstacles:
+        for cx, cy, cz, radius, k in self._obstacles_k:
             # With a the obstacle centre's projection on the arm's plane, the squared
             # distance from it to the point `offset` along a link starting at (R, Z) with
             # unit direction u is A + offset·(B + offset): A = |start − centre|²
             # = R·(R − 2a) + cx² + cy² + (Z − cz)², B = 2·(start − centre)·u.
             a = cx * yaw_cos + cy * yaw_sin
-            k = cx * cx + cy * cy
-            for link, sphere_radius, offsets in self._groups:
+            for link, sphere_radius, offsets, count in self._groups_n:
                 r = r0[link]
                 dz = z0[link] - cz
                 base = r * (r - 2.0 * a) + k + dz * dz
@@ -106,7 +139,12 @@ class ChainClearance:
                 # the centres either side of that can be nearest.
                 i = bisect_left(offsets, -0.5 * slope)
                 d2 = math.inf
-                for offset in offsets[i - 1 if i else 0 : i + 1]:
+                offset = offsets[i - 1 if i else 0]
+                x = base + offset * (slope + offset)
+                if x < d2:
+                    d2 = x
+                if 0 < i < count:
+                    offset = offsets[i]
                     x = base + offset * (slope + offset)
                     if x < d2:
                         d2 = x

@@ -8,15 +8,21 @@ bound, the last one the end itself) and each is evaluated for each margin. A sam
 inside a margin breaches only if it is no better than the start, so an arm already inside
 a margin may leave it.
 
-Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it clear:
-a whole segment whose ends are both provably clear of the last pose evaluated exactly
-(the bound is convex along a straight segment), a segment whose end is clearer than the
-segment is long, and, within a sweep, every sample the clearance just measured proves
-clear. Clearances come in closed form where the
-kinematics offers it (``tether.safety.chain``), else through the kinematics calls.
+Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it
+cannot breach: a whole segment whose ends are both provably clear of the last pose
+evaluated exactly (the bound is convex along a straight segment; ``proves_clear`` makes
+that proof for all of a step's segments at once), a segment whose end is clearer than
+the segment is long, and, within a sweep, the samples the start's bound, the end's bound
+or the sample just measured put above the breach threshold (0, or the start's clearance
+when that is lower). Clearances come in closed form where the kinematics offers it
+(``tether.safety.chain``), else through the kinematics calls; a closed form's answers are
+remembered for the last poses asked (a step's segments share their ends) and a segment
+asked again in a row gets its answer back.
 
 Invariant: the answer depends only on the two poses, the limits and the kinematics; the
-anchors only decide which poses need evaluating, never what a pose's clearance is.
+anchors only decide which poses need evaluating, never what a pose's clearance is (so
+``tests/safety/test_position_equivalence.py`` holds the supervisor to the decisions of
+its copy from before these skips, bit for bit).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from tether.safety.geometry import Clearance
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.safety.reach import SLACK_M, joint_reach
-from tether.safety.sweep import path_count, path_pose
+from tether.safety.sweep import path_count, path_pose, sample_count
 from tether.safety.verdict import (
     OBSTACLE_BIT as _OBSTACLE,
     WORKSPACE_BIT as _WORKSPACE,
@@ -68,14 +74,60 @@ class SegmentClearance:
         chain = chain_clearance(limits, kinematics) if self.active else None
         checks: list[tuple[int, Measure]] = []
         if self.active and clearance.has_workspace:
-            checks.append((_WORKSPACE, chain.workspace if chain else self._workspace_exact))
+            checks.append(
+                (_WORKSPACE, _remembered(chain.workspace) if chain else self._workspace_exact)
+            )
         if self.active and clearance.has_obstacles:
-            checks.append((_OBSTACLE, chain.obstacles if chain else self._obstacles_exact))
+            checks.append(
+                (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
+            )
         self._checks = tuple(checks)
+        # Closed forms are pure functions of the pose, so their answers can be reused.
+        self._pure = chain is not None
+        self._last_segment: tuple[list[float], list[float], tuple[int, float]] | None = None
         # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
         # clearance was not finite) and its clearance.
         self._anchor: list[list[float] | None] = [None] * len(checks)
         self._anchor_clearance = [0.0] * len(checks)
+
+    def proves_clear(self, poses: Sequence[Sequence[float]]) -> bool:
+        """Whether the reach bound proves, from the anchors alone, that no segment between
+        any two of ``poses`` breaches: then :meth:`clear_fraction` of each such segment
+        would skip every check (the same sums, in the same order, against the same
+        anchors) and evaluate nothing, so calling it is not needed. False whenever a
+        check has no anchor or the arm's reach is unknown."""
+        reach = self._reach
+        anchors = self._anchor
+        if reach is None or None in anchors:
+            return False
+        clearances = self._anchor_clearance
+        # The bound is convex along a segment: its ends decide. Summed as _margins sums
+        # it, so each comparison below is the one it makes.
+        if len(anchors) == 2:  # workspace and obstacles: both anchors in one pass
+            first, second = anchors
+            assert first is not None
+            assert second is not None
+            c0, c1 = clearances
+            for pose in poses:
+                s0 = s1 = 0.0
+                for r, x, a, b in zip(reach, pose, first, second, strict=True):
+                    d = x - a
+                    s0 += r * (d if d > 0.0 else -d)
+                    d = x - b
+                    s1 += r * (d if d > 0.0 else -d)
+                if not (c0 - s0 > SLACK_M and c1 - s1 > SLACK_M):
+                    return False
+            return True
+        for anchor, c in zip(anchors, clearances, strict=True):
+            assert anchor is not None
+            for pose in poses:
+                total = 0.0
+                for r, x, a in zip(reach, pose, anchor, strict=True):
+                    d = x - a
+                    total += r * (d if d > 0.0 else -d)
+                if not c - total > SLACK_M:
+                    return False
+        return True
 
     def breaches(self, start: Sequence[float], end: Sequence[float]) -> int:
         """The check bits (WORKSPACE, OBSTACLE) whose margin the segment breaches."""
@@ -85,6 +137,11 @@ class SegmentClearance:
     def clear_fraction(self, start: Sequence[float], end: Sequence[float]) -> tuple[int, float]:
         """The breached check bits and the largest fraction of the way from ``start``
         to ``end`` up to which every sample was found clear (1.0 when none breached)."""
+        # The same segment asked again (a step's fallbacks often place the command where
+        # it was already checked): the answer depends only on the two poses.
+        last = self._last_segment
+        if last is not None and last[0] == start and last[1] == end:
+            return last[2]
         reach = self._reach
         checks = self._checks
         if reach is None:
@@ -105,6 +162,8 @@ class SegmentClearance:
             if clear < 1.0:
                 bits |= bit
                 fraction = clear if clear < fraction else fraction
+        if self._pure:
+            self._last_segment = (list(start), end_pose, (bits, fraction))
         return bits, fraction
 
     def _margins(
@@ -184,14 +243,29 @@ class SegmentClearance:
         ):
             self._anchor_at(index, end, ahead)
             return 1.0
-        count, _ = path_count(start, end, reach, self._spacing, self._max_samples)
+        # ``length`` is path_count's own sum (from _margins, term for term, or from
+        # path_count itself without a reach), so the samples are path_count's.
+        count = sample_count(length, self._spacing, self._max_samples)
         step = length / count
+        end_clearance = ahead
+        # A sample breaches when its clearance is at most 0 and at most the start's, i.e.
+        # at most this threshold (min(0, start's) once the start is measured; 0 before,
+        # which only proves less). Samples the reach bound puts above it are skipped:
+        # from the start's bound, from the end's, and from each sample measured.
+        threshold = 0.0
         now: float | None = None
         last: list[float] | None = None
         last_clearance = 0.0
         clear = 1.0
         k = 1
+        bounded = reach is not None and step > 0.0
+        if bounded and at_start > SLACK_M:
+            k = max(1, math.ceil((at_start - SLACK_M) / step))
         while k <= count:
+            if bounded and end_clearance - (count - k) * step > threshold + SLACK_M:
+                # This sample and every later one are clear by the end's bound.
+                last, last_clearance = end, end_clearance
+                break
             pose = path_pose(start, end, k, count)
             ahead = measure(pose)
             last, last_clearance = pose, ahead
@@ -199,13 +273,16 @@ class SegmentClearance:
             if not ahead > 0.0:
                 if now is None:
                     now = measure(start)
+                    if now < 0.0:
+                        threshold = now
                 if not ahead > now:
                     clear = (k - 1) / count
                     break
             k += 1
-            if reach is not None and step > 0.0 and ahead > SLACK_M:
-                # Samples within (clearance − slack) of this one, by the reach bound, are clear.
-                k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
+            if bounded and ahead - threshold > SLACK_M:
+                # Samples within (clearance − threshold − slack) of this one, by the reach
+                # bound, do not breach.
+                k += max(0, math.ceil((ahead - threshold - SLACK_M) / step) - 1)
         if reach is not None and last is not None:
             self._anchor_at(index, last, last_clearance)
         return clear
@@ -227,3 +304,28 @@ class SegmentClearance:
         return self._clearance.obstacles(
             np.asarray(centers, dtype=np.float64), np.asarray(radii, dtype=np.float64)
         )
+
+
+# Poses whose clearances a closed form remembers: one step's segments share their ends
+# (the measured pose, the command, the previous command), and a held command or a
+# command the policy repeats comes back next step.
+_REMEMBERED_POSES = 64
+
+
+def _remembered(measure: Measure) -> Measure:
+    """``measure`` (a pure function of the pose: a closed form's) remembering the
+    clearances of the last poses it was asked about. Keyed by the pose's values, so
+    ``-0.0`` and ``0.0`` share an entry: a clearance can differ between them at most in
+    the sign of an exact zero, which no comparison tells apart."""
+    known: dict[tuple[float, ...], float] = {}
+
+    def remembered(q: Sequence[float]) -> float:
+        key = tuple(q)
+        clearance = known.get(key)
+        if clearance is None:
+            if len(known) >= _REMEMBERED_POSES:
+                known.clear()
+            clearance = known[key] = measure(q)
+        return clearance
+
+    return remembered

@@ -48,8 +48,14 @@ def path_count(
     else:
         for r, a, b in zip(reach, start, end, strict=True):
             length += r * abs(b - a)
+    return sample_count(length, spacing_m, max_samples), length
+
+
+def sample_count(length: float, spacing_m: float, max_samples: int) -> int:
+    """How many samples a path of ``length`` (m, by the reach bound) gets: see
+    :func:`path_count`."""
     count = math.ceil(length / spacing_m) if length > spacing_m else 1
-    return (count if count < max_samples else max_samples), length
+    return count if count < max_samples else max_samples
 
 
 def path_pose(start: Sequence[float], end: Sequence[float], k: int, count: int) -> list[float]:

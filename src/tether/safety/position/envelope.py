@@ -159,7 +159,7 @@ class CommandEnvelope:
         inside = exact
         checks = 0
         m_pos = m_vel = m_acc = m_tau = 0.0
-        for i, (
+        for (
             h_lo,
             h_hi,
             s_lo,
@@ -174,8 +174,9 @@ class CommandEnvelope:
             kd,
             tau,
             hard_in,
-        ) in enumerate(self._joints):
-            r = reference[i]
+        ), r, dp, qi, vi, gi, x in zip(
+            self._joints, reference, previous_change, q, v, gravity_nm, command, strict=True
+        ):
             # 1. hard range.
             lo1, hi1 = h_lo, h_hi
             # 2. per-step change.
@@ -202,7 +203,7 @@ class CommandEnvelope:
             if lo3 > hi3:
                 lo3 = hi3 = _edge(lo2, hi2, hi3 < lo2)
             # 4. change of the change.
-            center = r + previous_change[i]
+            center = r + dp
             a = center - s
             b = center + s
             lo4 = a if a > lo3 else lo3
@@ -210,8 +211,7 @@ class CommandEnvelope:
             if lo4 > hi4:
                 lo4 = hi4 = _edge(lo3, hi3, b < lo3)
             # 5. impedance torque within the motor limit.
-            qi = q[i]
-            bias = kd * v[i] - gravity_nm[i]
+            bias = kd * vi - gi
             a = qi + (bias - tau) / kp
             b = qi + (bias + tau) / kp
             lo5 = a if a > lo4 else lo4
@@ -219,7 +219,6 @@ class CommandEnvelope:
             if lo5 > hi5:
                 lo5 = hi5 = _edge(lo4, hi4, b < lo4)
 
-            x = command[i]
             if exact and lo5 <= x <= hi5:
                 out.append(x)
                 continue

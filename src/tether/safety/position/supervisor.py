@@ -151,12 +151,16 @@ class PositionSupervisor:
         self._zeros = [0.0] * n
         self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
         slack = cfg.observation_range_slack_rad
-        self._plausible_q = tuple(
-            (lo - slack, hi + slack)
-            for lo, hi in zip(limits.position_low_rad, limits.position_high_rad, strict=True)
-        )
-        self._plausible_v = tuple(
-            cfg.observation_speed_factor * x for x in limits.velocity_limit_rad_s
+        # Per joint, the readings an observation may hold: the range widened by the slack,
+        # and speeds up to a multiple of the velocity limit.
+        self._plausible = tuple(
+            (lo - slack, hi + slack, cfg.observation_speed_factor * vmax)
+            for lo, hi, vmax in zip(
+                limits.position_low_rad,
+                limits.position_high_rad,
+                limits.velocity_limit_rad_s,
+                strict=True,
+            )
         )
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
@@ -300,26 +304,37 @@ class PositionSupervisor:
         """The Cartesian bits breached and the command to execute instead (see step 6);
         commands in and out are float32 values."""
         segment = self._segment
-        bits, fraction = segment.clear_fraction(q, candidate)
-        # Inside a margin the command may not go deeper than the previous command either:
-        # an arm sagging under an unmodelled load lags below its command, so a command
-        # that is only "no worse than the arm" each step walks the arm into the obstacle.
         held = reference is not q
-        if held:
-            deeper, _ = segment.clear_fraction(reference, candidate)
-            if deeper:
-                bits |= deeper
-                fraction = 0.0  # backed off to the held command, or braked
         # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
         # deceleration, a step of delay): if that is deeper into a margin than where it
         # is, the command brakes (held, else the pose) whatever it asks for, before the
         # segment to the command would see the breach.
-        coasting = False
+        stop: list[float] | None = None
         if max(map(abs, v)) > _COASTING_SPEED:
             stop = [
                 x + y * (abs(y) * half_over_b + self._dt)
                 for x, y, half_over_b in zip(q, v, self._half_over_brake, strict=True)
             ]
+        # The common case far from every wall and obstacle: the anchors prove all the
+        # segments below clear at once (one pass instead of one per segment).
+        poses = [q, candidate]
+        if held:
+            poses.append(reference)
+        if stop is not None:
+            poses.append(stop)
+        if segment.proves_clear(poses):
+            return 0, candidate
+        bits, fraction = segment.clear_fraction(q, candidate)
+        # Inside a margin the command may not go deeper than the previous command either:
+        # an arm sagging under an unmodelled load lags below its command, so a command
+        # that is only "no worse than the arm" each step walks the arm into the obstacle.
+        if held:
+            deeper, _ = segment.clear_fraction(reference, candidate)
+            if deeper:
+                bits |= deeper
+                fraction = 0.0  # backed off to the held command, or braked
+        coasting = False
+        if stop is not None:
             coast_bits = segment.breaches(q, stop)
             if coast_bits:
                 bits |= coast_bits
@@ -392,14 +407,10 @@ class PositionSupervisor:
         values = obs.tolist()
         q = values[self._q]
         v = values[self._v]
-        # A sum is NaN or ±inf if any term is (or if it overflows, which only values
-        # beyond 1e307 can: no joint reads those).
-        if not math.isfinite(sum(q) + sum(v)):
-            return None
         # Outside what the robot can physically be (a joint far beyond its range, a speed
         # far over its limit): a broken sensor or a garbled message, never a state to
-        # steer from.
-        for x, y, (lo, hi), vmax in zip(q, v, self._plausible_q, self._plausible_v, strict=True):
+        # steer from. The bounds are finite, so NaN and ±inf fail them too.
+        for x, y, (lo, hi, vmax) in zip(q, v, self._plausible, strict=True):
             if not (lo <= x <= hi and -vmax <= y <= vmax):
                 return None
         return q, v

@@ -1,0 +1,174 @@
+"""The position supervisor in a policy's action space: normalized actions in, normalized
+actions out.
+
+A position-commanded robot's policy speaks normalized actions in [-1, 1]; its spec maps
+them to joint targets (``RobotSpec.commanded_position``: affine per joint, ``-1`` and
+``1`` the ends of the joint's range widened by ``position_command_overreach_rad``).
+:class:`PositionActionSupervisor` maps each proposed action and previous action to
+radians by that same map (without its clipping, so an action beyond [-1, 1] reaches the
+supervisor as the target beyond the range it asks for, and is corrected there), runs
+:class:`PositionSupervisor` on them, and maps the executed command back. So serving, the
+gate and ``tether run`` call it exactly as they call the torque supervisor.
+
+Invariants:
+
+- an action the supervisor passes untouched is returned bit-identical (the proposed
+  array itself when it is a float32 array of the right shape);
+- a corrected action maps to a target inside every limit: it is placed a float32-safe
+  inset inside its interval (``envelope.inset``), more than the ~1e-7 rad that the
+  float32 action's rounding and the robot's own float64 map can move it;
+- the previous action the robot hands back, when it is the one returned last, reaches
+  the position supervisor as its own last command, so the acceleration check uses the
+  command's true last change.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from safety.frozen_position.supervisor import PositionSupervisor
+from tether.errors import SpecError
+from tether.safety.limits import SafetyLimits
+from tether.safety.verdict import ActionSource, SafetyVerdict
+from tether.spec import RobotSpec
+
+# Actions beyond this are clamped before the map (rad = center + a·half), so the map
+# never overflows; 1e6 is far outside [-1, 1] and still maps far outside every range.
+_ACTION_CLAMP = 1e6
+
+
+class PositionActionSupervisor:
+    """:class:`PositionSupervisor` behind a spec's action map; see the module docstring."""
+
+    def __init__(self, supervisor: PositionSupervisor, spec: RobotSpec) -> None:
+        if spec.command_interface != "position":
+            raise SpecError(
+                f"PositionActionSupervisor needs a position-commanded spec; {spec.name!r} is "
+                f"commanded by {spec.command_interface}"
+            )
+        if spec.n_joints != supervisor.limits.n_joints:
+            raise SpecError(
+                f"spec {spec.name!r} has {spec.n_joints} joints, the supervisor's limits "
+                f"{supervisor.limits.n_joints}"
+            )
+        self.position = supervisor
+        self.spec = spec
+        low, high = (np.asarray(x) for x in _command_range(spec))
+        self._center = ((low + high) / 2).tolist()
+        self._half = ((high - low) / 2).tolist()
+        self._n = spec.n_joints
+        # The last action returned, its bytes, and the position supervisor's command it
+        # came from (handed back as that supervisor's own previous command).
+        self._last_bytes = b""
+        self._last_command: np.ndarray | None = None
+
+    @property
+    def limits(self) -> SafetyLimits:
+        return self.position.limits
+
+    def with_limits(self, limits: SafetyLimits) -> PositionActionSupervisor:
+        """The same supervisor enforcing ``limits``, with fresh robot state."""
+        return PositionActionSupervisor(self.position.with_limits(limits), self.spec)
+
+    def take_state(self, other: PositionActionSupervisor) -> None:
+        """Continue the robot ``other`` has been supervising."""
+        if other is self:
+            return
+        self.position.take_state(other.position)
+        self._last_bytes = other._last_bytes
+        self._last_command = other._last_command
+
+    def filter(
+        self,
+        observation: Any,
+        proposed_action: Any,
+        previous_action: Any | None = None,
+        *,
+        observation_age_s: float | None = None,
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        """The normalized action to execute (float32, shape (n,)) and what was done to it
+        (distances in the verdict are in rad, as the position supervisor measures them)."""
+        command, verdict = self.position.filter(
+            observation,
+            self._to_target(proposed_action),
+            self._previous(previous_action),
+            observation_age_s=observation_age_s,
+        )
+        if verdict.source is ActionSource.POLICY:
+            return self._remember(_as_action(proposed_action, self._n), command), verdict
+        return self._remember(self._to_action(command), command), verdict
+
+    def backup_action(
+        self, observation: Any, previous_action: Any | None = None
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        """The backup action for this state (TAKEOVER, a client watchdog's miss)."""
+        command, verdict = self.position.backup_action(observation, self._previous(previous_action))
+        return self._remember(self._to_action(command), command), verdict
+
+    # -- the map --------------------------------------------------------------------------
+
+    def _to_target(self, action: Any) -> Any:
+        """The joint targets (rad, float32 as commands are) an action asks for; anything not a
+        shape-(n,) numeric array goes on unchanged, for the supervisor to reject."""
+        values = _values(action, self._n)
+        if values is None:
+            return action
+        out: list[float] = []
+        for x, c, h in zip(values, self._center, self._half, strict=True):
+            if not math.isfinite(x):
+                out.append(x)  # NaN and ±inf stay what they are: non-finite
+            else:
+                out.append(
+                    c + h * (-_ACTION_CLAMP if x < -_ACTION_CLAMP else min(x, _ACTION_CLAMP))
+                )
+        return np.array(out, dtype=np.float32)
+
+    def _previous(self, previous: Any | None) -> Any | None:
+        if previous is None:
+            return None
+        if (
+            self._last_command is not None
+            and type(previous) is np.ndarray
+            and previous.tobytes() == self._last_bytes
+            and previous.dtype == np.float32
+        ):
+            return self._last_command
+        return self._to_target(previous)
+
+    def _to_action(self, command: np.ndarray) -> np.ndarray:
+        values = command.tolist()
+        return np.array(
+            [(x - c) / h for x, c, h in zip(values, self._center, self._half, strict=True)],
+            dtype=np.float32,
+        )
+
+    def _remember(self, action: np.ndarray, command: np.ndarray) -> np.ndarray:
+        self._last_bytes = action.tobytes()
+        self._last_command = command
+        return action
+
+
+def _command_range(spec: RobotSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The targets actions ``-1`` and ``1`` command on each joint (the spec's own map)."""
+    ones = np.ones(spec.n_joints)
+    return spec.commanded_position(-ones), spec.commanded_position(ones)
+
+
+def _values(action: Any, n: int) -> list[float] | None:
+    if type(action) is np.ndarray and action.dtype.char in "fd":
+        return action.tolist() if action.shape == (n,) else None
+    try:
+        array = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return array.tolist() if array.shape == (n,) else None
+
+
+def _as_action(proposed: Any, n: int) -> np.ndarray:
+    """A passed action as the float32 array it was (itself, when it is one)."""
+    if type(proposed) is np.ndarray and proposed.dtype == np.float32 and proposed.shape == (n,):
+        return proposed
+    return np.asarray(proposed, dtype=np.float32).reshape(n)

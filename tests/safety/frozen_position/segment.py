@@ -1,0 +1,229 @@
+"""Swept clearance of a straight joint-space segment: whether the arm, moving from one
+pose to another, would breach the workspace or an obstacle margin on the way.
+
+A command is checked along the whole segment from the current pose to the commanded
+one, not only at its end, so it cannot jump *through* an obstacle: poses are sampled
+along the segment (``tether.safety.sweep``: spaced ``spacing_m`` apart by the reach
+bound, the last one the end itself) and each is evaluated for each margin. A sample
+inside a margin breaches only if it is no better than the start, so an arm already inside
+a margin may leave it.
+
+Evaluation is skipped wherever the reach bound (``tether.safety.reach``) proves it clear:
+a whole segment whose ends are both provably clear of the last pose evaluated exactly
+(the bound is convex along a straight segment), a segment whose end is clearer than the
+segment is long, and, within a sweep, every sample the clearance just measured proves
+clear. Clearances come in closed form where the
+kinematics offers it (``tether.safety.chain``), else through the kinematics calls.
+
+Invariant: the answer depends only on the two poses, the limits and the kinematics; the
+anchors only decide which poses need evaluating, never what a pose's clearance is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from safety.frozen_position.chain import chain_clearance
+from safety.frozen_position.sweep import path_count, path_pose
+from tether.safety.geometry import Clearance
+from tether.safety.kinematics import Kinematics
+from tether.safety.limits import SafetyLimits
+from tether.safety.reach import SLACK_M, joint_reach
+from tether.safety.verdict import (
+    OBSTACLE_BIT as _OBSTACLE,
+    WORKSPACE_BIT as _WORKSPACE,
+)
+
+Measure = Callable[[Sequence[float]], float]
+
+
+class SegmentClearance:
+    """Workspace and obstacle checks of joint-space segments for one set of limits.
+
+    Keeps one anchor per margin (the last pose it evaluated exactly and its clearance),
+    so use one per robot.
+    """
+
+    def __init__(
+        self,
+        limits: SafetyLimits,
+        kinematics: Kinematics | None,
+        *,
+        spacing_m: float,
+        max_samples: int,
+    ) -> None:
+        clearance = Clearance(limits)
+        self._spacing = spacing_m
+        self._max_samples = max_samples
+        self._kinematics = kinematics
+        self._clearance = clearance
+        self.active = kinematics is not None and (
+            clearance.has_workspace or clearance.has_obstacles
+        )
+        reach = joint_reach(kinematics) if self.active and kinematics is not None else None
+        self._reach = reach
+        chain = chain_clearance(limits, kinematics) if self.active else None
+        checks: list[tuple[int, Measure]] = []
+        if self.active and clearance.has_workspace:
+            checks.append((_WORKSPACE, chain.workspace if chain else self._workspace_exact))
+        if self.active and clearance.has_obstacles:
+            checks.append((_OBSTACLE, chain.obstacles if chain else self._obstacles_exact))
+        self._checks = tuple(checks)
+        # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
+        # clearance was not finite) and its clearance.
+        self._anchor: list[list[float] | None] = [None] * len(checks)
+        self._anchor_clearance = [0.0] * len(checks)
+
+    def breaches(self, start: Sequence[float], end: Sequence[float]) -> int:
+        """The check bits (WORKSPACE, OBSTACLE) whose margin the segment breaches."""
+        bits, _ = self.clear_fraction(start, end)
+        return bits
+
+    def clear_fraction(self, start: Sequence[float], end: Sequence[float]) -> tuple[int, float]:
+        """The breached check bits and the largest fraction of the way from ``start``
+        to ``end`` up to which every sample was found clear (1.0 when none breached)."""
+        reach = self._reach
+        checks = self._checks
+        if reach is None:
+            _, length = path_count(start, end, None, self._spacing, self._max_samples)
+            margins = [(-math.inf, -math.inf)] * len(checks)
+        else:
+            length, margins = self._margins(reach, start, end)
+        bits = 0
+        fraction = 1.0
+        # One list for the end pose, so checks anchored there share it (see _margins).
+        end_pose = list(end)
+        for index, (bit, measure) in enumerate(checks):
+            at_start, at_end = margins[index]
+            # Both ends proven clear: the bound is convex along the segment.
+            if at_start > SLACK_M and at_end > SLACK_M:
+                continue
+            clear = self._sweep(start, end_pose, measure, index, at_start, length)
+            if clear < 1.0:
+                bits |= bit
+                fraction = clear if clear < fraction else fraction
+        return bits, fraction
+
+    def _margins(
+        self, reach: Sequence[float], start: Sequence[float], end: Sequence[float]
+    ) -> tuple[float, list[tuple[float, float]]]:
+        """The segment's length by the reach bound, and per check lower bounds of the
+        clearance at its start and its end from that check's anchor (-inf without one).
+        One pass for up to two anchors (workspace, obstacles): this runs every step."""
+        anchors = self._anchor
+        first = anchors[0] if anchors and anchors[0] is not None else start
+        second = anchors[1] if len(anchors) > 1 and anchors[1] is not None else start
+        length = s0 = e0 = s1 = e1 = 0.0
+        if second is first or second is start:
+            # One anchor to measure from (both checks last evaluated at the same pose).
+            for r, x, y, a in zip(reach, start, end, first, strict=True):
+                d = y - x
+                length += r * (d if d > 0.0 else -d)
+                d = x - a
+                s0 += r * (d if d > 0.0 else -d)
+                d = y - a
+                e0 += r * (d if d > 0.0 else -d)
+            if second is first:
+                s1, e1 = s0, e0
+        else:
+            for r, x, y, a, b in zip(reach, start, end, first, second, strict=True):
+                d = y - x
+                length += r * (d if d > 0.0 else -d)
+                d = x - a
+                s0 += r * (d if d > 0.0 else -d)
+                d = y - a
+                e0 += r * (d if d > 0.0 else -d)
+                d = x - b
+                s1 += r * (d if d > 0.0 else -d)
+                d = y - b
+                e1 += r * (d if d > 0.0 else -d)
+        out: list[tuple[float, float]] = []
+        for index, (to_start, to_end) in enumerate(((s0, e0), (s1, e1))[: len(anchors)]):
+            if anchors[index] is None:
+                out.append((-math.inf, -math.inf))
+            else:
+                c = self._anchor_clearance[index]
+                out.append((c - to_start, c - to_end))
+        for index in range(2, len(anchors)):  # more than two checks: one pass each
+            anchor = anchors[index]
+            if anchor is None:
+                out.append((-math.inf, -math.inf))
+                continue
+            c = self._anchor_clearance[index]
+            to_start = to_end = 0.0
+            for r, x, y, a in zip(reach, start, end, anchor, strict=True):
+                to_start += r * abs(x - a)
+                to_end += r * abs(y - a)
+            out.append((c - to_start, c - to_end))
+        return length, out
+
+    def _sweep(
+        self,
+        start: Sequence[float],
+        end: list[float],
+        measure: Measure,
+        index: int,
+        at_start: float,
+        length: float,
+    ) -> float:
+        """The fraction of the segment before its first breaching sample (1.0: none).
+        ``at_start`` is a lower bound of the clearance at ``start`` (-inf: none) and
+        ``length`` the segment's length by the reach bound."""
+        reach = self._reach
+        # The end first: it is where the arm is headed, so it anchors the next segment
+        # best. By the reach bound, a pose t along the segment (reach metric) has at
+        # least max(at_start − t, ahead − (length − t)) of clearance, which stays above
+        # the slack everywhere when the two bounds overlap.
+        ahead = measure(end)
+        if reach is not None and (
+            ahead - length > SLACK_M
+            or (at_start > SLACK_M and ahead > SLACK_M and at_start + ahead - length > 2 * SLACK_M)
+        ):
+            self._anchor_at(index, end, ahead)
+            return 1.0
+        count, _ = path_count(start, end, reach, self._spacing, self._max_samples)
+        step = length / count
+        now: float | None = None
+        last: list[float] | None = None
+        last_clearance = 0.0
+        clear = 1.0
+        k = 1
+        while k <= count:
+            pose = path_pose(start, end, k, count)
+            ahead = measure(pose)
+            last, last_clearance = pose, ahead
+            # NaN (a broken model) compares false everywhere: it breaches.
+            if not ahead > 0.0:
+                if now is None:
+                    now = measure(start)
+                if not ahead > now:
+                    clear = (k - 1) / count
+                    break
+            k += 1
+            if reach is not None and step > 0.0 and ahead > SLACK_M:
+                # Samples within (clearance − slack) of this one, by the reach bound, are clear.
+                k += max(0, math.ceil((ahead - SLACK_M) / step) - 1)
+        if reach is not None and last is not None:
+            self._anchor_at(index, last, last_clearance)
+        return clear
+
+    def _anchor_at(self, index: int, pose: list[float], clearance: float) -> None:
+        finite = math.isfinite(clearance)
+        self._anchor[index] = pose if finite else None
+        self._anchor_clearance[index] = clearance if finite else 0.0
+
+    def _workspace_exact(self, q: Sequence[float]) -> float:
+        kin = self._kinematics
+        assert kin is not None
+        return self._clearance.workspace(np.asarray(kin.end_effector(np.array(q))))
+
+    def _obstacles_exact(self, q: Sequence[float]) -> float:
+        kin = self._kinematics
+        assert kin is not None
+        centers, radii = kin.collision_spheres(np.array(q))
+        return self._clearance.obstacles(
+            np.asarray(centers, dtype=np.float64), np.asarray(radii, dtype=np.float64)
+        )

@@ -1,0 +1,470 @@
+"""The supervisor for commanded joint positions: the last thing between a policy's
+position command and the robot's impedance controller.
+
+``PositionSupervisor.filter(observation, command_rad, previous_command_rad,
+observation_age_s=...)`` returns the command to execute (float32, shape (n,), rad) and a
+verdict. Per cycle, in order, each a named check (a :class:`SafetyCheck` bit) whose
+verdict entry says how far it moved the command:
+
+1. finite and shaped (``INVALID_SHAPE``, ``NON_FINITE``: the backup replaces it; an
+   unreadable observation, ``INVALID_OBSERVATION``, repeats the last command known: one
+   that is misshapen, non-finite, or outside the physical envelope, a joint more than
+   ``observation_range_slack_rad`` beyond its range or faster than
+   ``observation_speed_factor`` times its velocity limit);
+2. joint range with margin, 3. per-step change (velocity limit × period), 4. change of
+   that change against the previous command (acceleration limit × period²), 5. the
+   impedance torque the command demands within the motor limits
+   (``POSITION``, ``VELOCITY``, ``ACCELERATION``, ``TORQUE``; per-joint intervals,
+   :mod:`tether.safety.position.envelope`): a command inside all of them passes
+   bit-identical, any other is moved to the nearest point inside them;
+6. workspace box and obstacle clearance of the collision spheres along the whole
+   segment from the measured pose to the command (``WORKSPACE``, ``OBSTACLE``;
+   :mod:`tether.safety.segment`): a command whose segment breaches a margin, and is no
+   better than where the arm is (nor, from the previous command, than that command), is
+   backed off along the segment to where it is clear,
+   else the previous command is held (a sagging arm sinks once, not every step), else
+   it is ramped toward the measured pose inside the intervals, else set to the measured
+   pose itself (the clearance outranks the rate limits: the previous command held as
+   it is, else the pose). A moving arm whose coasting distance (its speed braked at the
+   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
+   brakes the same way, whatever the command asks;
+7. a stale observation (``STALE``) gets the backup, which holds the last command.
+
+The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
+command this supervisor last returned, its change is the one it made; otherwise (the
+first step, a human's command) the measured velocity × period stands in for it.
+
+Invariants: ``filter`` never raises on its inputs and never returns a non-finite
+command; the returned command lies inside every interval whenever they can all hold
+together, and always inside the hard range; filtering the returned command again
+(from the same supervisor state) returns it unchanged. The state belongs to one robot:
+use one supervisor per robot session.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from itertools import compress
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from safety.frozen_position.chain_gravity import chain_gravity
+from safety.frozen_position.envelope import MOVED_CHECKS, CommandEnvelope
+from safety.frozen_position.segment import SegmentClearance
+from tether.safety.backups import BackupConfig
+from tether.safety.kinematics import Kinematics
+from tether.safety.limits import SafetyLimits
+from tether.safety.position.backups import CommandBackup, make_command_backup
+from tether.safety.position.impedance import ImpedanceModel
+from tether.safety.position.verdict import PositionVerdict
+from tether.safety.supervisor import _array, _flags, _floats
+from tether.safety.verdict import (
+    CLIP_BEFORE_CAST as _HUGE,
+    INVALID_PREVIOUS_BIT as _INVALID_PREVIOUS,
+    INVALID_SHAPE_BIT as _INVALID_SHAPE,
+    NON_FINITE_BIT as _NON_FINITE,
+    PASSED,
+    REPLACING_BITS as _REPLACING,
+    STALE_BIT as _STALE,
+    TAKEOVER_BIT as _TAKEOVER,
+    ActionSource,
+    SafetyCheck,
+    SafetyVerdict,
+)
+
+# Below this speed on every joint (rad/s) the arm's coasting distance is not checked.
+_COASTING_SPEED = 0.05
+
+
+class PositionSupervisorConfig(BaseModel):
+    """How the position supervisor checks commands and which backup it uses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backup: BackupConfig = Field(
+        default_factory=lambda: BackupConfig(),
+        description="Backup command for unusable or stale inputs and TAKEOVER (-)",
+    )
+    sweep_spacing_m: float = Field(
+        default=0.01,
+        gt=0.0,
+        description="Largest Cartesian distance between the poses checked along the segment "
+        "from the measured pose to the command; keep it below twice the obstacle margin (m)",
+    )
+    observation_range_slack_rad: float = Field(
+        default=0.5,
+        gt=0.0,
+        description="A joint reading further than this outside the joint's range makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (rad)",
+    )
+    observation_speed_factor: float = Field(
+        default=5.0,
+        gt=1.0,
+        description="A joint speed above this multiple of its velocity limit makes the "
+        "observation invalid (INVALID_OBSERVATION: the last command is held) (1)",
+    )
+    sweep_max_samples: int = Field(
+        default=256,
+        ge=1,
+        description="Most poses checked along one segment; a longer one is sampled more "
+        "sparsely (poses)",
+    )
+
+
+class PositionSupervisor:
+    """Filters commanded joint positions against :class:`SafetyLimits`; see the module."""
+
+    def __init__(
+        self,
+        limits: SafetyLimits,
+        impedance: ImpedanceModel,
+        *,
+        kinematics: Kinematics | None = None,
+        backup: CommandBackup | None = None,
+        config: PositionSupervisorConfig | None = None,
+    ) -> None:
+        self.limits = limits
+        self.impedance = impedance
+        self.config = cfg = config or PositionSupervisorConfig()
+        self.kinematics = kinematics
+        self._custom_backup = backup
+        self.backup: CommandBackup = backup or make_command_backup(limits, cfg.backup)
+        self.envelope = CommandEnvelope(limits, impedance)
+        self._segment = SegmentClearance(
+            limits, kinematics, spacing_m=cfg.sweep_spacing_m, max_samples=cfg.sweep_max_samples
+        )
+        self._chain_gravity = chain_gravity(kinematics, limits.n_joints)
+        # 1 / (2b) per joint: a joint at speed v coasts v·|v|/(2b) while braking at b.
+        self._half_over_brake = tuple(0.5 / b for b in limits.braking_deceleration_rad_s2)
+        n = self._n = limits.n_joints
+        self._all_joints = tuple(range(n))
+        self._shape = (n,)
+        self._q = slice(*limits.layout.joint_position)
+        self._v = slice(*limits.layout.joint_velocity)
+        self._min_obs = limits.min_obs_dim
+        self._obs_dim = limits.observation_dim
+        self._dt = limits.control_period_s
+        self._zeros = [0.0] * n
+        self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
+        slack = cfg.observation_range_slack_rad
+        self._plausible_q = tuple(
+            (lo - slack, hi + slack)
+            for lo, hi in zip(limits.position_low_rad, limits.position_high_rad, strict=True)
+        )
+        self._plausible_v = tuple(
+            cfg.observation_speed_factor * x for x in limits.velocity_limit_rad_s
+        )
+        # The command this supervisor last returned (float32 values) and the change it
+        # made, for the next step's acceleration check; the last readable pose, which an
+        # unreadable observation holds when nothing better is known.
+        self._last: tuple[list[float], list[float]] | None = None
+        self._last_bytes = b""
+        self._last_pose: list[float] | None = None
+
+    def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
+        """The same supervisor (gains, kinematics, backup, config) enforcing other
+        limits, with fresh robot state; pass the robot's state across with
+        :meth:`take_state`."""
+        return PositionSupervisor(
+            limits,
+            self.impedance,
+            kinematics=self.kinematics,
+            backup=self._custom_backup,
+            config=self.config,
+        )
+
+    def take_state(self, other: PositionSupervisor) -> None:
+        """Continue the robot ``other`` has been supervising (its last command and
+        change, and its last readable pose), e.g. across a change of degradation level."""
+        if other is not self:
+            self._last = other._last
+            self._last_bytes = other._last_bytes
+            self._last_pose = other._last_pose
+
+    def filter(
+        self,
+        observation: Any,
+        command_rad: Any,
+        previous_command_rad: Any | None = None,
+        *,
+        observation_age_s: float | None = None,
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        """The command to execute (float32 rad, shape (n,)) and what was done to it."""
+        return self._run(observation, command_rad, previous_command_rad, observation_age_s, False)
+
+    def backup_action(
+        self, observation: Any, previous_command_rad: Any | None = None
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        """The backup command for this state (TAKEOVER, or a client-side watchdog miss);
+        named as :meth:`Supervisor.backup_action`, so serving calls either alike."""
+        return self._run(observation, None, previous_command_rad, None, True)
+
+    def _run(
+        self,
+        observation: Any,
+        proposed: Any,
+        previous: Any,
+        age_s: float | None,
+        takeover: bool,
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        state = self._read_state(observation)
+        prev, own = self._previous(previous)
+        if state is None:
+            return self._unreadable(prev)
+        q, v = state
+        self._last_pose = q
+        checks = 0 if previous is None or prev is not None else _INVALID_PREVIOUS
+        dt = self._dt
+        if prev is None:
+            reference: list[float] = q
+            change = [x * dt for x in v]
+        elif own and self._last is not None:
+            reference = prev
+            change = self._last[1]
+        else:
+            reference = prev
+            change = [x * dt for x in v]
+        command: np.ndarray | None = None
+        values: list[float] | None = None
+        if takeover:
+            checks |= _TAKEOVER
+        else:
+            command, values = _command(proposed, self._n)
+            if command is None:
+                checks |= _NON_FINITE if values is not None else _INVALID_SHAPE
+            if age_s is not None and not age_s <= self.limits.command_staleness_s:
+                checks |= _STALE
+        replacing = checks & _REPLACING
+        envelope = self.envelope
+        gravity = self._gravity(q)
+        if replacing:
+            target = self.backup.target(q, reference)
+            joint = envelope.clip(q, v, gravity, reference, change, target, exact=False)
+        else:
+            assert values is not None
+            joint = envelope.clip(q, v, gravity, reference, change, values)
+            checks |= joint.checks
+        out: np.ndarray | None = None
+        if joint.inside:
+            candidate = joint.values
+            out = command
+        else:
+            out = np.array(joint.values, dtype=np.float32)
+            candidate = out.tolist()
+        placed = candidate
+        cartesian = 0
+        if self._segment.active:
+            cartesian, candidate = self._cartesian(q, v, gravity, reference, change, candidate)
+            if cartesian:
+                checks |= cartesian
+                out = np.array(candidate, dtype=np.float32)
+        assert out is not None
+        self._last = (candidate, list(map(operator.sub, candidate, reference)))
+        self._last_bytes = out.tobytes()
+        if replacing or values is None:
+            return out, PositionVerdict(
+                ActionSource.BACKUP, _flags(checks), _distance(candidate, q), self._all_joints
+            )
+        if candidate is values or candidate == values:
+            if not checks:
+                return out, PASSED
+            return out, SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
+        moved: list[tuple[SafetyCheck, float]] = [
+            (check, math.sqrt(squared))
+            for check, squared in zip(MOVED_CHECKS, joint.moved, strict=True)
+            if squared
+        ]
+        if cartesian:
+            distance = _distance(candidate, placed)
+            for check in (SafetyCheck.WORKSPACE, SafetyCheck.OBSTACLE):
+                if cartesian & int(check):
+                    moved.append((check, distance))
+        joints = tuple(compress(self._all_joints, map(operator.ne, candidate, values)))
+        return out, PositionVerdict(
+            ActionSource.CLIPPED, _flags(checks), _distance(candidate, values), joints, tuple(moved)
+        )
+
+    def _cartesian(
+        self,
+        q: list[float],
+        v: list[float],
+        gravity: list[float],
+        reference: list[float],
+        change: list[float],
+        candidate: list[float],
+    ) -> tuple[int, list[float]]:
+        """The Cartesian bits breached and the command to execute instead (see step 6);
+        commands in and out are float32 values."""
+        segment = self._segment
+        bits, fraction = segment.clear_fraction(q, candidate)
+        # Inside a margin the command may not go deeper than the previous command either:
+        # an arm sagging under an unmodelled load lags below its command, so a command
+        # that is only "no worse than the arm" each step walks the arm into the obstacle.
+        held = reference is not q
+        if held:
+            deeper, _ = segment.clear_fraction(reference, candidate)
+            if deeper:
+                bits |= deeper
+                fraction = 0.0  # backed off to the held command, or braked
+        # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
+        # deceleration, a step of delay): if that is deeper into a margin than where it
+        # is, the command brakes (held, else the pose) whatever it asks for, before the
+        # segment to the command would see the breach.
+        coasting = False
+        if max(map(abs, v)) > _COASTING_SPEED:
+            stop = [
+                x + y * (abs(y) * half_over_b + self._dt)
+                for x, y, half_over_b in zip(q, v, self._half_over_brake, strict=True)
+            ]
+            coast_bits = segment.breaches(q, stop)
+            if coast_bits:
+                bits |= coast_bits
+                coasting = True
+        if not bits:
+            return 0, candidate
+        envelope = self.envelope
+        targets: list[list[float]] = []
+        if coasting:
+            fraction = 0.0
+        if fraction > 0.0:
+            targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
+        # Then the previous command, then the measured pose. A command reset to the
+        # measured pose every step lets an arm that sags under an unmodelled load sink by
+        # its sag every step (ratcheting into the obstacle); a held command lets it sink
+        # once, to where the impedance holds it. A held command ahead of a moving arm
+        # toward the obstacle breaches, and the pose (braking) is next.
+        if reference is not q:
+            targets.append(reference)
+        targets.append(q)
+        for target in targets:
+            placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
+            trial = _rounded(placed.values)
+            if not segment.breaches(q, trial) and not (held and segment.breaches(reference, trial)):
+                return bits, trial
+        # The clearance outranks the rate limits: the previous command held as it is (a
+        # moving command cannot be held within the acceleration limit, and a pose
+        # commanded every step lets a sagging arm sink every step), else the pose.
+        if held:
+            trial = _rounded(envelope.hold(reference))
+            if not segment.breaches(q, trial):
+                return bits, trial
+        return bits, _rounded(envelope.hold(q))
+
+    def _previous(self, previous: Any) -> tuple[list[float] | None, bool]:
+        """A usable previous command (finite, inside the joint limits) or None, and
+        whether it is the command this supervisor last returned."""
+        if previous is None:
+            return None, False
+        last = self._last
+        # The common case: the command this supervisor returned, handed back.
+        if (
+            last is not None
+            and type(previous) is np.ndarray
+            and previous.dtype == np.float32
+            and previous.shape == self._shape
+            and previous.tobytes() == self._last_bytes
+        ):
+            return last[0], True
+        values = _floats(previous, self._n)
+        if values is None:
+            return None, False
+        last = self._last
+        if last is not None and values == last[0]:
+            return values, True  # usable by construction
+        for x, (lo, hi) in zip(values, self._range, strict=True):
+            if not lo <= x <= hi:  # also false for NaN
+                return None, False
+        return values, False
+
+    def _read_state(self, observation: Any) -> tuple[list[float], list[float]] | None:
+        if type(observation) is np.ndarray and observation.dtype.char in "fd":
+            obs: np.ndarray | None = observation
+        else:
+            obs = _array(observation)
+        if obs is None or obs.ndim != 1 or obs.shape[0] < self._min_obs:
+            return None
+        if self._obs_dim and obs.shape[0] != self._obs_dim:
+            return None
+        values = obs.tolist()
+        q = values[self._q]
+        v = values[self._v]
+        # A sum is NaN or ±inf if any term is (or if it overflows, which only values
+        # beyond 1e307 can: no joint reads those).
+        if not math.isfinite(sum(q) + sum(v)):
+            return None
+        # Outside what the robot can physically be (a joint far beyond its range, a speed
+        # far over its limit): a broken sensor or a garbled message, never a state to
+        # steer from.
+        for x, y, (lo, hi), vmax in zip(q, v, self._plausible_q, self._plausible_v, strict=True):
+            if not (lo <= x <= hi and -vmax <= y <= vmax):
+                return None
+        return q, v
+
+    def _gravity(self, q: list[float]) -> list[float]:
+        if self._chain_gravity is not None:
+            return self._chain_gravity.torques(q)
+        if self.kinematics is None:
+            return self._zeros
+        values = _floats(self.kinematics.gravity_torque(np.array(q)), self._n)
+        if values is None or not all(map(math.isfinite, values)):
+            # A broken model must not steer the arm: the torque check then assumes none.
+            return self._zeros
+        return values
+
+    def _unreadable(self, prev: list[float] | None) -> tuple[np.ndarray, SafetyVerdict]:
+        """An unreadable observation: repeat the last command known (the previous one,
+        else the last this supervisor returned, else the last pose seen, else home)."""
+        if prev is not None:
+            known = prev
+        elif self._last is not None:
+            known = self._last[0]
+        elif self._last_pose is not None:
+            known = self._last_pose
+        else:
+            known = list(self.limits.home_position_rad)
+        out = np.array(self.envelope.hold(known), dtype=np.float32)
+        values = out.tolist()
+        self._last = (values, self._zeros)
+        self._last_bytes = out.tobytes()
+        return out, PositionVerdict(
+            ActionSource.BACKUP,
+            SafetyCheck.INVALID_OBSERVATION,
+            _distance(values, known),
+            self._all_joints,
+        )
+
+
+def _command(proposed: Any, n: int) -> tuple[np.ndarray | None, list[float] | None]:
+    """(float32 command, its values) for a finite command of shape (n,); (None, values)
+    for a non-finite one; (None, None) for a wrong shape or a non-numeric value."""
+    if isinstance(proposed, np.ndarray) and proposed.dtype == np.float32:
+        if proposed.shape != (n,):
+            return None, None
+        values: list[float] = proposed.tolist()
+        # float32 values cannot sum past float64's range: the sum is finite iff all are.
+        if math.isfinite(sum(values)):
+            return proposed, values
+        return None, values
+    floats = _floats(proposed, n)
+    if floats is None:
+        return None, None
+    if not all(map(math.isfinite, floats)):
+        return None, floats
+    command = np.array(
+        [-_HUGE if x < -_HUGE else _HUGE if x > _HUGE else x for x in floats], dtype=np.float32
+    )
+    return command, command.tolist()
+
+
+def _rounded(values: list[float]) -> list[float]:
+    """``values`` as the float32 command will carry them."""
+    rounded: list[float] = np.array(values, dtype=np.float32).tolist()
+    return rounded
+
+
+def _distance(a: Sequence[float], b: Sequence[float]) -> float:
+    return math.dist(a, b)
