@@ -279,9 +279,11 @@ def test_a_negated_candidate_that_passes_shadow_is_rejected_by_its_canary_and_ne
     assert "canary stage failed" in reg.get(2).reason
     assert "final_distance_diff_lower_bound_m" in reg.get(2).reason
     live = reg.live()
-    assert live is not None and live.id == 1
+    assert live is not None
+    assert live.id == 1
     served_by_2 = [d for d in decisions if d.version == 2]
-    assert served_by_2 and all(d.role is Role.CANARY and d.tightened for d in served_by_2)
+    assert served_by_2
+    assert all(d.role is Role.CANARY and d.tightened for d in served_by_2)
     assert len(served_by_2) <= 8  # its share, for its pairs only, never full traffic
     assert all(router.route("robot-1", f"after-{e}", "task-0").version != 2 for e in range(50))
 
@@ -307,7 +309,8 @@ def test_a_promoted_version_that_then_degrades_is_rolled_back(
         monitor.add(o)
     _run_tasks(router, ctl, 40, outcome_of)
     live = reg.live()
-    assert live is not None and live.id == 3, reg.get(3).reason
+    assert live is not None
+    assert live.id == 3, reg.get(3).reason
     degraded = True  # e.g. the robot's dynamics changed in a way version 3 handles badly
     events = []
     for e in range(30):
@@ -318,7 +321,9 @@ def test_a_promoted_version_that_then_degrades_is_rolled_back(
             break
     assert len(events) == 1
     live = reg.live()
-    assert live is not None and live.id == 1
+    assert live is not None
+    assert live.id == 1
     failed = [m for m in events[0].measurements if not m.passed]
-    assert failed and all(m.direction in ("<=", ">=") for m in failed)
+    assert failed
+    assert all(m.direction in ("<=", ">=") for m in failed)
     assert "success_diff_upper_bound" in events[0].describe()

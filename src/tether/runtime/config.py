@@ -40,9 +40,7 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # canaries. A harm test on 8 pairs catches a clearly harmful candidate (negated actions)
 # but not a subtle regression: the rollback monitor is what catches that.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=ServerGateConfig(
-        canary=CanaryConfig(fraction=0.5, pairs=8)
-    ),
+    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=8)),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

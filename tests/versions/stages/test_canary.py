@@ -105,7 +105,9 @@ def test_every_verdict_keeps_its_numbers_and_the_return_is_only_reported() -> No
     assert {"return_diff", "pairs", "success_diff", "final_distance_diff_m"} <= figures
     assert verdict.samples == 2 * RUN.pairs
     text = verdict.describe()
-    assert "must be >=" in text and "reported: " in text and "return_diff=" in text
+    assert "must be >=" in text
+    assert "reported: " in text
+    assert "return_diff=" in text
 
 
 def test_only_episodes_paired_by_task_count() -> None:
@@ -114,12 +116,14 @@ def test_only_episodes_paired_by_task_count() -> None:
     cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tightened=True)
     ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
     for a, b in zip(cand, control, strict=True):  # no task ids: nothing pairs
-        assert ev.add(a) is None and ev.add(b) is None
+        assert ev.add(a) is None
+        assert ev.add(b) is None
     assert ev.pair_count == 0
     full = outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=2, tasks=True)
     cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tightened=True, tasks=True)
     for a, b in zip(cand, full, strict=True):  # live at full limits is not the control
-        assert ev.add(a) is None and ev.add(b) is None
+        assert ev.add(a) is None
+        assert ev.add(b) is None
     assert ev.pair_count == 0
     no_distance = [dataclasses.replace(o, tightened=True, final_distance_m=None) for o in full]
     for o in no_distance:

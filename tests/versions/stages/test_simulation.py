@@ -63,8 +63,8 @@ def test_any_violation_or_contact_of_the_candidate_fails_the_stage(
         dataclasses.replace(clean, joint_limit_violation_steps=1),
         dataclasses.replace(clean, obstacle_contact_steps=2),
     ):
-        runs = iter([(harm, clean, clean, clean), (clean,) * 4])
-        monkeypatch.setattr(simulation, "run_episodes", lambda *a, **k: next(runs))
+        runs = iter([(harm, clean, clean, clean), (clean,) * 4])  # candidate's, then parent's
+        monkeypatch.setattr(simulation, "run_episodes", lambda *a, runs=runs, **k: next(runs))
         verdict = simulation_stage(engine, engine, SIM_STAGE, randomization=None)
         failed = [m for m in verdict.measurements if not m.passed]
         assert len(failed) == 1, verdict.describe()
