@@ -1,12 +1,17 @@
 """Comparing two versions' episodes with a stated statistical margin.
 
-Canary promotion and automatic rollback both ask "is A worse than B by more than
-``margin``?" from a handful of noisy episodes. We answer with a normal-approximation
-confidence bound on the difference of means (Welch standard error): for a metric where
-higher is better, ``A - B`` lower bound ``= diff - z * se``. A candidate passes a
-non-inferiority test when that lower bound is above ``-margin``; a live version counts
-as degraded when even the *upper* bound ``diff + z * se`` is below ``-margin``. Rates
-(success, interventions per step) are compared the same way over per-episode values.
+Two questions, both from a handful of noisy episodes:
+
+- the canary (``tether.versions.stages.canary``): is the candidate *shown* worse than its
+  control on the same tasks? Per-pair differences (:func:`paired_difference`), whose
+  standard error leaves out what the pairs share, with a Student-t multiplier
+  (:func:`student_t_quantile`) at a family-wise quantile (:func:`family_quantile`);
+- the rollback monitor: is the live version clearly worse than the last-known-good one?
+  Unpaired windows of two periods, a normal-approximation bound on the difference of
+  means (Welch standard error): for a higher-is-better metric the live version counts as
+  degraded when even the *upper* bound ``diff + z * se`` is below ``-margin``
+  (:func:`clearly_worse`). Rates (success, interventions per step) are compared the
+  same way over per-episode values.
 """
 
 from __future__ import annotations
@@ -86,27 +91,6 @@ def _var(xs: Sequence[float], mean: float) -> float:
     return math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def not_worse(
-    name: str,
-    candidate: Sequence[float],
-    baseline: Sequence[float],
-    *,
-    margin: float,
-    z: float,
-    higher_is_better: bool,
-) -> Measurement:
-    """Non-inferiority: the candidate is shown not worse than the baseline by ``margin``.
-
-    For a higher-is-better metric the lower confidence bound of ``candidate - baseline``
-    must be ``>= -margin``; for a lower-is-better one (intervention rate) the upper bound
-    must be ``<= margin``.
-    """
-    d = mean_difference(candidate, baseline, z=z)
-    if higher_is_better:
-        return Measurement(f"{name}_diff_lower_bound", d.lower, -margin, ">=")
-    return Measurement(f"{name}_diff_upper_bound", d.upper, margin, "<=")
-
-
 def clearly_worse(
     name: str,
     current: Sequence[float],
@@ -176,7 +160,7 @@ def compare_episodes(
     *,
     z: float,
 ) -> tuple[Measurement, ...]:
-    """Apply ``test`` (:func:`not_worse` or :func:`clearly_worse`) to each named metric.
+    """Apply ``test`` (e.g. :func:`clearly_worse`) to each named metric.
 
     ``margins`` pairs a name of :data:`EPISODE_METRICS` with its margin.
     """
