@@ -144,6 +144,9 @@ def test_good_candidate_goes_shadow_canary_live(
     assert lkg.id == 1
     assert [v.stage for v in ctl.verdicts(3)] == [GateStage.SHADOW, GateStage.CANARY]
     assert router.canary() is None
+    # The promotion's reason keeps the canary's numbers, as a rejection's does.
+    assert "canary stage passed" in reg.get(3).reason
+    assert "success_diff_upper_bound=" in reg.get(3).reason
 
 
 def test_failed_learner_stage_rejects_at_once(
