@@ -149,7 +149,7 @@ def student_t_quantile(p: float, df: int) -> float:
         (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
         (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
     )
-    return z + sum(gk / df ** (k + 1) for k, gk in enumerate(g))
+    return z + math.fsum(gk / float(df) ** (k + 1) for k, gk in enumerate(g))
 
 
 def compare_episodes(
