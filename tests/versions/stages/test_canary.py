@@ -24,10 +24,14 @@ def _task_outcome(
     distance_m: float,
     *,
     negated: bool = False,
+    improved: bool = False,
 ) -> EpisodeOutcome:
     """One episode of a task whose difficulty (``p_success``, ``distance_m``) both arms share."""
     if negated:  # flipped torques: the arm moves away from the target
         success, distance = False, distance_m + rng.uniform(0.2, 0.4)
+    elif improved:  # adapted to the drift: succeeds more often, ends closer
+        success = bool(rng.random() < min(1.0, p_success + 0.3))
+        distance = abs(0.5 * distance_m + rng.normal(0, 0.03))
     else:
         success, distance = bool(rng.random() < p_success), abs(distance_m + rng.normal(0, 0.03))
     return EpisodeOutcome(
@@ -43,19 +47,26 @@ def _task_outcome(
     )
 
 
-def _trial(config: CanaryConfig, seed: int, *, negated: bool = False) -> StageVerdict:
+def _trial(
+    config: CanaryConfig, seed: int, *, negated: bool = False, improved: bool = False
+) -> StageVerdict:
     """One canary period: each pair is one task run by the canary (2) and the control (1)."""
     rng = np.random.default_rng(seed)
     ev = CanaryEvaluator(candidate=2, baseline=1, config=config)
     verdict = None
     for k in range(config.pairs):
         p, d = rng.uniform(0.05, 0.95), rng.uniform(0.0, 0.2)
-        arms = [(2, negated), (1, False)]
+        arms = [2, 1]
         if rng.random() < 0.5:
             arms.reverse()  # the router draws which arm runs the task first
-        for version, flip in arms:
+        for version in arms:
             assert verdict is None
-            verdict = ev.add(_task_outcome(rng, version, k, p, d, negated=flip))
+            cand = version == 2
+            verdict = ev.add(
+                _task_outcome(
+                    rng, version, k, p, d, negated=cand and negated, improved=cand and improved
+                )
+            )
     assert verdict is not None
     return verdict
 
@@ -88,6 +99,14 @@ def test_a_candidate_with_negated_actions_is_always_rejected(config: CanaryConfi
         assert not verdict.passed
         failed = {m.name for m in verdict.measurements if not m.passed}
         assert "final_distance_diff_lower_bound_m" in failed
+
+
+@pytest.mark.parametrize("config", [SERVING, RUN], ids=["serving", "tether-run"])
+def test_a_clear_improvement_passes(config: CanaryConfig) -> None:
+    verdicts = [_trial(config, seed, improved=True) for seed in range(300)]
+    assert all(v.passed for v in verdicts)
+    estimates = [{f.name: f.value for f in v.figures}["final_distance_diff_m"] for v in verdicts]
+    assert sum(e < 0.0 for e in estimates) > 0.9 * len(estimates)  # its numbers say better
 
 
 def test_every_verdict_keeps_its_numbers_and_the_return_is_only_reported() -> None:
