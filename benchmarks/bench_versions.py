@@ -84,7 +84,9 @@ def main() -> None:
     router.set_split({})
     registry.transition(3, VersionState.CANARY, "bench")
     router.start_canary(3, 0.2)
-    rows.append(("route(), canary share", per_call_us(lambda i: router.route("s", f"e{i}"), n)))
+    rows.append(
+        ("route(), canary share", per_call_us(lambda i: router.route("s", f"e{i}", f"t{i % 8}"), n))
+    )
     router.stop_canary()
     flips = iter(range(10**9))
     rows.append(

@@ -40,9 +40,7 @@ def config() -> LearnerConfig:
         # Publication mechanics are tested, not the simulation stage's judgement: two
         # episodes with wide return and distance margins, so a small learner step on the
         # position arm is not refused on noise.
-        gate=LearnerGateConfig(
-            simulation=SimulationStageConfig(episodes=2, return_margin=1e3, distance_margin_m=1.0)
-        ),
+        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=2, distance_margin_m=1.0)),
         fine_tune=False,
         updates_per_transition=1.0,
         idle_poll_s=0.001,

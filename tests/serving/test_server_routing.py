@@ -20,10 +20,10 @@ from tether.serving.config import AdmissionConfig, ServerConfig
 from tether.serving.launch import build_server
 from tether.spec import RobotSpec
 from tether.versions.facade import PolicyVersions, VersionsConfig
-from tether.versions.records import VersionSource, VersionState
+from tether.versions.records import EpisodeOutcome, VersionSource, VersionState
 
-# Episodes go to the canary by a hash of random session and episode ids: with 8 at a 50 %
-# share all landed on one side about once in 128 runs (seen in CI); 16 make it 1 in 32,768.
+# The routed robot runs each task twice in a row and declares it: at a 50 % share every
+# pair of episodes is one canary and one control episode of the same task.
 EPISODES = 16
 
 
@@ -41,6 +41,14 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     versions.registry.transition(candidate.id, VersionState.SHADOW, "test: shadow passed")
     versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
     versions.router.start_canary(candidate.id, fraction=0.5, tightening=0.8)
+    finished: list[EpisodeOutcome] = []
+    on_episode = versions.on_episode
+
+    def record(outcome: EpisodeOutcome) -> None:
+        finished.append(outcome)
+        on_episode(outcome)
+
+    versions.on_episode = record  # type: ignore[method-assign]
     config = ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0))
     server = build_server(tmp_path / "base", config, versions=versions)
     running = RunningServer(server)
@@ -62,6 +70,8 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
                             truncated=done,
                             success=done and episode % 2 == 0,
                             deterministic=True,
+                            task_id=f"task-{episode // 2}" if name == "routed" else "",
+                            final_distance_m=0.05 if done else None,
                         )
                         assert reply.version is not None, reply.reason
                         served[name].append(reply.version.id)
@@ -72,7 +82,15 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     episodes = [served["routed"][i : i + 4] for i in range(0, 4 * EPISODES, 4)]
     assert all(len(set(e)) == 1 for e in episodes)  # sticky per episode
     canary_episodes = sum(e[0] == candidate.id for e in episodes)
-    assert 0 < canary_episodes < EPISODES  # the share reached both versions
+    for k in range(0, EPISODES, 2):  # each task: once by the canary, once by its control
+        assert {episodes[k][0], episodes[k + 1][0]} == {candidate.id, live.id}
+    assert canary_episodes == EPISODES // 2
+    # The task id and the final distance travelled with the steps into the outcomes.
+    routed_outcomes = [o for o in finished if o.tightened]
+    assert len(routed_outcomes) == EPISODES
+    assert [o.task_id for o in routed_outcomes] == [f"task-{k // 2}" for k in range(EPISODES)]
+    assert all(o.final_distance_m == np.float32(0.05) for o in routed_outcomes)
+    assert {o.task_id for o in finished if not o.tightened} == {""}  # pinned: undeclared
     assert set(served["pinned"]) == {live.id}  # a pin beats the router
     canary = versions.registry.metrics(candidate.id)
     live_metrics = versions.registry.metrics(live.id)

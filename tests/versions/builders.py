@@ -159,9 +159,12 @@ def outcomes(
     rate: float,
     seed: int,
     tightened: bool = False,
+    distance_m: float = 0.05,
+    tasks: bool = False,
 ) -> list[EpisodeOutcome]:
     """``n`` recorded episodes of ``version`` with the given averages (200 steps each);
-    ``tightened``: served under a canary's limits (the canary's and its control's)."""
+    ``tightened``: served under a canary's limits (the canary's and its control's);
+    ``tasks``: episode k declares task ``task-k`` (so two such lists pair up)."""
     rng = np.random.default_rng(seed)
     return [
         EpisodeOutcome(
@@ -172,13 +175,15 @@ def outcomes(
             interventions=int(rng.binomial(200, rate)),
             backups=0,
             tightened=tightened,
+            task_id=f"task-{k}" if tasks else "",
+            final_distance_m=abs(float(rng.normal(distance_m, 0.01))),
         )
-        for _ in range(n)
+        for k in range(n)
     ]
 
 
 # The simulation stage in these tests: few episodes, wide margins.
-SIM_STAGE = SimulationStageConfig(episodes=4, return_margin=5.0, success_margin=0.5)
+SIM_STAGE = SimulationStageConfig(episodes=4, success_margin=0.5)
 
 
 def measure(verdict: StageVerdict, name: str) -> float:

@@ -96,8 +96,9 @@ def test_canary_share_is_sticky_per_episode_and_close_to_its_fraction(
     router.start_canary(3, 0.2, 0.8)
     canary_episodes = control_episodes = 0
     for e in range(3000):
-        first = router.route("robot", f"ep-{e}")
-        assert all(router.route("robot", f"ep-{e}") == first for _ in range(3))
+        task = f"task-{e % 50}"
+        first = router.route("robot", f"ep-{e}", task)
+        assert all(router.route("robot", f"ep-{e}", task) == first for _ in range(3))
         if first.role is Role.CANARY:
             assert first.version == 3
             assert first.tightening == 0.8
@@ -108,10 +109,56 @@ def test_canary_share_is_sticky_per_episode_and_close_to_its_fraction(
             control_episodes += 1
         else:
             assert not first.tightened
-    assert canary_episodes / 3000 == pytest.approx(0.2, abs=0.03)
-    assert control_episodes / 3000 == pytest.approx(0.2, abs=0.03)
+    # A pair opens with probability 2 * fraction and its second episode closes it, so
+    # paired episodes are a little over 2 * fraction of all.
+    assert abs(canary_episodes - control_episodes) <= 50  # at most one open pair per task
+    assert 0.15 < canary_episodes / 3000 < 0.35
     router.stop_canary()
+    assert all(router.route("robot", f"ep-{e}", "t").role is Role.LIVE for e in range(3000, 3200))
+
+
+def test_every_paired_task_is_run_by_the_canary_and_by_its_control_in_turn(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    reg.transition(3, VersionState.CANARY, "test")
+    router.start_canary(3, 0.5, 0.8)  # every task's every turn is in the experiment
+    roles: dict[str, list[Role]] = {}
+    for e in range(400):
+        task = f"task-{(e // 2) % 10}"  # each task twice in a row, as tether run does
+        roles.setdefault(task, []).append(router.route(f"robot-{e % 3}", f"ep-{e}", task).role)
+    firsts = set()
+    for task_roles in roles.values():
+        assert len(task_roles) == 40
+        for a, b in zip(task_roles[::2], task_roles[1::2], strict=True):
+            assert {a, b} == {Role.CANARY, Role.CONTROL}  # one pair: both arms, back to back
+            firsts.add(a)
+    assert firsts == {Role.CANARY, Role.CONTROL}  # neither arm always runs first
+
+
+def test_episodes_without_a_task_id_are_never_paired(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    reg.transition(3, VersionState.CANARY, "test")
+    router.start_canary(3, 0.5, 0.8)
     assert all(router.route("robot", f"ep-{e}").role is Role.LIVE for e in range(200))
+
+
+def test_an_episode_keeps_its_first_steps_route_when_a_canary_starts_or_stops(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    reg.transition(3, VersionState.CANARY, "test")
+    assert router.route("robot", "ep-0", "t").role is Role.LIVE
+    router.start_canary(3, 0.5, 0.8)
+    assert router.route("robot", "ep-0", "t").role is Role.LIVE  # began before the canary
+    first = router.route("robot", "ep-1", "t")
+    assert first.tightened
+    router.stop_canary()
+    after = router.route("robot", "ep-1", "t")
+    assert after.version is None  # the canary is out: its steps go to live ...
+    assert after.tightening == first.tightening  # ... under the limits the episode began with
 
 
 @settings(max_examples=200, deadline=None)

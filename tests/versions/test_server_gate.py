@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tether.safety.supervisor import Supervisor
 from tether.spec import RobotSpec
 from tether.versions.errors import VersionError
 from tether.versions.records import (
+    EpisodeOutcome,
     GateStage,
     Measurement,
     StageVerdict,
@@ -27,15 +29,15 @@ from tether.versions.records import (
     VersionState,
 )
 from tether.versions.registry import ModelRegistry
-from tether.versions.routing import Role, TrafficRouter
+from tether.versions.rollback import RollbackConfig, RollbackMonitor
+from tether.versions.routing import Role, RouteDecision, TrafficRouter
 from tether.versions.server_gate import GateOutcome, ServerGate, ServerGateConfig
 from tether.versions.stages.canary import CanaryConfig
 from tether.versions.stages.shadow import ShadowConfig
 
 CONFIG = ServerGateConfig(
     shadow=ShadowConfig(steps=60, max_intervention_rate=1.0, max_mean_divergence=0.05),
-    # Ten episodes of a binary outcome say little: the stated success margin is wide.
-    canary=CanaryConfig(fraction=0.3, episodes=10, min_live_episodes=10, success_margin=0.5),
+    canary=CanaryConfig(fraction=0.3, pairs=10),
 )
 
 
@@ -116,16 +118,20 @@ def test_good_candidate_goes_shadow_canary_live(
     # Episodes the router gives the canary are served by it under tightened limits.
     # As many again are its control: live, under the same limits. Live at full limits is
     # not what the canary is judged against.
-    decisions = [router.route("robot", f"ep-{e}") for e in range(60)]
+    decisions = [router.route("robot", f"ep-{e}", f"task-{e % 7}") for e in range(60)]
     assert {d.role for d in decisions} == {Role.LIVE, Role.CANARY, Role.CONTROL}
     for d in decisions:
         assert d.tightened is (d.role is not Role.LIVE)
         assert d.version == (3 if d.role is Role.CANARY else None)
     outcome = None
-    for o in outcomes(1, 20, mean_return=-60, success=0.5, rate=0.01, seed=3):
+    for o in outcomes(1, 20, mean_return=-60, success=0.5, rate=0.01, seed=3, tasks=True):
         assert ctl.on_episode(o) is None  # live at full limits: no verdict from these
-    live_eps = outcomes(1, 10, mean_return=-60, success=0.5, rate=0.01, seed=1, tightened=True)
-    cand_eps = outcomes(3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2, tightened=True)
+    live_eps = outcomes(
+        1, 10, mean_return=-60, success=0.5, rate=0.01, seed=1, tightened=True, tasks=True
+    )
+    cand_eps = outcomes(
+        3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2, tightened=True, tasks=True
+    )
     for a, b in zip(live_eps, cand_eps, strict=True):
         outcome = ctl.on_episode(a) or ctl.on_episode(b)
     assert outcome is not None
@@ -138,6 +144,9 @@ def test_good_candidate_goes_shadow_canary_live(
     assert lkg.id == 1
     assert [v.stage for v in ctl.verdicts(3)] == [GateStage.SHADOW, GateStage.CANARY]
     assert router.canary() is None
+    # The promotion's reason keeps the canary's numbers, as a rejection's does.
+    assert "canary stage passed" in reg.get(3).reason
+    assert "success_diff_upper_bound=" in reg.get(3).reason
 
 
 def test_failed_learner_stage_rejects_at_once(
@@ -175,7 +184,7 @@ def test_operator_promotion_of_the_canary_ends_its_evaluation(
     reg.promote(3, "operator accepted the canary early")
     assert ctl.candidate is None
     assert router.canary() is None
-    for o in outcomes(3, 40, mean_return=-50, success=0.5, rate=0.0, seed=3):
+    for o in outcomes(3, 40, mean_return=-50, success=0.5, rate=0.0, seed=3, tasks=True):
         assert ctl.on_episode(o) is None  # the abandoned canary never decides again
     live = reg.live()
     assert live is not None
@@ -212,3 +221,112 @@ def test_promote_directly_skips_the_gate_and_says_so(
     assert "WITHOUT the promotion gate" in record.reason
     gated = make_engine(derived(base_bundle, tmp_path / "v3", 3, "v3", nudged))
     assert versions.submit_candidate(gated).state is VersionState.SHADOW
+
+
+def _run_tasks(
+    router: TrafficRouter,
+    ctl: ServerGate,
+    episodes: int,
+    outcome_of: Callable[[Role, int | None, int], EpisodeOutcome],
+) -> list[RouteDecision]:
+    """``episodes`` episodes of one robot that runs each of 6 tasks twice in a row, routed
+    by ``router``; ``outcome_of(role, version, task)`` says how each went."""
+    decisions = []
+    for e in range(episodes):
+        task = (e // 2) % 6
+        decision = router.route("robot-1", f"ep-{e}", f"task-{task}")
+        decisions.append(decision)
+        ctl.on_episode(outcome_of(decision.role, decision.version, task))
+    return decisions
+
+
+def _episode(
+    version: int, task: int, *, success: bool, distance_m: float, tightened: bool
+) -> EpisodeOutcome:
+    return EpisodeOutcome(
+        version=version,
+        episode_return=0.0,
+        success=success,
+        steps=200,
+        interventions=20,
+        backups=0,
+        tightened=tightened,
+        task_id=f"task-{task}",
+        final_distance_m=distance_m,
+    )
+
+
+def test_a_negated_candidate_that_passes_shadow_is_rejected_by_its_canary_and_never_goes_live(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    # Shadow made permissive on purpose, so only the canary stands between it and live.
+    permissive = ServerGateConfig(
+        shadow=ShadowConfig(steps=60, max_intervention_rate=1.0, max_mean_divergence=10.0),
+        canary=CanaryConfig(fraction=0.5, pairs=8),
+    )
+    reg, router, _ = _system(base_bundle, tmp_path, supervisor)
+    ctl = ServerGate(reg, router, supervisor, permissive)
+    ctl.submit(2)
+    _serve_live_batches(reg, router, ctl, spec, 4)
+    assert reg.get(2).state is VersionState.CANARY
+
+    def outcome_of(role: Role, version: int | None, task: int) -> EpisodeOutcome:
+        if role is Role.CANARY:  # flipped torques: the arm ends far from the target
+            return _episode(2, task, success=False, distance_m=0.4, tightened=True)
+        return _episode(
+            1, task, success=task % 2 == 0, distance_m=0.05, tightened=role is Role.CONTROL
+        )
+
+    decisions = _run_tasks(router, ctl, 60, outcome_of)
+    assert reg.get(2).state is VersionState.REJECTED
+    assert "canary stage failed" in reg.get(2).reason
+    assert "final_distance_diff_lower_bound_m" in reg.get(2).reason
+    live = reg.live()
+    assert live is not None
+    assert live.id == 1
+    served_by_2 = [d for d in decisions if d.version == 2]
+    assert served_by_2
+    assert all(d.role is Role.CANARY and d.tightened for d in served_by_2)
+    assert len(served_by_2) <= 8  # its share, for its pairs only, never full traffic
+    assert all(router.route("robot-1", f"after-{e}", "task-0").version != 2 for e in range(50))
+
+
+def test_a_promoted_version_that_then_degrades_is_rolled_back(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    reg, router, ctl = _with_canary(base_bundle, tmp_path, spec, supervisor)
+    monitor = RollbackMonitor(
+        reg, RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3)
+    )
+    degraded = False
+
+    def outcome_of(role: Role, version: int | None, task: int) -> EpisodeOutcome:
+        v = 3 if role is Role.CANARY else (version or reg.live().id)  # type: ignore[union-attr]
+        good = not (degraded and v == 3)
+        return _episode(
+            v, task, success=good, distance_m=0.05 if good else 0.3, tightened=role is not Role.LIVE
+        )
+
+    for e in range(40):  # version 1 live at full limits, before and around the canary
+        o = _episode(1, e % 6, success=True, distance_m=0.05, tightened=False)
+        monitor.add(o)
+    _run_tasks(router, ctl, 40, outcome_of)
+    live = reg.live()
+    assert live is not None
+    assert live.id == 3, reg.get(3).reason
+    degraded = True  # e.g. the robot's dynamics changed in a way version 3 handles badly
+    events = []
+    for e in range(30):
+        o = outcome_of(Role.LIVE, None, e % 6)
+        event = monitor.add(o)
+        if event is not None:
+            events.append(event)
+            break
+    assert len(events) == 1
+    live = reg.live()
+    assert live is not None
+    assert live.id == 1
+    failed = [m for m in events[0].measurements if not m.passed]
+    assert failed
+    assert all(m.direction in ("<=", ">=") for m in failed)
+    assert "success_diff_upper_bound" in events[0].describe()

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tether.versions.statistics import clearly_worse, mean_difference, not_worse
+from tether.versions.statistics import (
+    clearly_worse,
+    family_quantile,
+    mean_difference,
+    paired_difference,
+    student_t_quantile,
+)
 
 values = st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=40)
 
@@ -30,22 +36,31 @@ def test_an_empty_side_is_refused() -> None:
         mean_difference([], [1.0], z=1.0)
 
 
-def test_non_inferiority_passes_equal_and_better_and_fails_clearly_worse() -> None:
+def test_paired_difference_removes_what_the_pairs_share() -> None:
     rng = np.random.default_rng(0)
-    base = list(rng.normal(-50, 5, 40))
-    same = list(rng.normal(-50, 5, 40))
-    better = list(rng.normal(-40, 5, 40))
-    worse = list(rng.normal(-70, 5, 40))
-    kw = {"margin": 5.0, "z": 1.645, "higher_is_better": True}
-    assert not_worse("return", same, base, **kw).passed  # type: ignore[arg-type]
-    assert not_worse("return", better, base, **kw).passed  # type: ignore[arg-type]
-    assert not not_worse("return", worse, base, **kw).passed  # type: ignore[arg-type]
-    # Lower-is-better metrics flip the direction.
-    rates = list(rng.uniform(0.0, 0.02, 40))
-    high = list(rng.uniform(0.2, 0.3, 40))
-    low_kw = {"margin": 0.02, "z": 1.645, "higher_is_better": False}
-    assert not_worse("rate", rates, rates, **low_kw).passed  # type: ignore[arg-type]
-    assert not not_worse("rate", high, rates, **low_kw).passed  # type: ignore[arg-type]
+    task = rng.normal(0.0, 100.0, 30)  # a task effect both arms share
+    a, b = task + rng.normal(1.0, 1.0, 30), task + rng.normal(0.0, 1.0, 30)
+    paired = paired_difference(list(a - b), z=1.645)
+    unpaired = mean_difference(list(a), list(b), z=1.645)
+    assert paired.diff == pytest.approx(unpaired.diff)
+    assert paired.half_width < unpaired.half_width / 20
+    assert paired.lower > 0.0  # the shift of 1 is shown; unpaired it is lost in the tasks
+    assert unpaired.lower < 0.0
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "exact"),
+    [(0.95, 29, 1.6991), (0.975, 7, 2.3646), (0.975, 3, 3.1824), (0.99, 10, 2.7638)],
+)
+def test_student_t_quantile_matches_the_tables(p: float, df: int, exact: float) -> None:
+    assert student_t_quantile(p, df) == pytest.approx(exact, rel=0.01)
+
+
+def test_family_quantile_splits_the_rate_over_the_criteria() -> None:
+    assert family_quantile(0.05, 1) == pytest.approx(0.95)
+    assert family_quantile(0.06, 3) == pytest.approx(0.98)
+    with pytest.raises(ValueError, match="false_rejection_rate"):
+        family_quantile(0.0, 3)
 
 
 def test_degradation_needs_more_than_noise() -> None:

@@ -31,18 +31,16 @@ from tether.versions.stages.canary import CanaryConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
-# The serving defaults judge a canary on 30 of its episodes at a 20 % share: 150 episodes
-# of a learning robot, 10 minutes at 50 Hz, longer than the whole default run, so no
-# candidate could ever be judged. With one learning robot a third of its episodes go to
-# the canary and a third to its control (live under the same tightened limits), and the
-# canary is judged on 8 of each (about 100 s); the last third runs live at full limits,
-# which is what the rollback monitor watches, in windows of the same size. The
-# statistical tests stay the same, so a short canary is a weaker one: the rollback
-# monitor, not the canary, is what catches a slow regression.
+# The serving defaults judge a canary on 30 task pairs at a 20 % share: 150 episodes of a
+# learning robot, 10 minutes at 50 Hz, longer than the whole default run. With one
+# learning robot every episode goes to the experiment while a canary runs (half to the
+# canary, half to its control, live under the same tightened limits, on the same tasks:
+# the robot runs each task twice in a row), and the canary is judged on 8 pairs (16
+# episodes, about 64 s). The rollback monitor watches live at full limits between
+# canaries. A harm test on 8 pairs catches a clearly harmful candidate (negated actions)
+# but not a subtle regression: the rollback monitor is what catches that.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=ServerGateConfig(
-        canary=CanaryConfig(fraction=1 / 3, episodes=8, min_live_episodes=8)
-    ),
+    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=8)),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 _SNAPSHOT_INTERVAL_S = 1.0
 _RECENT_EPISODES = 10
 _WARMUP_CALLS = 20
+# Each task runs this many episodes in a row, so the canary's router can give one to the
+# canary and the next to its control: the same start pose and target, 4 s apart.
+_TASK_REPEATS = 2
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
             t0 = start.wait(stop)
             if t0 is None:
                 return
-            obs, _ = _reset(env, plan, 0)
+            tasks = _TaskCycle(plan)
+            obs, _ = tasks.reset(env, 0)
             reward, terminated, truncated = 0.0, False, False
             ep = _Episode()
             next_tick = time.monotonic()
@@ -185,6 +189,8 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                     truncated=truncated,
                     deterministic=plan.deterministic,
                     success=ep.success,
+                    task_id=tasks.task_id,
+                    final_distance_m=ep.final_distance_m,
                 )
                 rt_ms = (time.perf_counter() - sent) * 1e3
                 latencies.append(rt_ms)
@@ -196,7 +202,7 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                     recent_eps.append(ep)
                     out.put(_episode_record(plan, t_s, episodes, ep, phase))
                     ep = _Episode()
-                    obs, _ = _reset(env, plan, episodes)
+                    obs, _ = tasks.reset(env, episodes)
                     reward, terminated, truncated = 0.0, False, False
                 else:
                     source = result.verdict.source if result.verdict is not None else "policy"
@@ -251,11 +257,30 @@ def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
                 np.save(path, np.asarray(latencies, dtype=np.float32))
 
 
-def _reset(env: ArmEnv, plan: RobotPlan, episode: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """Start episode ``episode`` (0-based): the next task of the cycle, or a fresh draw."""
-    if plan.task_seeds:
-        return env.reset(seed=plan.task_seeds[episode % len(plan.task_seeds)])
-    return env.reset(seed=plan.seed) if episode == 0 else env.reset()
+class _TaskCycle:
+    """The task of each episode, and the id the robot declares for it.
+
+    A task is an env seed (same seed: same start pose and target), run ``_TASK_REPEATS``
+    episodes in a row; the plan's fixed seeds in turn, or fresh seeds drawn from the
+    robot's own seed. The id travels on every step, so the server can pair the episodes
+    of one task (``tether.versions.routing``).
+    """
+
+    def __init__(self, plan: RobotPlan) -> None:
+        self._plan = plan
+        self._rng = np.random.default_rng(plan.seed)
+        self._seed = plan.seed
+        self.task_id = ""
+
+    def reset(self, env: ArmEnv, episode: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start episode ``episode`` (0-based)."""
+        turn, repeat = divmod(episode, _TASK_REPEATS)
+        if self._plan.task_seeds:
+            self._seed = self._plan.task_seeds[turn % len(self._plan.task_seeds)]
+        elif repeat == 0 and episode > 0:
+            self._seed = int(self._rng.integers(2**31))
+        self.task_id = f"arm-seed-{self._seed}"
+        return env.reset(seed=self._seed)
 
 
 def _episode_record(plan: RobotPlan, t_s: float, n: int, ep: _Episode, phase: str) -> EpisodeRecord:

@@ -15,6 +15,7 @@ session's (or the server's) supervisor.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeAlias
@@ -230,6 +231,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             stored_int(step.step_index, "step.step_index")
             stored_int(step.client_timestamp_ns, "step.client_timestamp_ns")
             episode = identifier(step.episode_id, "step.episode_id", cfg)
+            task = identifier(step.task_id, "step.task_id", cfg)
+            distance = _final_distance(step)
             executed = None
             if len(step.executed_action):
                 executed = self._executed_action(step.executed_action)
@@ -243,7 +246,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             self._admission.admit_step(session.session_id)
             route = None
             if self._versions is not None and session.pinned_version is None:
-                route = self._versions.route(session.session_id, episode)
+                route = self._versions.route(session.session_id, episode, task)
             query = ActionQuery(
                 obs,
                 step.deterministic,
@@ -273,7 +276,13 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         if self._versions is not None:
             self._versions.on_step(outcome.version.id, outcome.verdict)
             finished = session.tally(
-                episode, outcome, reward, step.terminated or step.truncated, step.success
+                episode,
+                outcome,
+                reward,
+                step.terminated or step.truncated,
+                step.success,
+                task_id=task,
+                final_distance_m=distance,
             )
             if finished is not None:
                 self._versions.on_episode(finished)
@@ -347,6 +356,18 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             reply.action_high.extend(np.asarray(engine.action_high, dtype=np.float32).tolist())
         self._metrics.request("Describe", "OK", "none", 0.0)
         return reply
+
+
+def _final_distance(step: pb.StepData) -> float | None:
+    """The robot's final task error, when it sent one (the canary pairs only such episodes)."""
+    if not step.HasField("final_distance_m"):
+        return None
+    value = float(step.final_distance_m)
+    if not math.isfinite(value) or value < 0.0:
+        raise RequestInvalid(
+            f"step.final_distance_m is {value}, expected a finite distance >= 0 (m) or none"
+        )
+    return value
 
 
 def _deadline(context: Context) -> float | None:

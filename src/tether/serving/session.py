@@ -60,17 +60,28 @@ class ControlSession:
         self.steps += 1
 
     def tally(
-        self, episode_id: str, outcome: ActionOutcome, reward: float, done: bool, success: bool
+        self,
+        episode_id: str,
+        outcome: ActionOutcome,
+        reward: float,
+        done: bool,
+        success: bool,
+        *,
+        task_id: str = "",
+        final_distance_m: float | None = None,
     ) -> EpisodeOutcome | None:
         """Count this step into its episode; the finished episode when ``done``.
 
         A step's reward is for the previous action, so the first step of an episode
         brings none and the step that ends it brings the last one; the episode belongs to
-        the version that served its first step (routing is sticky per episode).
+        the version that served its first step (routing is sticky per episode), and to the
+        task its first step declared; ``final_distance_m`` is read on the step that ends it.
         """
         tally = self._episode
         if tally.episode_id != episode_id:
-            tally = self._episode = _EpisodeTally(episode_id, outcome.version.id, outcome.tightened)
+            tally = self._episode = _EpisodeTally(
+                episode_id, outcome.version.id, outcome.tightened, task_id
+            )
         else:
             tally.episode_return += reward
         if not done:
@@ -87,6 +98,8 @@ class ControlSession:
             interventions=tally.interventions,
             backups=tally.backups,
             tightened=tally.tightened,
+            task_id=tally.task_id,
+            final_distance_m=final_distance_m,
         )
 
     def misses_reported(self, cumulative: int) -> int:
@@ -140,10 +153,13 @@ class ControlSession:
 class _EpisodeTally:
     """Running totals of the episode a session is in."""
 
-    def __init__(self, episode_id: str = "", version: int = 0, tightened: bool = False) -> None:
+    def __init__(
+        self, episode_id: str = "", version: int = 0, tightened: bool = False, task_id: str = ""
+    ) -> None:
         self.episode_id = episode_id
         self.version = version
         self.tightened = tightened  # routing is sticky per episode: its first step decides
+        self.task_id = task_id  # as declared on the episode's first step (routing read it)
         self.episode_return = 0.0
         self.steps = 0
         self.interventions = 0

@@ -120,7 +120,7 @@ class SessionOpen(_message.Message):
     def __init__(self, robot_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., obs_dim: _Optional[int] = ..., act_dim: _Optional[int] = ..., joint_names: _Optional[_Iterable[str]] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class StepData(_message.Message):
-    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses", "success")
+    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses", "success", "task_id", "final_distance_m")
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,8 @@ class StepData(_message.Message):
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     WATCHDOG_MISSES_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_DISTANCE_M_FIELD_NUMBER: _ClassVar[int]
     observation: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     terminated: bool
@@ -143,7 +145,9 @@ class StepData(_message.Message):
     deterministic: bool
     watchdog_misses: int
     success: bool
-    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ..., success: _Optional[bool] = ...) -> None: ...
+    task_id: str
+    final_distance_m: float
+    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ..., success: _Optional[bool] = ..., task_id: _Optional[str] = ..., final_distance_m: _Optional[float] = ...) -> None: ...
 
 class ControlStep(_message.Message):
     __slots__ = ("open", "step")

@@ -12,7 +12,8 @@ its stages without loading the registry. By module:
 - ``registry``: ``ModelRegistry`` and its transition table ``TRANSITIONS``
 - ``holder``: ``LiveModel`` and the ``ModelSource`` protocol; ``routing``:
   ``TrafficRouter`` (A/B split, canary share), ``RouteDecision``, ``Role``
-- ``statistics``: the paired comparisons (``not_worse``, ``clearly_worse``)
+- ``statistics``: the comparisons (``paired_difference`` and ``student_t_quantile`` for
+  the canary, ``clearly_worse`` for the rollback monitor)
 - ``stages``: ``offline``, ``simulation`` (learner side), ``shadow``, ``canary``
   (server side), each with its config
 - the gate, in two halves over the same records: ``learner_gate``: ``LearnerGate``

@@ -6,7 +6,7 @@ calls it makes at each point of a control step:
 
 - ``engine_for(pinned)`` / ``live_engine()`` — the ``ModelSource`` interface of
   ``tether.versions.holder`` (client pins may name live or retired versions only);
-- ``route(session_id, episode_id)`` then ``engine_for_route(decision)`` — the operator's
+- ``route(session_id, episode_id, task_id)`` then ``engine_for_route(decision)`` — the operator's
   A/B split and the canary share (canary and control steps use tightened limits:
   ``decision.tightening``);
 - ``on_batch`` after a live batch (feeds the shadow stage), ``on_step`` after the
@@ -119,8 +119,8 @@ class PolicyVersions:
 
     # ----------------------------------------------------------------- routing
 
-    def route(self, session_id: str, episode_id: str) -> RouteDecision:
-        return self.router.route(session_id, episode_id)
+    def route(self, session_id: str, episode_id: str, task_id: str = "") -> RouteDecision:
+        return self.router.route(session_id, episode_id, task_id)
 
     def engine_for_route(self, decision: RouteDecision) -> Any:
         """The engine a routed step runs on; the canary is reachable only this way."""

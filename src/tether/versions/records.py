@@ -52,14 +52,26 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A number a stage reports beside its verdict but does not judge by (e.g. the return)."""
+
+    name: str
+    value: float
+
+    def describe(self) -> str:
+        return f"{self.name}={self.value:.4g}"
+
+
+@dataclass(frozen=True)
 class StageVerdict:
     """The outcome of one gate stage for one candidate."""
 
     stage: GateStage
     candidate: int
     baseline: int  # the live version it was compared with
-    measurements: tuple[Measurement, ...]
+    measurements: tuple[Measurement, ...]  # the pass criteria: all must pass
     samples: int  # transitions, episodes or steps the numbers come from
+    figures: tuple[Figure, ...] = ()  # reported alongside, never a pass criterion
 
     @property
     def passed(self) -> bool:
@@ -68,9 +80,12 @@ class StageVerdict:
     def describe(self) -> str:
         verdict = "passed" if self.passed else "failed"
         numbers = "; ".join(m.describe() for m in self.measurements)
+        reported = ""
+        if self.figures:
+            reported = " (reported: " + ", ".join(f.describe() for f in self.figures) + ")"
         return (
             f"{self.stage.value} stage {verdict} for version {self.candidate} vs "
-            f"{self.baseline} over {self.samples} samples: {numbers}"
+            f"{self.baseline} over {self.samples} samples: {numbers}{reported}"
         )
 
 
@@ -85,6 +100,8 @@ class EpisodeOutcome:
     interventions: int  # steps whose action the supervisor changed or replaced
     backups: int  # steps served by a backup action
     tightened: bool = False  # served under a canary's tightened limits (the canary or its control)
+    task_id: str = ""  # the task the robot declared (same id: same start and target); "" none
+    final_distance_m: float | None = None  # the robot's final task error (m); None: not sent
 
     @property
     def intervention_rate(self) -> float:

@@ -2,14 +2,23 @@
 
 Each version's most recent episodes are kept in a sliding window. After every episode of
 the live version the monitor compares its window with the last-known-good version's
-window (recorded while *that* version was live) on return, success, intervention rate
-and backup rate, each with ``tether.versions.statistics.clearly_worse``: noise alone never
-counts, only a difference beyond the margin at confidence ``z``. When the live version
-is clearly worse on any metric for ``sustain_episodes`` consecutive checks the monitor
-rolls back through the registry, records a :class:`RollbackEvent` with the numbers and
-calls its listeners; the registry's own listeners then tell the learner which weights
-are live. Invariant: one rollback per degradation — the counter resets on every change
-of the live version.
+window (recorded while *that* version was live), each metric with
+``tether.versions.statistics.clearly_worse``: noise alone never counts, only a
+difference beyond the margin at confidence ``z``.
+
+- **Paired by task** when the robots declare task ids and at least ``min_episodes`` of
+  the live window's episodes have a task the reference window also ran: each such live
+  episode is compared with the reference's mean on the same task, on success, final
+  distance, intervention rate and backup rate. Two windows of different tasks (a run of
+  hard targets after a run of easy ones) are then not mistaken for a degradation.
+- **Unpaired** otherwise (no task ids, or tasks that never repeat): the windows' means
+  on return, success, intervention rate and backup rate.
+
+When the live version is clearly worse on any metric for ``sustain_episodes``
+consecutive checks the monitor rolls back through the registry, records a
+:class:`RollbackEvent` with the numbers and calls its listeners; the registry's own
+listeners then tell the learner which weights are live. Invariant: one rollback per
+degradation — the counter resets on every change of the live version.
 """
 
 from __future__ import annotations
@@ -59,6 +68,12 @@ class RollbackConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Tolerated rise of backup actions per step (ratio)",
+    )
+    distance_margin_m: float = Field(
+        default=0.05,
+        ge=0.0,
+        description="Tolerated rise of the final distance to the target, when compared on "
+        "the same tasks (m)",
     )
 
 
@@ -132,13 +147,36 @@ class RollbackMonitor:
         return event
 
     def compare(self, live: int, reference: int) -> tuple[Measurement, ...] | None:
-        """Live vs reference on the four metrics, or None while a window is too short."""
+        """Live vs reference, paired by task where it can be (module docstring), or None
+        while a window is too short."""
         with self._lock:
             cur = list(self._windows.get(live, ()))
             ref = list(self._windows.get(reference, ()))
-        if min(len(cur), len(ref)) < self.config.min_episodes:
-            return None
         c = self.config
+        if min(len(cur), len(ref)) < c.min_episodes:
+            return None
+        paired = _paired_by_task(cur, ref)
+        if paired is not None and len(paired[0]) >= c.min_episodes:
+            return tuple(
+                clearly_worse(
+                    name,
+                    diffs,
+                    [0.0],
+                    margin=margin,
+                    z=c.z,
+                    higher_is_better=higher_is_better,
+                )
+                for (name, margin, higher_is_better), diffs in zip(
+                    (
+                        ("success", c.success_margin, True),
+                        ("final_distance_m", c.distance_margin_m, False),
+                        ("intervention_rate", c.intervention_margin, False),
+                        ("backup_rate", c.backup_margin, False),
+                    ),
+                    paired,
+                    strict=True,
+                )
+            )
         margins = (
             ("return", c.return_margin),
             ("success", c.success_margin),
@@ -150,3 +188,31 @@ class RollbackMonitor:
     def _on_live_change(self, change: LiveChange) -> None:
         with self._lock:
             self._strikes = 0
+
+
+def _paired_by_task(
+    current: list[EpisodeOutcome], reference: list[EpisodeOutcome]
+) -> tuple[list[float], list[float], list[float], list[float]] | None:
+    """Per current episode with a task the reference also ran: its success, final
+    distance, intervention rate and backup rate minus the reference's mean on that task.
+    None when an episode lacks a final distance (the robot does not report one)."""
+    by_task: dict[str, list[EpisodeOutcome]] = {}
+    for o in reference:
+        if o.task_id:
+            by_task.setdefault(o.task_id, []).append(o)
+    out: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])
+    for o in current:
+        same = by_task.get(o.task_id) if o.task_id else None
+        if not same:
+            continue
+        if o.final_distance_m is None or any(r.final_distance_m is None for r in same):
+            return None
+        values = (
+            (float(o.success), [float(r.success) for r in same]),
+            (o.final_distance_m, [r.final_distance_m or 0.0 for r in same]),
+            (o.intervention_rate, [r.intervention_rate for r in same]),
+            (o.backup_rate, [r.backup_rate for r in same]),
+        )
+        for column, (value, refs) in zip(out, values, strict=True):
+            column.append(value - sum(refs) / len(refs))
+    return out

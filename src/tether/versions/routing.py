@@ -5,11 +5,16 @@ The router answers with a :class:`RouteDecision` per control step. Its invariant
 - a session keeps the version the operator split gave it for as long as that version
   stays in the split (sticky per session; a new split only moves sessions whose
   version left it);
-- a canary acts for a fixed fraction of *episodes*, chosen by a hash of session and
-  episode id, so every step of one episode is served by the same version; as many
-  episodes again are its *control*: the live version under the same tightened limits,
-  so the canary is compared with live under equal conditions (judged against live at
-  full limits, a copy of live fails: ``tether.versions.stages.canary``);
+- a canary and its *control* (the live version under the same tightened limits, so the
+  canary is compared with live under equal conditions) run the **same tasks**: an
+  episode that declares a task id opens a pair for that task with probability
+  ``2 * fraction`` and goes to one arm (which one is drawn per pair, so neither arm
+  always runs first); the next episode of that task, from any session, goes to the
+  other arm and closes the pair. An episode without a task id is never paired: it is
+  served by live at full limits;
+- routing is sticky per episode: every step of an episode is served as its first step
+  was, also when a canary starts mid-episode (the episode stays live) or stops (its
+  remaining steps go to live, still under the tightened limits);
 - only versions that passed the gate can be chosen (live, retired for A/B; canary for
   the canary share), and a promotion or rollback clears the split, because a split
   names versions that were chosen against the previous live one.
@@ -91,6 +96,11 @@ class TrafficRouter:
         self._split = TrafficSplit()
         self._sticky: OrderedDict[str, int] = OrderedDict()
         self._canary: CanaryShare | None = None
+        # session -> (episode id, decision of its first step): routing is sticky per episode
+        self._episodes: OrderedDict[str, tuple[str, RouteDecision]] = OrderedDict()
+        # task id -> the arm its open pair still lacks; task id -> pairs drawn so far
+        self._open_pairs: OrderedDict[str, Role] = OrderedDict()
+        self._pairs_drawn: OrderedDict[str, int] = OrderedDict()
         registry.add_listener(self._on_live_change)
 
     # ----------------------------------------------------------------- configuration
@@ -151,11 +161,15 @@ class TrafficRouter:
         share = CanaryShare(version, fraction, tightening)
         with self._lock:
             self._canary = share
+            self._open_pairs.clear()
+            self._pairs_drawn.clear()
         return share
 
     def stop_canary(self) -> None:
         with self._lock:
             self._canary = None
+            self._open_pairs.clear()
+            self._pairs_drawn.clear()
 
     def canary(self) -> CanaryShare | None:
         with self._lock:
@@ -163,8 +177,12 @@ class TrafficRouter:
 
     # ----------------------------------------------------------------- routing
 
-    def route(self, session_id: str, episode_id: str) -> RouteDecision:
-        """The version for one step of ``session_id``'s episode ``episode_id``."""
+    def route(self, session_id: str, episode_id: str, task_id: str = "") -> RouteDecision:
+        """The version for one step of ``session_id``'s episode ``episode_id``.
+
+        ``task_id`` is the task the robot declared for the episode ("" when none); only
+        the episode's first step decides, later steps get the same answer.
+        """
         with self._lock:
             canary = self._canary
             split = self._split
@@ -180,18 +198,48 @@ class TrafficRouter:
                 live = self._registry.live()
                 if live is None or version != live.id:
                     return RouteDecision(version, Role.SPLIT)
-        if canary is not None:
-            u = unit_hash("canary", session_id, episode_id)
-            if u < canary.fraction:
-                return RouteDecision(canary.version, Role.CANARY, canary.tightening)
-            if u < 2.0 * canary.fraction:
-                return RouteDecision(None, Role.CONTROL, canary.tightening)
-        return _LIVE
+            seen = self._episodes.get(session_id)
+            if seen is not None and seen[0] == episode_id:
+                self._episodes.move_to_end(session_id)
+                decision = seen[1]
+                if decision.role is Role.CANARY and (
+                    canary is None or canary.version != decision.version
+                ):
+                    # The canary ended mid-episode: never serve a version out of the gate.
+                    return RouteDecision(None, Role.CONTROL, decision.tightening)
+                return decision
+            decision = self._first_step(canary, task_id)
+            self._episodes[session_id] = (episode_id, decision)
+            if len(self._episodes) > self._max_sessions:
+                self._episodes.popitem(last=False)
+            return decision
+
+    def _first_step(self, canary: CanaryShare | None, task_id: str) -> RouteDecision:
+        """The decision for a new episode (called with the lock held)."""
+        if canary is None or not task_id:
+            return _LIVE
+        arm = self._open_pairs.pop(task_id, None)
+        if arm is None:
+            drawn = self._pairs_drawn.pop(task_id, 0)
+            self._pairs_drawn[task_id] = drawn + 1
+            if len(self._pairs_drawn) > self._max_sessions:
+                self._pairs_drawn.popitem(last=False)
+            u = unit_hash("canary", str(canary.version), task_id, str(drawn))
+            if u >= 2.0 * canary.fraction:
+                return _LIVE  # this task's turn is not in the experiment
+            arm = Role.CANARY if u < canary.fraction else Role.CONTROL
+            self._open_pairs[task_id] = Role.CONTROL if arm is Role.CANARY else Role.CANARY
+            if len(self._open_pairs) > self._max_sessions:
+                self._open_pairs.popitem(last=False)
+        if arm is Role.CANARY:
+            return RouteDecision(canary.version, Role.CANARY, canary.tightening)
+        return RouteDecision(None, Role.CONTROL, canary.tightening)
 
     def forget(self, session_id: str) -> None:
         """A session ended: release its sticky assignment."""
         with self._lock:
             self._sticky.pop(session_id, None)
+            self._episodes.pop(session_id, None)
 
     def _on_live_change(self, change: LiveChange) -> None:
         with self._lock:
@@ -199,6 +247,8 @@ class TrafficRouter:
             self._sticky.clear()
             if self._canary is not None and self._canary.version == change.current.id:
                 self._canary = None
+                self._open_pairs.clear()
+                self._pairs_drawn.clear()
 
 
 def _pick(split: TrafficSplit, u: float) -> int:

@@ -48,7 +48,9 @@ class GateOutcome:
 
     def describe(self) -> str:
         if self.promoted:
-            return f"version {self.version} promoted after {len(self.verdicts)} stages"
+            # The last stage's numbers (the canary's, normally) say how sure the promotion is.
+            last = f": {self.verdicts[-1].describe()}" if self.verdicts else ""
+            return f"version {self.version} promoted after {len(self.verdicts)} stages{last}"
         return f"version {self.version} rejected: {self.verdicts[-1].describe()}"
 
 

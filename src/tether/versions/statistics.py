@@ -1,12 +1,17 @@
 """Comparing two versions' episodes with a stated statistical margin.
 
-Canary promotion and automatic rollback both ask "is A worse than B by more than
-``margin``?" from a handful of noisy episodes. We answer with a normal-approximation
-confidence bound on the difference of means (Welch standard error): for a metric where
-higher is better, ``A - B`` lower bound ``= diff - z * se``. A candidate passes a
-non-inferiority test when that lower bound is above ``-margin``; a live version counts
-as degraded when even the *upper* bound ``diff + z * se`` is below ``-margin``. Rates
-(success, interventions per step) are compared the same way over per-episode values.
+Two questions, both from a handful of noisy episodes:
+
+- the canary (``tether.versions.stages.canary``): is the candidate *shown* worse than its
+  control on the same tasks? Per-pair differences (:func:`paired_difference`), whose
+  standard error leaves out what the pairs share, with a Student-t multiplier
+  (:func:`student_t_quantile`) at a family-wise quantile (:func:`family_quantile`);
+- the rollback monitor: is the live version clearly worse than the last-known-good one?
+  Unpaired windows of two periods, a normal-approximation bound on the difference of
+  means (Welch standard error): for a higher-is-better metric the live version counts as
+  degraded when even the *upper* bound ``diff + z * se`` is below ``-margin``
+  (:func:`clearly_worse`). Rates (success, interventions per step) are compared the
+  same way over per-episode values.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from pydantic import Field
@@ -85,27 +91,6 @@ def _var(xs: Sequence[float], mean: float) -> float:
     return math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def not_worse(
-    name: str,
-    candidate: Sequence[float],
-    baseline: Sequence[float],
-    *,
-    margin: float,
-    z: float,
-    higher_is_better: bool,
-) -> Measurement:
-    """Non-inferiority: the candidate is shown not worse than the baseline by ``margin``.
-
-    For a higher-is-better metric the lower confidence bound of ``candidate - baseline``
-    must be ``>= -margin``; for a lower-is-better one (intervention rate) the upper bound
-    must be ``<= margin``.
-    """
-    d = mean_difference(candidate, baseline, z=z)
-    if higher_is_better:
-        return Measurement(f"{name}_diff_lower_bound", d.lower, -margin, ">=")
-    return Measurement(f"{name}_diff_upper_bound", d.upper, margin, "<=")
-
-
 def clearly_worse(
     name: str,
     current: Sequence[float],
@@ -126,6 +111,47 @@ def clearly_worse(
     return Measurement(f"{name}_diff_lower_bound", d.lower, margin, "<=")
 
 
+def paired_difference(diffs: Sequence[float], *, z: float) -> Difference:
+    """The mean of paired differences ``a_i - b_i`` with its one-sided ``z`` half-width.
+
+    Pairs share their task (common random numbers), so the variance the two sides
+    share drops out: the standard error is ``sd(diffs) / sqrt(n)``.
+    """
+    return mean_difference(diffs, [0.0], z=z)
+
+
+def family_quantile(false_rejection_rate: float, tests: int) -> float:
+    """The one-sided probability each of ``tests`` criteria is held to so that together
+    they fail an unchanged candidate at most ``false_rejection_rate`` of the time
+    (Bonferroni)."""
+    if not 0.0 < false_rejection_rate < 1.0 or tests < 1:
+        raise ValueError(
+            f"false_rejection_rate must be in (0, 1) and tests >= 1, got "
+            f"{false_rejection_rate} and {tests}"
+        )
+    return 1.0 - false_rejection_rate / tests
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``p`` >= 0.5).
+
+    The Cornish-Fisher expansion of Abramowitz & Stegun 26.7.5 around the normal quantile;
+    within 1 % of the exact value from ``df`` = 3 on at the quantiles the gate uses. With
+    few pairs the normal quantile understates the bound and fails an unchanged
+    candidate more often than stated.
+    """
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    z = NormalDist().inv_cdf(p)
+    g = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + math.fsum(gk / float(df) ** (k + 1) for k, gk in enumerate(g))
+
+
 def compare_episodes(
     test: Callable[..., Measurement],
     current: Sequence[EpisodeOutcome],
@@ -134,7 +160,7 @@ def compare_episodes(
     *,
     z: float,
 ) -> tuple[Measurement, ...]:
-    """Apply ``test`` (:func:`not_worse` or :func:`clearly_worse`) to each named metric.
+    """Apply ``test`` (e.g. :func:`clearly_worse`) to each named metric.
 
     ``margins`` pairs a name of :data:`EPISODE_METRICS` with its margin.
     """

@@ -7,7 +7,8 @@ record the candidates the learner rejected (those never reach shared memory).
 
 Schema: ``{"version", "parent", "passed", "verdicts": [{"stage", "candidate",
 "baseline", "samples", "measurements": [{"name", "value", "threshold",
-"direction"}]}]}``. Non-finite values are written as JSON's ``NaN``/``Infinity``
+"direction"}], "figures": [{"name", "value"}]}]}`` (``figures``, the numbers reported
+but not judged, may be absent in older files). Non-finite values are written as JSON's ``NaN``/``Infinity``
 extensions, which Python reads back.
 
 Invariant: a verdict file is complete or absent. It is written to a temporary sibling
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from tether.versions.errors import VerdictFileError
-from tether.versions.records import GateRecord, GateStage, Measurement, StageVerdict
+from tether.versions.records import Figure, GateRecord, GateStage, Measurement, StageVerdict
 
 _SUFFIX = ".json"
 
@@ -51,6 +52,7 @@ def _to_json(record: GateRecord) -> dict[str, Any]:
                     }
                     for m in v.measurements
                 ],
+                "figures": [{"name": f.name, "value": f.value} for f in v.figures],
             }
             for v in record.verdicts
         ],
@@ -73,6 +75,8 @@ def _from_json(data: dict[str, Any]) -> GateRecord:
                 for m in v["measurements"]
             ),
             samples=int(v["samples"]),
+            # Records written before figures existed have none.
+            figures=tuple(Figure(str(f["name"]), float(f["value"])) for f in v.get("figures", ())),
         )
         for v in data["verdicts"]
     )

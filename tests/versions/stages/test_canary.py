@@ -1,57 +1,178 @@
-"""The canary stage over episode records: judged against its control, non-inferiority."""
+"""The canary stage over episode records: paired by task with its control, harm tests."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from tests.versions.builders import (
-    outcomes,
-)
-from tether.versions.records import (
-    EpisodeOutcome,
-    StageVerdict,
-)
+import numpy as np
+import pytest
+
+from tests.versions.builders import outcomes
+from tether.runtime.config import RunConfig
+from tether.versions.records import EpisodeOutcome, StageVerdict
 from tether.versions.stages.canary import CanaryConfig, CanaryEvaluator
 
+SERVING = CanaryConfig()
+RUN = RunConfig().versions.promotion.canary  # the default `tether run`'s canary
 
-def test_canary_promotes_a_better_candidate_and_rejects_a_worse_one() -> None:
-    cfg = CanaryConfig(episodes=15, min_live_episodes=15, return_margin=5.0)
-    live = outcomes(1, 30, mean_return=-60, success=0.5, rate=0.01, seed=0, tightened=True)
-    better = outcomes(2, 15, mean_return=-40, success=0.8, rate=0.01, seed=1, tightened=True)
-    worse = outcomes(3, 15, mean_return=-90, success=0.2, rate=0.10, seed=2, tightened=True)
-    results = {}
-    for cand in (better, worse):
-        ev = CanaryEvaluator(candidate=cand[0].version, baseline=1, config=cfg)
-        verdict = None
-        for a, b in zip(cand, live, strict=False):
+
+def _task_outcome(
+    rng: np.random.Generator,
+    version: int,
+    task: int,
+    p_success: float,
+    distance_m: float,
+    *,
+    negated: bool = False,
+    improved: bool = False,
+) -> EpisodeOutcome:
+    """One episode of a task whose difficulty (``p_success``, ``distance_m``) both arms share."""
+    if negated:  # flipped torques: the arm moves away from the target
+        success, distance = False, distance_m + rng.uniform(0.2, 0.4)
+    elif improved:  # adapted to the drift: succeeds more often, ends closer
+        success = bool(rng.random() < min(1.0, p_success + 0.3))
+        distance = abs(0.5 * distance_m + rng.normal(0, 0.03))
+    else:
+        success, distance = bool(rng.random() < p_success), abs(distance_m + rng.normal(0, 0.03))
+    return EpisodeOutcome(
+        version=version,
+        episode_return=float(rng.normal(0.0, 100.0)),  # the noisy figure: never judged
+        success=success,
+        steps=200,
+        interventions=int(rng.binomial(200, 0.9 if negated else 0.3)),
+        backups=0,
+        tightened=True,
+        task_id=f"task-{task}",
+        final_distance_m=float(distance),
+    )
+
+
+def _trial(
+    config: CanaryConfig, seed: int, *, negated: bool = False, improved: bool = False
+) -> StageVerdict:
+    """One canary period: each pair is one task run by the canary (2) and the control (1)."""
+    rng = np.random.default_rng(seed)
+    ev = CanaryEvaluator(candidate=2, baseline=1, config=config)
+    verdict = None
+    for k in range(config.pairs):
+        p, d = rng.uniform(0.05, 0.95), rng.uniform(0.0, 0.2)
+        arms = [2, 1]
+        if rng.random() < 0.5:
+            arms.reverse()  # the router draws which arm runs the task first
+        for version in arms:
             assert verdict is None
-            verdict = ev.add(a) or ev.add(b)
-        results[cand[0].version] = verdict
-    assert results[2] is not None
-    assert results[2].passed
-    assert results[3] is not None
-    assert not results[3].passed
-    failed = {m.name for m in results[3].measurements if not m.passed}
-    assert failed == {
-        "return_diff_lower_bound",
-        "success_diff_lower_bound",
-        "intervention_rate_diff_upper_bound",
+            cand = version == 2
+            verdict = ev.add(
+                _task_outcome(
+                    rng, version, k, p, d, negated=cand and negated, improved=cand and improved
+                )
+            )
+    assert verdict is not None
+    return verdict
+
+
+@pytest.mark.parametrize("config", [SERVING, RUN], ids=["serving", "tether-run"])
+def test_a_copy_of_live_is_rejected_in_at_most_five_percent_of_trials(config: CanaryConfig) -> None:
+    trials = 2000
+    rejected = sum(not _trial(config, seed).passed for seed in range(trials))
+    assert rejected / trials <= config.false_rejection_rate
+
+
+def test_without_the_small_sample_correction_a_copy_fails_more_often_than_stated() -> None:
+    # The guard above is Student's t; with the normal quantile over the run's 8 pairs the
+    # same trials fail a copy of live more often than the 5 % the config states.
+    class NormalQuantile(CanaryConfig):
+        def multiplier(self, pairs: int) -> float:
+            from statistics import NormalDist
+
+            return NormalDist().inv_cdf(1 - self.false_rejection_rate / 3)
+
+    normal = NormalQuantile(**RUN.model_dump())
+    rejected = sum(not _trial(normal, seed).passed for seed in range(2000))
+    assert rejected / 2000 > RUN.false_rejection_rate
+
+
+@pytest.mark.parametrize("config", [SERVING, RUN], ids=["serving", "tether-run"])
+def test_a_candidate_with_negated_actions_is_always_rejected(config: CanaryConfig) -> None:
+    for seed in range(300):
+        verdict = _trial(config, seed, negated=True)
+        assert not verdict.passed
+        failed = {m.name for m in verdict.measurements if not m.passed}
+        assert "final_distance_diff_lower_bound_m" in failed
+
+
+@pytest.mark.parametrize("config", [SERVING, RUN], ids=["serving", "tether-run"])
+def test_a_clear_improvement_passes(config: CanaryConfig) -> None:
+    verdicts = [_trial(config, seed, improved=True) for seed in range(300)]
+    assert all(v.passed for v in verdicts)
+    estimates = [{f.name: f.value for f in v.figures}["final_distance_diff_m"] for v in verdicts]
+    assert sum(e < 0.0 for e in estimates) > 0.9 * len(estimates)  # its numbers say better
+
+
+def test_every_verdict_keeps_its_numbers_and_the_return_is_only_reported() -> None:
+    verdict = _trial(RUN, 0)
+    by_name = {m.name: m for m in verdict.measurements}
+    assert set(by_name) == {
+        "success_diff_upper_bound",
+        "final_distance_diff_lower_bound_m",
+        "intervention_rate_diff_lower_bound",
     }
+    assert by_name["success_diff_upper_bound"].direction == ">="
+    assert by_name["success_diff_upper_bound"].threshold == -RUN.success_margin
+    assert by_name["final_distance_diff_lower_bound_m"].direction == "<="
+    figures = {f.name for f in verdict.figures}
+    assert {"return_diff", "pairs", "success_diff", "final_distance_diff_m"} <= figures
+    assert verdict.samples == 2 * RUN.pairs
+    text = verdict.describe()
+    assert "must be >=" in text
+    assert "reported: " in text
+    assert "return_diff=" in text
+
+
+def test_only_episodes_paired_by_task_count() -> None:
+    cfg = CanaryConfig(pairs=5)
+    control = outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=0, tightened=True)
+    cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tightened=True)
+    ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
+    for a, b in zip(cand, control, strict=True):  # no task ids: nothing pairs
+        assert ev.add(a) is None
+        assert ev.add(b) is None
+    assert ev.pair_count == 0
+    full = outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=2, tasks=True)
+    cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tightened=True, tasks=True)
+    for a, b in zip(cand, full, strict=True):  # live at full limits is not the control
+        assert ev.add(a) is None
+        assert ev.add(b) is None
+    assert ev.pair_count == 0
+    no_distance = [dataclasses.replace(o, tightened=True, final_distance_m=None) for o in full]
+    for o in no_distance:
+        assert ev.add(o) is None
+    assert ev.pair_count == 0
+    control = outcomes(
+        1, 5, mean_return=0, success=0.5, rate=0.1, seed=3, tightened=True, tasks=True
+    )
+    verdict = None
+    for o in reversed(control):  # any order: pairs match by task
+        verdict = ev.add(o)
+    assert verdict is not None
+    assert ev.pair_count == 5
 
 
 def test_the_canary_is_judged_against_its_control_not_live_at_full_limits() -> None:
-    # Measured on the arm with the shipped policy (16 episodes, deterministic): at full
-    # limits it is corrected on 54 % of its steps and returns 12.6; under the canary's
-    # tightened(0.8) limits, 69 % and -15.8. A copy of live judged against live at full
-    # limits carries that handicap into every comparison and fails it.
-    cfg = CanaryConfig(episodes=15, min_live_episodes=15, intervention_margin=0.05)
-    copy = outcomes(2, 15, mean_return=-16, success=1.0, rate=0.69, seed=1, tightened=True)
-    control = outcomes(1, 15, mean_return=-16, success=1.0, rate=0.69, seed=2, tightened=True)
-    full = outcomes(1, 15, mean_return=13, success=1.0, rate=0.54, seed=3)
+    # Under tightened limits the supervisor corrects more steps than at full limits; a
+    # copy of live judged against live at full limits carries that handicap and fails.
+    cfg = CanaryConfig(pairs=15, intervention_margin=0.05)
+    copy = outcomes(
+        2, 15, mean_return=-16, success=1.0, rate=0.69, seed=1, tightened=True, tasks=True
+    )
+    control = outcomes(
+        1, 15, mean_return=-16, success=1.0, rate=0.69, seed=2, tightened=True, tasks=True
+    )
+    full = outcomes(1, 15, mean_return=13, success=1.0, rate=0.54, seed=3, tasks=True)
 
     def judge(live: list[EpisodeOutcome], *, unguarded: bool) -> StageVerdict | None:
         ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
-        if unguarded:  # what the evaluator did before: any live episode was the reference
+        if unguarded:  # any live episode as the reference
             live = [dataclasses.replace(o, tightened=True) for o in live]
         verdict = None
         for a, b in zip(copy, live, strict=True):

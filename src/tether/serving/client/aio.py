@@ -223,6 +223,8 @@ class AsyncControlSession:
         executed_action: np.ndarray | None = None,
         deterministic: bool = False,
         success: bool = False,
+        task_id: str = "",
+        final_distance_m: float | None = None,
     ) -> ActionResult:
         deadline = time.monotonic() + self.watchdog.control_deadline_s
         obs = np.asarray(observation, dtype=np.float32)
@@ -237,6 +239,8 @@ class AsyncControlSession:
             deterministic=deterministic,
             watchdog_misses=self.watchdog.misses,
             success=success,
+            task_id=task_id,
+            final_distance_m=final_distance_m,
         )
         result = await self._exchange(message, obs, previous, deadline)
         self._previous = None if terminated or truncated else result.action

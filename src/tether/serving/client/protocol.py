@@ -83,7 +83,11 @@ def step_message(
     deterministic: bool,
     watchdog_misses: int,
     success: bool = False,
+    task_id: str = "",
+    final_distance_m: float | None = None,
 ) -> pb.ControlStep:
+    """One step; ``task_id`` and ``final_distance_m`` let the canary pair this episode with
+    another of the same task (an empty id or a missing distance: never paired)."""
     return pb.ControlStep(
         step=pb.StepData(
             observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
@@ -99,6 +103,8 @@ def step_message(
             deterministic=deterministic,
             watchdog_misses=watchdog_misses,
             success=success,
+            task_id=task_id,
+            final_distance_m=final_distance_m,
         )
     )
 

@@ -302,6 +302,8 @@ class ControlSession:
         executed_action: np.ndarray | None = None,
         deterministic: bool = False,
         success: bool = False,
+        task_id: str = "",
+        final_distance_m: float | None = None,
     ) -> ActionResult:
         """The action for ``observation``, or the watchdog's by the control deadline."""
         deadline = time.monotonic() + self.watchdog.control_deadline_s
@@ -325,6 +327,8 @@ class ControlSession:
                     deterministic=deterministic,
                     watchdog_misses=self.watchdog.misses,
                     success=success,
+                    task_id=task_id,
+                    final_distance_m=final_distance_m,
                 )
             )
             result = self._await_reply(self._stream, obs, previous, deadline)

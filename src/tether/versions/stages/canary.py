@@ -1,26 +1,46 @@
-"""The canary stage: the candidate acts in a fraction of episodes, under tightened limits.
+"""The canary stage: the candidate and its control run the same tasks, and are compared pair by pair.
 
-The router (``tether.versions.routing``) gives the canary its share of episodes and as
-many again to its *control*, the live version; the server serves both with
-``SafetyLimits.tightened(config.safety_tightening)``. This module collects the finished
-episodes of the canary and of its control over the same period and decides with a
-non-inferiority test (``tether.versions.statistics``): return and success may not be
-shown worse than the control's by more than their margins, and the intervention rate
-may not be shown higher by more than its margin, at the one-sided confidence ``z``.
+The router (``tether.versions.routing``) sends each task a robot declares to both arms:
+one episode to the canary, one to its *control* (the live version under the same
+tightened limits, ``SafetyLimits.tightened(config.safety_tightening)``), in an order
+drawn per pair, so both arms see the same start poses and targets at nearly the same
+time (common random numbers). This module matches the finished episodes into pairs by
+task id and judges the per-pair differences (``tether.versions.statistics``):
 
-Only the control counts as "live": episodes at full limits move faster and are
-corrected less than episodes under tightened ones, so judged against them even a copy
-of the live policy would be shown worse (``tests/versions/stages/test_canary.py`` holds a copy
-to that). Invariant: no verdict before ``episodes`` canary episodes and
-``min_live_episodes`` control ones.
+- **success** (``canary - control`` in {-1, 0, 1}) and **final distance** (m) — the task
+  metrics; **interventions per step** — the safety cost;
+- each is a harm test: the candidate fails when the difference is *shown* worse than
+  its margin (the confidence bound on the good side is beyond it); the bound's
+  multiplier is Student's t at the quantile that keeps the three tests together at
+  ``false_rejection_rate`` for a candidate that behaves exactly like live;
+- the return is reported (a :class:`Figure`), never judged: one episode's return is
+  dominated by a thresholded reward term and varies more across tasks than any
+  adaptation moves it.
+
+Why a harm test and not "shown not worse": proving non-inferiority at a useful margin
+needs hundreds of pairs; with the few dozen a short run gives, an unchanged copy of
+live would fail most of the time. A harm test fails such a copy at the stated rate and
+rejects a clearly harmful candidate (e.g. negated actions: every pair far worse in final
+distance) within a few pairs; a subtle regression that slips through is the rollback
+monitor's to catch.
+
+Invariants: only paired episodes count — an episode without a task id or a final
+distance, or whose partner never finished, is not used; no verdict before ``pairs``
+pairs; the control is live *under the canary's limits* (judged against live at full
+limits even a copy of live looks worse).
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.versions.records import EpisodeOutcome, GateStage, StageVerdict
-from tether.versions.statistics import compare_episodes, confidence_z, not_worse
+from tether.versions.records import EpisodeOutcome, Figure, GateStage, Measurement, StageVerdict
+from tether.versions.statistics import family_quantile, paired_difference, student_t_quantile
+
+# success, final distance, intervention rate: the three criteria the family-wise rate covers
+_CRITERIA = 3
 
 
 class CanaryConfig(BaseModel):
@@ -33,16 +53,13 @@ class CanaryConfig(BaseModel):
         gt=0.0,
         le=0.5,
         description="Share of episodes the canary acts in; as many again are its control, the "
-        "live version under the same tightened limits (ratio)",
+        "live version under the same tightened limits, on the same tasks (ratio)",
     )
-    episodes: int = Field(
-        default=30, ge=1, description="Canary episodes before the verdict (episodes)"
-    )
-    min_live_episodes: int = Field(
+    pairs: int = Field(
         default=30,
-        ge=1,
-        description="Control episodes (live, tightened like the canary) in the same period "
-        "needed to compare (episodes)",
+        ge=2,
+        description="Task pairs (one canary and one control episode of the same task) before "
+        "the verdict (pairs)",
     )
     safety_tightening: float = Field(
         default=0.8,
@@ -51,61 +68,119 @@ class CanaryConfig(BaseModel):
         description="Factor passed to SafetyLimits.tightened() for the canary's and its "
         "control's steps at NORMAL; below NORMAL the RESTRICTED limits apply (ratio)",
     )
-    z: float = confidence_z()
-    return_margin: float = Field(
-        default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
+    false_rejection_rate: float = Field(
+        default=0.05,
+        gt=0.0,
+        lt=1.0,
+        description="How often a candidate that behaves exactly like live may fail the "
+        "stage by chance, all criteria together (ratio)",
     )
     success_margin: float = Field(
-        default=0.2, ge=0.0, le=1.0, description="Allowed shortfall of success rate vs live (ratio)"
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Success-rate shortfall vs the control tolerated even when shown (ratio)",
+    )
+    distance_margin_m: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Excess of final distance to the target vs the control tolerated even when "
+        "shown (m)",
     )
     intervention_margin: float = Field(
-        default=0.02, ge=0.0, le=1.0, description="Allowed excess of interventions per step (ratio)"
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Excess of interventions per step vs the control tolerated even when "
+        "shown (ratio)",
     )
+
+    def multiplier(self, pairs: int) -> float:
+        """The one-sided multiplier of each criterion's standard error over ``pairs`` pairs:
+        Student's t at the family-wise quantile (the normal one understates small samples)."""
+        return student_t_quantile(family_quantile(self.false_rejection_rate, _CRITERIA), pairs - 1)
 
 
 class CanaryEvaluator:
-    """Collects canary and live episodes of one period and judges them."""
+    """Pairs the canary's and the control's episodes by task and judges the pairs."""
 
     def __init__(self, *, candidate: int, baseline: int, config: CanaryConfig) -> None:
         self.candidate = candidate
         self.baseline = baseline
         self.config = config
-        self._cand: list[EpisodeOutcome] = []
-        self._live: list[EpisodeOutcome] = []
+        self._waiting: dict[str, tuple[deque[EpisodeOutcome], deque[EpisodeOutcome]]] = {}
+        self._pairs: list[tuple[EpisodeOutcome, EpisodeOutcome]] = []
 
     def add(self, outcome: EpisodeOutcome) -> StageVerdict | None:
-        """Count one finished episode; returns the verdict when enough are in."""
-        if self.ready:
+        """Count one finished episode; returns the verdict when enough pairs are in."""
+        if self.ready or not outcome.task_id or outcome.final_distance_m is None:
             return None
         if outcome.version == self.candidate:
-            self._cand.append(outcome)
+            arm = 0
         elif outcome.version == self.baseline and outcome.tightened:
-            self._live.append(outcome)  # the control: the same limits as the canary's
+            arm = 1  # the control: the same limits as the canary's
+        else:
+            return None
+        waiting = self._waiting.setdefault(outcome.task_id, (deque(), deque()))
+        waiting[arm].append(outcome)
+        if waiting[0] and waiting[1]:
+            self._pairs.append((waiting[0].popleft(), waiting[1].popleft()))
         return self.verdict() if self.ready else None
 
     @property
     def ready(self) -> bool:
-        return (
-            len(self._cand) >= self.config.episodes
-            and len(self._live) >= self.config.min_live_episodes
-        )
+        return len(self._pairs) >= self.config.pairs
+
+    @property
+    def pair_count(self) -> int:
+        return len(self._pairs)
 
     def verdict(self) -> StageVerdict:
-        if not self._cand or not self._live:
+        if len(self._pairs) < 2:
             raise ValueError(
-                f"canary of version {self.candidate} has {len(self._cand)} canary and "
-                f"{len(self._live)} live episodes; it needs at least one of each to judge"
+                f"canary of version {self.candidate} has {len(self._pairs)} task pairs; it "
+                "needs at least 2 to judge (a pair: one canary and one control episode of one "
+                "task)"
             )
-        c = self.config
-        margins = (
-            ("return", c.return_margin),
-            ("success", c.success_margin),
-            ("intervention_rate", c.intervention_margin),
+        c, n = self.config, len(self._pairs)
+        z = c.multiplier(n)
+        success = [float(a.success) - float(b.success) for a, b in self._pairs]
+        distance = [_distance(a) - _distance(b) for a, b in self._pairs]
+        rate = [a.intervention_rate - b.intervention_rate for a, b in self._pairs]
+        ret = [a.episode_return - b.episode_return for a, b in self._pairs]
+        d_success = paired_difference(success, z=z)
+        d_distance = paired_difference(distance, z=z)
+        d_rate = paired_difference(rate, z=z)
+        measurements = (
+            # Fails only when even the optimistic bound is worse than the margin.
+            Measurement("success_diff_upper_bound", d_success.upper, -c.success_margin, ">="),
+            Measurement(
+                "final_distance_diff_lower_bound_m", d_distance.lower, c.distance_margin_m, "<="
+            ),
+            Measurement(
+                "intervention_rate_diff_lower_bound", d_rate.lower, c.intervention_margin, "<="
+            ),
+        )
+        figures = (
+            Figure("pairs", float(n)),
+            Figure("multiplier", z),
+            Figure("success_diff", d_success.diff),
+            Figure("canary_success", sum(a.success for a, _ in self._pairs) / n),
+            Figure("control_success", sum(b.success for _, b in self._pairs) / n),
+            Figure("final_distance_diff_m", d_distance.diff),
+            Figure("intervention_rate_diff", d_rate.diff),
+            Figure("return_diff", paired_difference(ret, z=z).diff),
         )
         return StageVerdict(
             stage=GateStage.CANARY,
             candidate=self.candidate,
             baseline=self.baseline,
-            measurements=compare_episodes(not_worse, self._cand, self._live, margins, z=c.z),
-            samples=len(self._cand) + len(self._live),
+            measurements=measurements,
+            samples=2 * n,
+            figures=figures,
         )
+
+
+def _distance(outcome: EpisodeOutcome) -> float:
+    assert outcome.final_distance_m is not None  # add() keeps only episodes that have one
+    return outcome.final_distance_m

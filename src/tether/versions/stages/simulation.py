@@ -1,17 +1,25 @@
-"""The gate's simulation stage: paired episodes of candidate and live on the built-in arm.
+"""The gate's simulation stage: a no-harm check of candidate vs parent on the built-in arm.
 
 Runs in the learner process, before a candidate is published. Both policies play the
-same seeds under the same sampled dynamics (the current domain randomization), through
-the safety supervisor when one is given. Each episode is judged by the env's own
-``EpisodeOutcome`` (settled success, final distance; the return is a secondary figure):
-the candidate passes when its success, final distance and return are not worse than
-live's by more than their margins (paired differences against zero,
-``tether.versions.statistics.not_worse``). It is a no-harm check: the simulator does not
-have the robot's drift, so it cannot judge an adaptation to it.
+same seeds under the same sampled dynamics (the learner's domain randomization; the
+nominal arm by default), through the safety supervisor when one is given. The
+simulator does not have the robot's drift, so it cannot judge an adaptation to it: the
+stage only asks that the candidate does no harm. It passes when
+
+- the candidate has no joint-limit violation and no obstacle contact in any episode;
+- its success rate is not below the parent's by more than ``success_margin``;
+- its mean final end-effector distance is not above the parent's by more than
+  ``distance_margin_m``.
+
+The two differences are means over the paired episodes (same seed, same dynamics), so
+the variance the policies share drops out. The return and the parent's own counts are
+reported as figures, not judged.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,8 +29,7 @@ from tether.sim.config import ArmEnvConfig
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
 from tether.versions.protocols import Supervises
-from tether.versions.records import GateStage, StageVerdict
-from tether.versions.statistics import confidence_z, not_worse
+from tether.versions.records import Figure, GateStage, Measurement, StageVerdict
 
 
 class SimulationStageConfig(BaseModel):
@@ -33,20 +40,18 @@ class SimulationStageConfig(BaseModel):
     enabled: bool = Field(default=True, description="Run this stage (flag)")
     episodes: int = Field(default=8, ge=1, description="Paired episodes per policy (episodes)")
     seed: int = Field(default=0, ge=0, description="Seed of the first episode; the rest follow (1)")
-    z: float = confidence_z()
-    return_margin: float = Field(
-        default=5.0, ge=0.0, description="Allowed shortfall of mean episode return vs live (return)"
-    )
     distance_margin_m: float = Field(
         default=0.02,
         ge=0.0,
-        description="Allowed excess of mean final end-effector distance vs live (m)",
+        description="Allowed excess of the candidate's mean final end-effector distance over "
+        "the parent's, paired by seed (m)",
     )
     success_margin: float = Field(
         default=0.25,
         ge=0.0,
         le=1.0,
-        description="Allowed shortfall of success rate vs live (ratio)",
+        description="Allowed shortfall of the candidate's success rate below the parent's, "
+        "paired by seed (ratio)",
     )
     randomization: DomainRandomization | None = Field(
         default=None,
@@ -63,6 +68,8 @@ class SimEpisode:
     success: bool  # settled within the success radius over the episode's last steps
     interventions: int
     final_distance_m: float
+    joint_limit_violation_steps: int = 0
+    obstacle_contact_steps: int = 0
 
 
 def run_episodes(
@@ -95,7 +102,16 @@ def run_episodes(
             total += float(reward)
             done = terminated or truncated
         outcome = env.episode_outcome()
-        out.append(SimEpisode(total, outcome.success, interventions, outcome.final_distance_m))
+        out.append(
+            SimEpisode(
+                total,
+                outcome.success,
+                interventions,
+                outcome.final_distance_m,
+                outcome.joint_limit_violation_steps,
+                outcome.obstacle_contact_steps,
+            )
+        )
     env.close()
     return tuple(out)
 
@@ -109,8 +125,7 @@ def simulation_stage(
     supervisor: Supervises | None = None,
     env_config: ArmEnvConfig | None = None,
 ) -> StageVerdict:
-    """Paired episodes of both policies; non-inferiority on success, final distance and
-    return."""
+    """Paired episodes of both policies; the no-harm criteria of the module docstring."""
 
     def episodes(engine: PolicyEngine) -> tuple[SimEpisode, ...]:
         return run_episodes(
@@ -122,39 +137,46 @@ def simulation_stage(
         )
 
     cand, base = episodes(candidate), episodes(live)
-    # Paired seeds: compare per-episode differences against zero, which removes the
-    # variance the two policies share (the same targets and dynamics).
-    zeros = [0.0] * len(cand)
+    n = len(cand)
+
+    def mean_diff(read: Callable[[SimEpisode], float]) -> float:
+        return math.fsum(read(c) - read(b) for c, b in zip(cand, base, strict=True)) / n
+
     measurements = (
-        not_worse(
-            "success",
-            [float(c.success) - float(b.success) for c, b in zip(cand, base, strict=True)],
-            zeros,
-            margin=config.success_margin,
-            z=config.z,
-            higher_is_better=True,
+        Measurement(
+            "joint_limit_violation_steps",
+            float(sum(c.joint_limit_violation_steps for c in cand)),
+            0.0,
+            "<=",
         ),
-        not_worse(
-            "final_distance_m",
-            [c.final_distance_m - b.final_distance_m for c, b in zip(cand, base, strict=True)],
-            zeros,
-            margin=config.distance_margin_m,
-            z=config.z,
-            higher_is_better=False,
+        Measurement(
+            "obstacle_contact_steps", float(sum(c.obstacle_contact_steps for c in cand)), 0.0, "<="
         ),
-        not_worse(
-            "return",
-            [c.episode_return - b.episode_return for c, b in zip(cand, base, strict=True)],
-            zeros,
-            margin=config.return_margin,
-            z=config.z,
-            higher_is_better=True,
+        Measurement(
+            "success_diff", mean_diff(lambda e: float(e.success)), -config.success_margin, ">="
         ),
+        Measurement(
+            "final_distance_diff_m",
+            mean_diff(lambda e: e.final_distance_m),
+            config.distance_margin_m,
+            "<=",
+        ),
+    )
+    figures = (
+        Figure("candidate_success", sum(c.success for c in cand) / n),
+        Figure("parent_success", sum(b.success for b in base) / n),
+        Figure(
+            "parent_joint_limit_violation_steps",
+            float(sum(b.joint_limit_violation_steps for b in base)),
+        ),
+        Figure("parent_obstacle_contact_steps", float(sum(b.obstacle_contact_steps for b in base))),
+        Figure("return_diff", mean_diff(lambda e: e.episode_return)),
     )
     return StageVerdict(
         GateStage.SIMULATION,
         candidate.version.id,
         live.version.id,
         measurements,
-        samples=2 * len(cand),
+        samples=2 * n,
+        figures=figures,
     )
