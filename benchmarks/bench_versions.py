@@ -83,7 +83,7 @@ def main() -> None:
     )
     router.set_split({})
     registry.transition(3, VersionState.CANARY, "bench")
-    router.start_canary(3, 0.2)
+    router.start_canary(3, 0.2, 0.8)
     rows.append(
         ("route(), canary share", per_call_us(lambda i: router.route("s", f"e{i}", f"t{i % 8}"), n))
     )
