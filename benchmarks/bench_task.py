@@ -6,7 +6,7 @@ at the end of the demo drift (``DriftSchedule.demo()``: actuator gain 0.6, frict
 0.5 kg payload, one step of delay), for:
 
 - the frozen shipped policy (deterministic actions; ``--bundle``, default the shipped
-  position bundle),
+  position bundle; served by ``PolicyEngine.act``, so its action frame applies),
 - the scripted controller (damped least-squares IK + the position interface, nominal
   model),
 - the oracle (the same controller given the true dynamics: it commands the pose at which
@@ -17,10 +17,13 @@ Outcome per episode: success (settled within the radius over the last steps) and
 distance, with standard errors over the tasks; return as a secondary figure. Targets
 (issue 14): frozen drifted success <= 50 % of its nominal; oracle drifted >= 90 % of its
 nominal. ``--supervised`` puts the position supervisor (``supervisor_for``, a fresh one per
-episode) between every controller and the arm, as serving does, and adds the share of
-steps it corrected.
+episode) between every controller and the arm, as serving does, adds the share of
+steps it corrected, and prints a second table instead of the preview below: on the
+nominal arm (episode seeds 1000..), the share of steps corrected in all and per check,
+for the policy's deterministic and sampled actions (the fleet sends sampled ones) and
+the scripted controller.
 
-A second table previews what that supervisor will see on the nominal arm: for the
+Without it, a second table previews what that supervisor will see on the nominal arm: for the
 policy (deterministic and sampled) and the scripted controller, the share of steps whose
 command moves a joint by more than its velocity limit x period from the previous
 command, demands more than the motor's torque from the impedance law

@@ -29,10 +29,9 @@ from tether.spec import Box, CommandInterface, ObservationLayout, RobotSpec, Sph
 ARM_NAME = "tether-arm-4dof"
 
 # The built-in arm's interface when none is asked for: every `arm_spec()`, every
-# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. Torque until
-# the shipped position policy passes the supervisor: through it, in `tether run`, it is
-# corrected on ~98 % of its sampled steps and reaches 36 % success (docs/benchmarks.md).
-DEFAULT_COMMAND_INTERFACE: CommandInterface = "torque"
+# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. Position:
+# the shipped position policy passes its supervisor (docs/benchmarks.md, "Position arm").
+DEFAULT_COMMAND_INTERFACE: CommandInterface = "position"
 
 
 def arm_spec(command_interface: CommandInterface | None = None) -> RobotSpec:
