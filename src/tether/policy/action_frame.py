@@ -91,7 +91,8 @@ class CommandStepFrame:
         change = before + acceleration * np.asarray(outputs, dtype=np.float64)
         target = previous + np.minimum(np.maximum(change, -velocity), velocity)
         action = (target - np.asarray(self.center_rad)) / np.asarray(self.half_range_rad)
-        return np.minimum(np.maximum(action, -1.0), 1.0).astype(np.float32)
+        out: np.ndarray = np.minimum(np.maximum(action, -1.0), 1.0).astype(np.float32)
+        return out
 
     def outputs(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """The tanh outputs ``(B, n)`` float32 in [-1, 1] closest to producing ``actions``
@@ -103,7 +104,8 @@ class CommandStepFrame:
         )
         change = target - obs[:, slice(*self.command)]
         u = (change - obs[:, slice(*self.command_change)]) / np.asarray(self.acceleration_step_rad)
-        return np.minimum(np.maximum(u, -1.0), 1.0).astype(np.float32)
+        out: np.ndarray = np.minimum(np.maximum(u, -1.0), 1.0).astype(np.float32)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -37,7 +37,7 @@ from tether.sim.dynamics import ArmDynamics
 from tether.sim.errors import SimConfigError
 from tether.sim.kinematics import ArmKinematics
 from tether.sim.spec import arm_spec
-from tether.spec import RobotSpec
+from tether.spec import RobotSpec, Sphere
 
 FloatArray = NDArray[np.float64]
 
@@ -79,7 +79,7 @@ class ReachController:
         self._kp = np.array(self.spec.joint_stiffness_nm_rad)
         self._home = np.array(self.spec.home_position_rad)
         self._obstacles = [
-            (np.array(ob.center), ob.radius) for ob in self.spec.obstacles if hasattr(ob, "radius")
+            (np.array(ob.center), ob.radius) for ob in self.spec.obstacles if isinstance(ob, Sphere)
         ]
         lay = self.spec.layout.slices()
         if "command" not in lay or "command_change" not in lay:

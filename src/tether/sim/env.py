@@ -380,8 +380,16 @@ def _observation_space(
     shoulder = ARM.base_height_m + ARM.links[0].length_m
     lo_xyz = [-reach, -reach, shoulder - reach]
     hi_xyz = [reach, reach, shoulder + reach]
-    lows = [low - np.pi, -10 * velocity_limit, lo_xyz, lo_xyz]
-    highs = [high + np.pi, 10 * velocity_limit, hi_xyz, hi_xyz]
+    lows: list[NDArray[np.float64]] = [
+        low - np.pi,
+        -10 * velocity_limit,
+        *map(np.array, (lo_xyz, lo_xyz)),
+    ]
+    highs: list[NDArray[np.float64]] = [
+        high + np.pi,
+        10 * velocity_limit,
+        *map(np.array, (hi_xyz, hi_xyz)),
+    ]
     if position:
         span = high - low + 2 * np.pi
         lows += [low - np.pi, -span]
