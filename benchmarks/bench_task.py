@@ -6,7 +6,7 @@ at the end of the demo drift (``DriftSchedule.demo()``: actuator gain 0.6, frict
 0.5 kg payload, one step of delay), for:
 
 - the frozen shipped policy (deterministic actions; ``--bundle``, default the shipped
-  position bundle),
+  position bundle; served by ``PolicyEngine.act``, so its action frame applies),
 - the scripted controller (damped least-squares IK + the position interface, nominal
   model),
 - the oracle (the same controller given the true dynamics: it commands the pose at which
@@ -17,10 +17,13 @@ Outcome per episode: success (settled within the radius over the last steps) and
 distance, with standard errors over the tasks; return as a secondary figure. Targets
 (issue 14): frozen drifted success <= 50 % of its nominal; oracle drifted >= 90 % of its
 nominal. ``--supervised`` puts the position supervisor (``supervisor_for``, a fresh one per
-episode) between every controller and the arm, as serving does, and adds the share of
-steps it corrected.
+episode) between every controller and the arm, as serving does, adds the share of
+steps it corrected, and prints a second table instead of the preview below: on the
+nominal arm (episode seeds 1000..), the share of steps corrected in all and per check,
+for the policy's deterministic and sampled actions (the fleet sends sampled ones) and
+the scripted controller.
 
-A second table previews what that supervisor will see on the nominal arm: for the
+Without it, a second table previews what that supervisor will see on the nominal arm: for the
 policy (deterministic and sampled) and the scripted controller, the share of steps whose
 command moves a joint by more than its velocity limit x period from the previous
 command, demands more than the motor's torque from the impedance law
@@ -37,6 +40,7 @@ import argparse
 import math
 import platform
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
@@ -45,9 +49,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.learning.evaluation import ObservationNormalizer
 from tether.policy.bundle import load_bundle
+from tether.policy.config import EngineConfig
+from tether.policy.engine import PolicyEngine
 from tether.safety.for_spec import supervisor_for
+from tether.safety.verdict import check_names
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, ArmKinematics, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
 from tether.sim.episodes import Act, run_episodes
@@ -91,6 +97,7 @@ class Supervised:
     def __init__(self, controller: Controller) -> None:
         self._act, self._reset = controller
         self.steps = self.corrected = 0
+        self.by_check: Counter[str] = Counter()
         self._new()
 
     def _new(self) -> None:
@@ -108,6 +115,8 @@ class Supervised:
         self._previous = action
         self.steps += 1
         self.corrected += bool(verdict.intervened)
+        if verdict.intervened:
+            self.by_check.update(check_names(int(verdict.checks)))
         return action
 
     @property
@@ -116,20 +125,32 @@ class Supervised:
 
 
 def frozen_policy(bundle_path: Path, *, sampled: bool = False) -> Controller:
+    """The bundle served as robots get it: ``PolicyEngine.act`` (its action frame included)."""
     bundle = load_bundle(bundle_path)
     if bundle.robot_spec != arm_spec("position"):
         raise SystemExit(f"{bundle_path} is not a bundle for the position-commanded arm")
-    actor = bundle.build_actor().eval()
-    normalize = ObservationNormalizer(bundle.manifest.normalizer)
-    generator = torch.Generator().manual_seed(0)
+    engine = PolicyEngine(bundle, EngineConfig(execution="eager", seed=0, num_threads=1))
 
     def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.from_numpy(normalize(obs[None, :]))
-            action, _ = actor.sample(x, deterministic=not sampled, generator=generator)
-        return action.numpy()[0]
+        return engine.act(obs[None, :].astype(np.float32), deterministic=not sampled).actions[0]
 
     return act, None
+
+
+CHECKS = ("VELOCITY", "ACCELERATION", "POSITION", "TORQUE", "WORKSPACE", "OBSTACLE")
+
+
+def corrected_row(name: str, controller: Controller, tasks: int) -> str:
+    """One markdown row: success and the share of steps the supervisor corrected, in all
+    and per check, on the nominal arm (episode seeds 1000..)."""
+    supervised = Supervised(controller)
+    env = ArmEnv(seed=0, config=POSITION)
+    act, reset = supervised.controller
+    outcomes = run_episodes(env, act, range(1000, 1000 + tasks), reset=reset)
+    steps = max(supervised.steps, 1)
+    success = np.mean([o.success for o in outcomes])
+    shares = " | ".join(f"{supervised.by_check[c] / steps:.1%}" for c in CHECKS)
+    return f"| {name} | {success:.2f} | {supervised.corrected / steps:.1%} | {shares} |"
 
 
 def command_preview(name: str, controller: Controller, tasks: int) -> str:
@@ -237,6 +258,16 @@ def main() -> None:
             + (f" {c0:.1%} / {c1:.1%} |" if args.supervised else "")
         )
     if args.supervised:
+        print(f"\nCorrected steps, nominal arm, {args.tasks} episodes (seeds 1000..):\n")
+        print("| controller | success | corrected | " + " | ".join(CHECKS) + " |")
+        print("|---|---|---|" + "---|" * len(CHECKS))
+        corrected: list[tuple[str, Controller]] = []
+        if args.bundle.exists():
+            corrected.append(("frozen policy, deterministic", frozen_policy(args.bundle)))
+            corrected.append(("frozen policy, sampled", frozen_policy(args.bundle, sampled=True)))
+        corrected.append(("scripted controller", controller(None)))
+        for name, c in corrected:
+            print(corrected_row(name, c, args.tasks))
         return
 
     print("\nWhat a position supervisor would correct, nominal arm, no supervisor in the loop:\n")

@@ -92,14 +92,28 @@ class ObservationLayout:
     joint_velocity: tuple[int, int]
     end_effector: tuple[int, int]
     target: tuple[int, int]
+    # A position-commanded robot may report the command it is tracking (rad, the last one
+    # it received) and that command's change from the one before (rad): a policy that
+    # steps from its previous command reads them here. None: not in the observation.
+    command: tuple[int, int] | None = None
+    command_change: tuple[int, int] | None = None
 
     def slices(self) -> dict[str, slice]:
-        return {
-            "joint_position": slice(*self.joint_position),
-            "joint_velocity": slice(*self.joint_velocity),
-            "end_effector": slice(*self.end_effector),
-            "target": slice(*self.target),
-        }
+        """Every quantity the observation holds, by name (absent optional ones left out)."""
+        return {name: slice(*span) for name, span in self.items()}
+
+    def items(self) -> list[tuple[str, tuple[int, int]]]:
+        """``(name, (start, stop))`` of every quantity present, in field order."""
+        out = [
+            ("joint_position", self.joint_position),
+            ("joint_velocity", self.joint_velocity),
+            ("end_effector", self.end_effector),
+            ("target", self.target),
+        ]
+        for name, span in (("command", self.command), ("command_change", self.command_change)):
+            if span is not None:
+                out.append((name, span))
+        return out
 
 
 @dataclass(frozen=True)
@@ -193,13 +207,9 @@ class RobotSpec:
                     f"RobotSpec joint {self.joint_names[i]!r}: home {home} is outside [{lo}, {hi}]"
                 )
         self._check_gains(n)
-        lay = self.layout
-        for fname, (start, stop), want in (
-            ("joint_position", lay.joint_position, n),
-            ("joint_velocity", lay.joint_velocity, n),
-            ("end_effector", lay.end_effector, 3),
-            ("target", lay.target, 3),
-        ):
+        widths = {"end_effector": 3, "target": 3}
+        for fname, (start, stop) in self.layout.items():
+            want = widths.get(fname, n)
             if stop - start != want or start < 0 or stop > len(self.observation_names):
                 raise SpecError(
                     f"RobotSpec.layout.{fname} must span {want} entries inside the "
@@ -345,6 +355,8 @@ class RobotSpec:
                     joint_velocity=tuple(lay["joint_velocity"]),
                     end_effector=tuple(lay["end_effector"]),
                     target=tuple(lay["target"]),
+                    command=_span(lay.get("command")),
+                    command_change=_span(lay.get("command_change")),
                 ),
                 joint_position_low_rad=_floats(data["joint_position_low_rad"]),
                 joint_position_high_rad=_floats(data["joint_position_high_rad"]),
@@ -400,7 +412,15 @@ def _check_vec3(name: str, v: Sequence[float]) -> None:
         raise SpecError(f"{name} must be three finite numbers, got {v}")
 
 
+def _span(value: Any) -> tuple[int, int] | None:
+    return None if value is None else (int(value[0]), int(value[1]))
+
+
 def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, ObservationLayout):
+        # Absent optional quantities are left out, so a spec without them writes the
+        # document it wrote before they existed.
+        return {name: list(span) for name, span in obj.items()}
     if hasattr(obj, "__dataclass_fields__"):
         return {k: _to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
     if isinstance(obj, tuple | list):

@@ -68,3 +68,47 @@ def test_a_supervisor_comes_in_through_the_hook(tmp_path: Path) -> None:
     config = TINY.model_copy(update={"supervised": True, "total_env_steps": 20})
     pretrain(config, tmp_path / "h", supervisor_factory=PassThrough)  # type: ignore[arg-type]
     assert made
+
+
+def test_the_position_bundle_steps_from_the_command_and_the_learner_learns_its_steps(
+    tmp_path: Path,
+) -> None:
+    """The bundle declares its action frame, inside the supervisor's rate limits, and
+    LearnerCore maps the absolute commands robots record back to the actor's outputs."""
+    import numpy as np
+
+    from tether.data.columns import TransitionArrays
+    from tether.learning.core import LearnerCore
+    from tether.learning.learner_config import LearnerConfig
+    from tether.policy import EngineConfig, PolicyEngine
+    from tether.sim import ArmEnv, ArmEnvConfig
+
+    pretrain(TINY, tmp_path / "b")
+    bundle = load_bundle(tmp_path / "b")
+    frame = bundle.manifest.action.frame
+    spec = arm_spec("position")
+    assert frame is not None
+    dt = spec.control_period_s
+    for step, limit in zip(frame.velocity_step_rad, spec.joint_velocity_limit_rad_s, strict=True):
+        assert step < limit * dt
+    for step, limit in zip(
+        frame.acceleration_step_rad, spec.joint_acceleration_limit_rad_s2, strict=True
+    ):
+        assert step < limit * dt * dt
+    # Served actions, recorded as a robot records them (absolute), come back as outputs.
+    engine = PolicyEngine(bundle, EngineConfig(execution="eager", seed=1))
+    env = ArmEnv(seed=0, config=ArmEnvConfig(command_interface="position"))
+    obs, _ = env.reset(seed=0)
+    rows = TransitionArrays.empty(8, spec.obs_dim, spec.act_dim)
+    outputs = []
+    for i in range(8):
+        served = engine.act(obs[None, :], True).actions
+        outputs.append(frame.outputs(obs[None, :], served)[0])
+        rows.observations[i] = obs
+        rows.actions[i] = rows.proposed_actions[i] = served[0]
+        obs, *_ = env.step(served[0])
+        rows.next_observations[i] = obs
+    core = LearnerCore(bundle, LearnerConfig())
+    stored = core.ingest(rows)
+    np.testing.assert_allclose(stored.actions, np.stack(outputs), atol=1e-6)
+    assert not np.allclose(stored.actions, rows.actions, atol=1e-3)

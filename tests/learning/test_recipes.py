@@ -46,7 +46,8 @@ def test_a_two_member_ensemble_starts_as_the_bundles_twin_critics(
     twin = TwinCritic(small_bundle.architecture)
     twin.load_state_dict(dict(small_bundle.training.critic))
     sac = sac_from_bundle(small_bundle, SACConfig())
-    obs, act = torch.randn(8, 14), torch.rand(8, 4) * 2 - 1
+    arch = small_bundle.architecture
+    obs, act = torch.randn(8, arch.obs_dim), torch.rand(8, arch.act_dim) * 2 - 1
     q1, q2 = twin(obs, act)
     q = sac.critic(obs, act)
     assert torch.equal(q[0], q1)
@@ -58,7 +59,8 @@ def test_extra_members_start_near_the_bundles_critics_but_not_equal(
     small_bundle: PolicyBundle,
 ) -> None:
     sac = sac_from_bundle(small_bundle, SACConfig(critic_ensemble_size=5))
-    obs, act = torch.randn(64, 14), torch.rand(64, 4) * 2 - 1
+    arch = small_bundle.architecture
+    obs, act = torch.randn(64, arch.obs_dim), torch.rand(64, arch.act_dim) * 2 - 1
     with torch.no_grad():
         q = sac.critic(obs, act)
         target = sac.critic_target(obs, act)

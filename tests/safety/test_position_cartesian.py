@@ -23,7 +23,7 @@ from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmKinematics, arm_spec
 
 ARM_IMPEDANCE = arm_impedance()
-SPEC = arm_spec()
+SPEC = arm_spec("position")
 N = SPEC.n_joints
 LIMITS = arm_position_limits()
 KINEMATICS = ArmKinematics(SPEC)

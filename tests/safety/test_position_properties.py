@@ -28,7 +28,7 @@ from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmKinematics, arm_spec
 
 ARM_IMPEDANCE = arm_impedance()
-SPEC = arm_spec()
+SPEC = arm_spec("position")
 N = SPEC.n_joints
 # The joint checks alone (the Cartesian stage may outrank the rate limits, see
 # test_position_cartesian.py); gravity from the arm's own model.

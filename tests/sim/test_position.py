@@ -165,3 +165,50 @@ def test_unchecked_random_commands_hit_joint_limits_and_the_obstacle(
 
 def test_the_default_interface_is_the_one_arm_spec_and_the_env_give() -> None:
     assert ArmEnv(seed=0).robot_spec == arm_spec() == arm_spec(DEFAULT_COMMAND_INTERFACE)
+
+
+def test_the_observation_reports_the_command_received_and_its_change() -> None:
+    env = ArmEnv(seed=0, config=POSITION)
+    lay = SPEC.layout.slices()
+    obs, _ = env.reset(seed=2)
+    # At reset the arm holds where it is: the command is the pose, unchanged.
+    np.testing.assert_allclose(obs[lay["command"]], obs[lay["joint_position"]], atol=1e-6)
+    np.testing.assert_array_equal(obs[lay["command_change"]], np.zeros(SPEC.n_joints))
+    first = np.full(SPEC.act_dim, 0.1, dtype=np.float32)
+    second = np.full(SPEC.act_dim, 0.12, dtype=np.float32)
+    obs, *_ = env.step(first)
+    np.testing.assert_allclose(obs[lay["command"]], SPEC.commanded_position(first), atol=1e-6)
+    before = obs[lay["command"]].astype(np.float64)
+    obs, *_ = env.step(second)
+    np.testing.assert_allclose(
+        obs[lay["command_change"]], SPEC.commanded_position(second) - before, atol=1e-6
+    )
+    assert arm_spec("torque").layout.command is None
+    assert arm_spec("torque").obs_dim == 2 * SPEC.n_joints + 6
+
+
+def test_the_scripted_controller_keeps_within_the_supervisors_limits() -> None:
+    """The teacher of the shipped policy moves at a margin below the rate limits and
+    around the obstacle: the supervisor passes every one of its steps on the nominal arm,
+    and it settles on every target."""
+    from tether.safety.for_spec import supervisor_for
+
+    env = ArmEnv(seed=0, config=POSITION)
+    controller = ReachController(SPEC)
+    corrected = steps = 0
+    successes = []
+    for episode in range(12):
+        obs, _ = env.reset(seed=episode)
+        controller.reset()
+        supervisor = supervisor_for(SPEC)
+        previous = None
+        done = False
+        while not done:
+            action, verdict = supervisor.filter(obs, controller.act(obs), previous)
+            previous = action
+            corrected += verdict.intervened
+            steps += 1
+            obs, _, _, done, info = env.step(action)
+        successes.append(info["outcome"].success)
+    assert corrected == 0, f"{corrected} of {steps} steps corrected"
+    assert all(successes)

@@ -20,7 +20,8 @@ def test_spec_limits_are_the_models_limits() -> None:
     np.testing.assert_array_equal(model.actuator_gear[:, 0], spec.torque_limit_nm)
     assert np.all(model.jnt_limited)
     assert spec.control_period_s == 0.02
-    assert spec.obs_dim == 2 * spec.n_joints + 6
+    extra = 2 * spec.n_joints if spec.command_interface == "position" else 0
+    assert spec.obs_dim == 2 * spec.n_joints + 6 + extra
     assert RobotSpec.from_dict(spec.to_dict()) == spec
 
 

@@ -2,7 +2,8 @@
 
 :class:`LearnerCore` normalizes incoming transitions with the bundle's normalizer (the
 engine's own function), learns the policy's *proposed* action unless a person overrode
-it, stores them in the replay buffer (its recent/older mix), mixes prior data into each
+it (mapped into the actor's output space when the bundle has an action frame), stores
+them in the replay buffer (its recent/older mix), mixes prior data into each
 batch when configured (``LearnerConfig.prior``), and runs SAC updates at the
 update-to-data ratio. It knows nothing of processes, shared weights, pacing or the
 gate: :class:`tether.learning.Learner` wraps it for ``tether run``, and
@@ -36,6 +37,7 @@ class LearnerCore:
         self.config = config
         self.sac: SAC = sac_from_bundle(bundle, config.effective_sac())
         self.normalize = ObservationNormalizer(bundle.manifest.normalizer)
+        self.frame = bundle.manifest.action.frame
         arch = bundle.architecture
         self.replay = ReplayBuffer(arch.obs_dim, arch.act_dim, config.replay)
         self.prior: PriorData | None = None
@@ -54,7 +56,12 @@ class LearnerCore:
         # shows up in the next state and reward). A person's override is different: it is
         # a demonstration, so the action the robot executed is the one learned from.
         human = rows.action_sources == HUMAN_SOURCE_CODE
-        columns["actions"] = np.where(human[:, None], rows.actions, rows.proposed_actions)
+        actions = np.where(human[:, None], rows.actions, rows.proposed_actions)
+        if self.frame is not None:
+            # Robots record the absolute command they ran; a bundle whose actor steps from
+            # the previous command learns the step that command was (its own output).
+            actions = self.frame.outputs(rows.observations, actions)
+        columns["actions"] = actions
         columns["observations"] = self.normalize(rows.observations)
         columns["next_observations"] = self.normalize(rows.next_observations)
         return TransitionArrays(**columns)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tether.policy.action_frame import CommandStepFrame
 from tether.policy.networks import Actor
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.supervises import ActionSupervisor
@@ -37,10 +38,13 @@ def evaluate_actor(
     *,
     seed: int = 10_000,
     supervisor: ActionSupervisor | None = None,
+    frame: CommandStepFrame | None = None,
 ) -> EvaluationResult:
     """Deterministic episodes (``tanh(mu)``) of ``actor`` in ``env``; seeds ``seed``, ``seed+1``, ...
 
-    With ``supervisor``, every action passes it first, as it would on the robot.
+    With ``supervisor``, every action passes it first, as it would on the robot; with
+    ``frame`` (the bundle's action frame) the actor's output is mapped to the action as
+    the engine maps it.
     """
     successes, returns, distances = [], [], []
     for episode in range(episodes):
@@ -53,6 +57,8 @@ def evaluate_actor(
                 x = torch.from_numpy(normalize(obs[None, :]))
                 action, _ = actor.sample(x, deterministic=True)
             executed = action.numpy()[0]
+            if frame is not None:
+                executed = frame.actions(obs[None, :], executed[None, :])[0]
             if supervisor is not None:
                 executed, _ = supervisor.filter(obs, executed, previous)
                 previous = executed

@@ -37,6 +37,7 @@ from tether.learning.config import SACConfig
 from tether.learning.errors import LearningError
 from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.sac import SAC, sac_from_bundle
+from tether.policy.action_frame import CommandStepFrame, command_step_frame
 from tether.policy.bundle import (
     PolicyBundle,
     TrainingState,
@@ -56,7 +57,27 @@ from tether.sim.controllers import ReachController
 from tether.sim.env import ArmEnv
 from tether.sim.randomization import DomainRandomization
 from tether.sim.spec import DEFAULT_COMMAND_INTERFACE, arm_spec
-from tether.spec import CommandInterface
+from tether.spec import CommandInterface, RobotSpec
+
+# The position bundle's actor steps its command's change by at most this share of the
+# supervisor's acceleration cap per step, and its command by at most this share of the
+# velocity cap: every output it can produce passes both rate checks, with a margin for
+# the float32 round trip. The scripted controller moves at 0.7 and 0.5 of them
+# (tether.sim.controllers), so its labels lie inside the frame's reach.
+FRAME_ACCELERATION_FRACTION = 0.85
+FRAME_VELOCITY_FRACTION = 0.6
+
+
+def action_frame_for(spec: RobotSpec) -> CommandStepFrame | None:
+    """The action frame pretraining gives a bundle for ``spec``: the command step for the
+    position interface (the actor steps from the observed command), none for torque."""
+    if spec.command_interface != "position":
+        return None
+    return command_step_frame(
+        spec,
+        acceleration_fraction=FRAME_ACCELERATION_FRACTION,
+        velocity_fraction=FRAME_VELOCITY_FRACTION,
+    )
 
 
 class PretrainConfig(BaseModel):
@@ -313,14 +334,20 @@ def _demonstrate(
     normalize: ObservationNormalizer,
     driver: Actor | None = None,
     round_index: int = 0,
+    *,
+    frame: CommandStepFrame | None = None,
+    make_supervisor: SupervisorFactory | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Labelled episodes into ``replay``; returns (normalized observations, labels).
 
-    The scripted controller labels every state with its action. Who drives: the scripted
+    The scripted controller labels every state with its action (in the actor's output
+    space: through ``frame`` when the bundle has one). Who drives: the scripted
     controller itself (``driver`` None) or the clone (DAgger: the states the clone
     reaches, labelled with what the controller would do there). The executed action is
     the driver's plus noise (what the replay records, so the critics learn what really
-    happened), so the clone also learns to come back to the path.
+    happened), so the clone also learns to come back to the path. With
+    ``make_supervisor`` (one per arm and episode) every executed action passes the
+    supervisor first, as on the robot, so the states are the ones it lets the arm reach.
     """
     spec = envs[0].robot_spec
     rng = np.random.default_rng([config.seed + 1, round_index])
@@ -333,9 +360,13 @@ def _demonstrate(
         for _ in range(per_env):
             raw, _ = env.reset()
             controller.reset()
+            supervisor = make_supervisor() if make_supervisor is not None else None
+            previous: np.ndarray | None = None
             done = False
             while not done:
                 clean = controller.act(raw)
+                if frame is not None:
+                    clean = frame.outputs(raw[None, :], clean[None, :])[0]
                 obs = normalize(raw[None, :])
                 driven = clean
                 if driver is not None:
@@ -344,12 +375,19 @@ def _demonstrate(
                     driven = mean.numpy()[0]
                 noise = rng.normal(0.0, config.demonstration_noise, spec.act_dim)
                 executed = np.clip(driven + noise, -1.0, 1.0).astype(np.float32)
+                proposed = executed
+                if frame is not None:
+                    executed = frame.actions(raw[None, :], executed[None, :])[0]
+                if supervisor is not None:
+                    executed, _ = supervisor.filter(raw, executed, previous)
+                    previous = executed
                 nxt, reward, terminated, truncated, _ = env.step(executed)
                 observations.append(obs[0])
                 labels.append(clean)
                 rows.observations[:] = obs
-                rows.proposed_actions[0] = executed
-                rows.actions[0] = executed
+                # As in the SAC loop: the replay holds the actor's own output.
+                rows.proposed_actions[0] = proposed
+                rows.actions[0] = proposed
                 rows.rewards[0] = float(reward)
                 rows.terminated[0] = terminated
                 rows.truncated[0] = truncated
@@ -405,17 +443,29 @@ def _cloned_sac(
     envs: list[ArmEnv],
     replay: ReplayBuffer,
     normalize: ObservationNormalizer,
+    *,
+    frame: CommandStepFrame | None,
+    make_supervisor: SupervisorFactory | None,
 ) -> SAC:
     """SAC whose actor is the scripted controller's clone (demonstrations, then DAgger
     rounds) and whose critics have learnt its values; ``replay`` holds all of it."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.sac.seed)
         actor = Actor(arch)
-    demo_obs, demo_act = _demonstrate(config, envs, replay, normalize)
+    demo_obs, demo_act = _demonstrate(
+        config, envs, replay, normalize, frame=frame, make_supervisor=make_supervisor
+    )
     _behaviour_clone(actor, demo_obs, demo_act, config)
     for round_index in range(1, config.dagger_rounds + 1):
         more_obs, more_act = _demonstrate(
-            config, envs, replay, normalize, driver=actor, round_index=round_index
+            config,
+            envs,
+            replay,
+            normalize,
+            driver=actor,
+            round_index=round_index,
+            frame=frame,
+            make_supervisor=make_supervisor,
         )
         demo_obs = np.concatenate([demo_obs, more_obs])
         demo_act = np.concatenate([demo_act, more_act])
@@ -449,6 +499,7 @@ def pretrain(
         else load_bundle(config.init_from).manifest.metadata
     )
     spec = arm_spec(config.command_interface)
+    frame = action_frame_for(spec)
     env_config = ArmEnvConfig(command_interface=config.command_interface)
     normalizer = normalizer_from_spec(spec)
     normalize = ObservationNormalizer(normalizer)
@@ -469,7 +520,7 @@ def pretrain(
     def evaluate(actor: Actor, episodes: int, seed: int = 10_000) -> EvaluationResult:
         supervisor = None if make_supervisor is None else make_supervisor()
         return evaluate_actor(
-            actor, normalize, eval_env, episodes, seed=seed, supervisor=supervisor
+            actor, normalize, eval_env, episodes, seed=seed, supervisor=supervisor, frame=frame
         )
 
     start = time.monotonic()
@@ -477,7 +528,14 @@ def pretrain(
     best: _Snapshot | None = None
     warm_started = config.init_from is not None
     if config.demonstration_episodes:
-        sac = _cloned_sac(config, arch, envs, replay, normalize)
+        # The demonstrations pass the supervisor whenever the position arm has one (the
+        # scripted controller keeps within its rate limits), supervised run or not.
+        demo_supervisor = make_supervisor or (
+            (lambda: supervisor_for(spec)) if frame is not None else None
+        )
+        sac = _cloned_sac(
+            config, arch, envs, replay, normalize, frame=frame, make_supervisor=demo_supervisor
+        )
         warm_started = True
         result = evaluate(sac.actor, config.eval_episodes)
         cloned = EvalPoint(0, 0, sac.updates, time.monotonic() - start, result)
@@ -509,8 +567,10 @@ def pretrain(
         reset_raw = next_raw.copy()
         for i, env in enumerate(envs):
             executed, penalty = actions[i], 0.0
+            if frame is not None:
+                executed = frame.actions(raw[i : i + 1], actions[i : i + 1])[0]
             if supervisors:
-                executed, verdict = supervisors[i].filter(raw[i], actions[i], previous[i])
+                executed, verdict = supervisors[i].filter(raw[i], executed, previous[i])
                 penalty = config.intervention_penalty * verdict.correction_norm
             # The supervisor is part of the environment the policy acts in: the critic
             # learns the value of what the policy proposed, whose consequences (after
@@ -565,7 +625,9 @@ def pretrain(
         actor_state=chosen.actor,
         architecture=arch,
         observation=ObservationSpec(spec.observation_names),
-        action=ActionSpec(spec.action_names, (-1.0,) * spec.act_dim, (1.0,) * spec.act_dim),
+        action=ActionSpec(
+            spec.action_names, (-1.0,) * spec.act_dim, (1.0,) * spec.act_dim, frame=frame
+        ),
         normalizer=normalizer,
         version_id=1,
         version_name=(

@@ -53,7 +53,8 @@ def nominal_arm_transitions(
     bundle: PolicyBundle, episodes: int, *, seed: int = 0
 ) -> TransitionArrays:
     """``episodes`` episodes of ``bundle``'s sampled policy on the nominal built-in arm,
-    raw (unnormalized) observations, the proposed action as the executed one."""
+    raw (unnormalized) observations, the proposed action as the executed one (the
+    action the arm runs, after the bundle's action frame if it has one)."""
     spec = bundle.robot_spec
     if spec is None or spec.fingerprint() != arm_spec(spec.command_interface).fingerprint():
         raise LearningError(
@@ -65,6 +66,7 @@ def nominal_arm_transitions(
     actor = bundle.build_actor().eval()
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
     generator = torch.Generator().manual_seed(seed)
+    frame = bundle.manifest.action.frame
     steps = episodes * env.config.episode_steps
     arch = bundle.architecture
     rows = TransitionArrays.empty(steps, arch.obs_dim, arch.act_dim)
@@ -77,9 +79,12 @@ def nominal_arm_transitions(
             with torch.no_grad():
                 x = torch.from_numpy(normalize(obs[None, :]))
                 action = actor.sample(x, generator=generator)[0].numpy()[0]
-            nxt, reward, terminated, truncated, _ = env.step(action)
+            # Rows hold what a robot records, the action the arm ran (LearnerCore maps it
+            # back to the actor's output, as for the robots' own transitions).
+            executed = action if frame is None else frame.actions(obs[None, :], action[None, :])[0]
+            nxt, reward, terminated, truncated, _ = env.step(executed)
             rows.observations[i] = obs
-            rows.actions[i] = rows.proposed_actions[i] = action
+            rows.actions[i] = rows.proposed_actions[i] = executed
             rows.rewards[i] = reward
             rows.next_observations[i] = nxt
             rows.terminated[i], rows.truncated[i] = terminated, truncated

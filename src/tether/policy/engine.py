@@ -1,7 +1,8 @@
 """``PolicyEngine``: a batch of raw observations in, bounded actions and log-probs out.
 
-Normalization, the network, sampling and scaling to the action bounds all happen here,
-so a client can never apply the wrong statistics. Invariants:
+Normalization, the network, sampling, scaling to the action bounds and the bundle's
+action frame (a step from the observed previous command, :mod:`tether.policy.action_frame`)
+all happen here, so a client can never apply the wrong statistics. Invariants:
 
 - every ``act()`` reads the live ``(path, version)`` pair exactly once, so one batch never
   mixes weight versions, and ``swap_weights`` (validated first) takes effect at the next
@@ -68,6 +69,7 @@ class PolicyEngine:
         m = bundle.manifest
         self._normalize = ObservationNormalizer(m.normalizer)
         self._low, self._half_range, self._high = action_arrays(m.action)
+        self._frame = m.action.frame
         # The sampling generator lives on the host: squash() runs there for every device.
         self._generator = torch.Generator()
         if cfg.seed is None:
@@ -193,7 +195,12 @@ class PolicyEngine:
             noise = torch.randn((n, self.act_dim), generator=self._generator).numpy()
             if not isinstance(deterministic, bool):
                 noise[deterministic] = 0.0
-        return squash(mu_np, log_std_np, noise, n, self._low, self._half_range, self._high)
+        actions, log_probs = squash(
+            mu_np, log_std_np, noise, n, self._low, self._half_range, self._high
+        )
+        if self._frame is not None:
+            actions = self._frame.actions(observations, actions)
+        return actions, log_probs
 
     def swap_weights(self, version: VersionInfo, actor_state: StateDict) -> None:
         """Serve ``actor_state`` as ``version`` from the next ``act()``; validated first."""

@@ -35,6 +35,14 @@ def normalizer_from_spec(spec: RobotSpec, *, clip: float = 10.0) -> Normalizer:
     mean[slice(*lay.joint_position)] = (lo + hi) / 2
     std[slice(*lay.joint_position)] = (hi - lo) / 2
     std[slice(*lay.joint_velocity)] = np.asarray(spec.joint_velocity_limit_rad_s)
+    if lay.command is not None:
+        mean[slice(*lay.command)] = (lo + hi) / 2
+        std[slice(*lay.command)] = (hi - lo) / 2
+    if lay.command_change is not None:
+        # A command moves by at most velocity limit × period per step.
+        std[slice(*lay.command_change)] = (
+            np.asarray(spec.joint_velocity_limit_rad_s) * spec.control_period_s
+        )
     ws_lo = np.asarray(spec.workspace.low)
     ws_hi = np.asarray(spec.workspace.high)
     for span in (lay.end_effector, lay.target):

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tether.errors import SpecError
+from tether.policy.action_frame import CommandStepFrame
 from tether.policy.errors import BundleFormatError, BundleSpecError
 from tether.policy.networks import ActorArchitecture
 from tether.spec import RobotSpec
@@ -77,10 +78,17 @@ class ActionSpec:
     names: tuple[str, ...]
     low: tuple[float, ...]
     high: tuple[float, ...]
+    frame: CommandStepFrame | None = None
+    """None: the actor's squashed output is the action. Else the actor steps from the
+    observed previous command (:mod:`tether.policy.action_frame`)."""
 
     def __post_init__(self) -> None:
         _check_names("action.names", self.names)
         n = len(self.names)
+        if self.frame is not None and len(self.frame.center_rad) != n:
+            raise BundleSpecError(
+                f"action.frame covers {len(self.frame.center_rad)} joints but the action has {n}"
+            )
         for field_name, values in (("action.low", self.low), ("action.high", self.high)):
             _check_finite(field_name, values, n)
         bad = [i for i in range(n) if not self.low[i] < self.high[i]]
@@ -200,6 +208,12 @@ class BundleManifest:
                 raise BundleSpecError(
                     f"{what} has {found} entries but the architecture needs {want}"
                 )
+        frame = self.action.frame
+        if frame is not None and frame.obs_dim_needed > arch.obs_dim:
+            raise BundleSpecError(
+                f"action.frame reads observation entries up to {frame.obs_dim_needed} but the "
+                f"observation has {arch.obs_dim}"
+            )
         if self.version.weights_sha256 != self.weights.sha256:
             raise BundleSpecError(
                 f"version.weights_sha256 {self.version.weights_sha256} differs from "
@@ -247,6 +261,8 @@ class BundleManifest:
                 "names": list(self.action.names),
                 "low": list(self.action.low),
                 "high": list(self.action.high),
+                # Only when there is one: a bundle without a frame keeps its old document.
+                **({} if self.action.frame is None else {"frame": self.action.frame.to_dict()}),
             },
             "normalizer": {
                 "mean": list(self.normalizer.mean),
@@ -291,7 +307,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     ),
     "version": frozenset({"id", "name", "parent"}),
     "observation": frozenset({"dim", "names"}),
-    "action": frozenset({"dim", "names", "low", "high"}),
+    "action": frozenset({"dim", "names", "low", "high", "frame"}),
     "normalizer": frozenset({"mean", "var", "clip", "epsilon"}),
     "architecture": frozenset({"kind", "obs_dim", "act_dim", "hidden_sizes", "activation"}),
     "weights": frozenset({"file", "sha256", "size_bytes"}),
@@ -415,6 +431,11 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
                 act_names,
                 tuple(r.get_list(act, "low", float, "action")),
                 tuple(r.get_list(act, "high", float, "action")),
+                frame=(
+                    None
+                    if act.get("frame") is None
+                    else CommandStepFrame.from_dict(r.obj(act["frame"], "action.frame"), source)
+                ),
             ),
             normalizer=Normalizer(
                 mean=tuple(r.get_list(norm, "mean", float, "normalizer")),

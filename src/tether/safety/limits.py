@@ -431,7 +431,7 @@ def _tuple(values: np.ndarray) -> tuple[float, ...]:
 
 
 def _layout_items(layout: ObservationLayout) -> list[tuple[str, tuple[int, int]]]:
-    return [(f.name, getattr(layout, f.name)) for f in fields(layout)]
+    return layout.items()
 
 
 def _obstacle_dict(o: Obstacle) -> dict[str, Any]:

@@ -2,12 +2,15 @@
 and an oracle.
 
 ``ReachController`` solves the target's inverse kinematics once per target (damped
-least squares on ``ArmKinematics``, joint ranges respected), then commands the measured
-pose moved toward that goal by at most ``APPROACH_RAD`` per joint: far from the goal the
-impedance controller then pulls with a bounded error (the joints move at about half
-their velocity limits and the command changes per step only as fast as the arm moves),
-near it the command is the goal itself. The rule reads nothing but the observation, so a
-policy can imitate it exactly. Given only the nominal model it is the *scripted* controller (what a
+least squares on ``ArmKinematics``, inside the joint ranges less the supervisor's
+margin), aims at the measured pose moved toward that goal by at most ``APPROACH_RAD``
+per joint (near the goal, the goal itself), and moves its command toward that aim
+within the supervisor's rate limits with a margin: per step by at most
+``VELOCITY_FRACTION`` of velocity limit × period, that step changing by at most
+``ACCELERATION_FRACTION`` of acceleration limit × period², and slowing in time to stop
+on the aim. It steps from the command the observation reports (the arm's last one), so
+a supervisor that sees the same command passes every step unchanged, and the rule reads
+nothing but the observation, so a policy can imitate it exactly. Given only the nominal model it is the *scripted* controller (what a
 controller tuned on the healthy arm does); given the true dynamics (``dynamics=``) it is
 the *oracle*: it commands the pose at which the impedance controller, with the true
 actuator gain, payload and encoder bias beneath it, comes to rest on the IK solution:
@@ -34,7 +37,7 @@ from tether.sim.dynamics import ArmDynamics
 from tether.sim.errors import SimConfigError
 from tether.sim.kinematics import ArmKinematics
 from tether.sim.spec import arm_spec
-from tether.spec import RobotSpec
+from tether.spec import RobotSpec, Sphere
 
 FloatArray = NDArray[np.float64]
 
@@ -42,9 +45,20 @@ _IK_ITERATIONS = 60
 _IK_DAMPING = 1e-3
 _IK_TOLERANCE_M = 1e-4
 _JACOBIAN_STEP_RAD = 1e-6
-# The most the command leads the measured pose by (rad): with the arm's impedance and
-# its own damping, a joint pulled by this error settles at about half its velocity limit.
+# The most the aim leads the measured pose by (rad): it bounds the impedance torque the
+# command demands while the arm catches up.
 APPROACH_RAD = 0.35
+# The command's rates as fractions of the supervisor's caps: the margin a clone's small
+# error (and its sampling) has before the supervisor corrects it.
+VELOCITY_FRACTION = 0.5
+ACCELERATION_FRACTION = 0.7
+# The goal stays this far inside each joint's range: the supervisor's range check keeps
+# commands 0.1 rad inside it.
+RANGE_INSET_RAD = 0.12
+# A straight joint-space line to the goal that brings a collision sphere closer than this
+# to the obstacle goes by a way point instead (the supervisor's margin is 0.06 m).
+OBSTACLE_CLEARANCE_M = 0.08
+_SEGMENT_FRACTIONS = np.linspace(0.0, 1.0, 9)
 
 
 class ReachController:
@@ -60,11 +74,26 @@ class ReachController:
         self.dynamics = dynamics
         self._kin = ArmKinematics(self.spec)
         self._loaded: dict[float, ArmKinematics] = {}
-        self._low = np.array(self.spec.joint_position_low_rad)
-        self._high = np.array(self.spec.joint_position_high_rad)
+        self._low = np.array(self.spec.joint_position_low_rad) + RANGE_INSET_RAD
+        self._high = np.array(self.spec.joint_position_high_rad) - RANGE_INSET_RAD
         self._kp = np.array(self.spec.joint_stiffness_nm_rad)
+        self._home = np.array(self.spec.home_position_rad)
+        self._obstacles = [
+            (np.array(ob.center), ob.radius) for ob in self.spec.obstacles if isinstance(ob, Sphere)
+        ]
         lay = self.spec.layout.slices()
+        if "command" not in lay or "command_change" not in lay:
+            raise SimConfigError(
+                "ReachController steps from the command the observation reports; the spec's "
+                "layout has no 'command' and 'command_change' slices (use arm_spec('position'))"
+            )
         self._q, self._target = lay["joint_position"], lay["target"]
+        self._command, self._change = lay["command"], lay["command_change"]
+        dt = self.spec.control_period_s
+        self._max_step = VELOCITY_FRACTION * np.array(self.spec.joint_velocity_limit_rad_s) * dt
+        self._max_step_change = (
+            ACCELERATION_FRACTION * np.array(self.spec.joint_acceleration_limit_rad_s2) * dt * dt
+        )
         self._goal: FloatArray | None = None
         self._for_target: FloatArray | None = None
 
@@ -79,11 +108,63 @@ class ReachController:
         if self._goal is None or self._for_target is None or (target != self._for_target).any():
             self._for_target = target.copy()
             self._goal = self._compensated(self.inverse_kinematics(target, q))
-        command = q + np.clip(self._goal - q, -APPROACH_RAD, APPROACH_RAD)
+        ahead = self._way_point(q, self._goal) - q
+        farthest = float(np.abs(ahead).max())
+        aim = q + ahead * min(1.0, APPROACH_RAD / farthest) if farthest > 0 else q
+        previous, previous_step = obs[self._command], obs[self._change]
+        left = aim - previous
+        # All joints on one straight line in joint space, arriving together: each joint's
+        # rates are the slowest joint's, scaled by how far it has to go (a joint that
+        # raced ahead would swing the arm through poses the straight line avoids).
+        distance = np.maximum(np.abs(left), 1e-9)
+        pace = distance * (self._max_step / distance).min()
+        brake = distance * (self._max_step_change / distance).min()
+        # The fastest step from which the command can still stop on the aim, braking at
+        # the allowed change per step: sqrt(2·a·d) in steps.
+        speed = np.minimum(pace, np.sqrt(2.0 * brake * distance))
+        wanted = np.sign(left) * np.minimum(speed, np.abs(left))
+        step = np.clip(
+            wanted, previous_step - self._max_step_change, previous_step + self._max_step_change
+        )
+        command = previous + np.clip(step, -self._max_step, self._max_step)
         action: NDArray[np.float32] = np.clip(
             self.spec.action_for_position(command), -1.0, 1.0
         ).astype(np.float32)
         return action
+
+    def _way_point(self, q: FloatArray, goal: FloatArray) -> FloatArray:
+        """The goal, or, when the straight line to it passes the obstacle too closely, the
+        first way point from which both legs are clear: one joint group first (yaw, or
+        the pitches), or through the home pitches."""
+        if self._clear(q, goal):
+            return goal
+        home = self._home
+        for via in (
+            np.concatenate([goal[:1], q[1:]]),
+            np.concatenate([q[:1], goal[1:]]),
+            np.concatenate([goal[:1], home[1:]]),
+            np.concatenate([q[:1], home[1:]]),
+            np.concatenate([goal[:2], home[2:]]),
+        ):
+            if self._clear(q, via) and self._clear(via, goal):
+                return via
+        return goal
+
+    def _clear(self, start: FloatArray, end: FloatArray) -> bool:
+        """Whether the collision spheres keep ``OBSTACLE_CLEARANCE_M`` from each obstacle
+        along the joint-space segment ``start`` → ``end`` (less where an end itself is
+        closer: a goal near the obstacle is approached, not refused)."""
+        gaps = [self._gap(start + f * (end - start)) for f in _SEGMENT_FRACTIONS]
+        needed = min(OBSTACLE_CLEARANCE_M, gaps[0] - 0.005, gaps[-1] - 0.005)
+        return min(gaps) >= needed
+
+    def _gap(self, q: FloatArray) -> float:
+        centers, radii = self._kin.collision_spheres(q)
+        gap = math.inf
+        for center, radius in self._obstacles:
+            d = np.sqrt(((centers - center) ** 2).sum(axis=1)) - radii - radius
+            gap = min(gap, float(d.min()))
+        return gap
 
     def inverse_kinematics(self, target: FloatArray, start: FloatArray) -> FloatArray:
         """A joint pose (rad) whose end effector is at ``target`` (m), searched from ``start``.

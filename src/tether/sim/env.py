@@ -3,7 +3,10 @@
 Each control step (``arm_spec().control_period_s``) holds one normalized command over
 several physics substeps. Observation: ``[q | q̇ | end effector | target]`` (float32,
 layout in ``arm_spec().layout``; q and q̇ carry the dynamics' sensor noise and bias, the
-end effector and target are exact). Action, by ``ArmEnvConfig.command_interface``:
+end effector and target are exact), and for the position interface
+``[command | command change]``: the joint target (rad) the arm received on the last step
+(before any delay: what the supervisor let through) and its change from the one before
+(the command the arm starts holding at reset, with zero change). Action, by ``ArmEnvConfig.command_interface``:
 normalized torques in [-1, 1] (1 is ``torque_limit_nm`` times the actuator gain), or
 normalized joint-position targets in [-1, 1] (``RobotSpec.commanded_position``) that the
 joint impedance controller inside the model tracks at the physics rate; it reads the
@@ -106,12 +109,16 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         self._pending: deque[FloatArray] = deque()
         self._executed = np.zeros(n)
         self._commanded = np.zeros(n)
+        self._command_rad = np.zeros(n)
+        self._command_change_rad = np.zeros(n)
         self._obs = np.zeros(self.robot_spec.obs_dim, dtype=np.float32)
         self.global_step = 0
         self.episode_step = 0
         self._outcome = OutcomeTracker(self.config.success_radius_m, self.config.settle_steps)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
-        self.observation_space = _observation_space(self._low, self._high, self._vlim)
+        self.observation_space = _observation_space(
+            self._low, self._high, self._vlim, position=self._position
+        )
 
     # -- gymnasium API -------------------------------------------------------------------
 
@@ -160,6 +167,9 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
             else np.zeros(self._n)
         )
         self._commanded = self._executed.copy()
+        if self._position:
+            self._command_rad = self.robot_spec.commanded_position(self._commanded)
+            self._command_change_rad = np.zeros(self._n)
         self._data.ctrl[:] = self._control(self._executed)
         mujoco.mj_forward(self._model, self._data)
         self.episode_step = 0
@@ -219,6 +229,10 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
                 - (cfg.contact_penalty if contact else 0.0)
             )
         self._commanded = command
+        if self._position:
+            command_rad = self.robot_spec.commanded_position(command)
+            self._command_change_rad = command_rad - self._command_rad
+            self._command_rad = command_rad
         outcome = self._outcome
         outcome.record(distance, reward, contact, limit, too_fast)
         self.global_step += 1
@@ -278,14 +292,15 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
     def true_observation(self) -> ObsArray:
         """The observation a perfect sensor would give now (no noise, no bias)."""
         state = self.true_state()
-        return np.concatenate(
-            [
-                state.joint_position_rad,
-                state.joint_velocity_rad_s,
-                state.end_effector_m,
-                state.target_m,
-            ]
-        ).astype(np.float32)
+        parts = [
+            state.joint_position_rad,
+            state.joint_velocity_rad_s,
+            state.end_effector_m,
+            state.target_m,
+        ]
+        if self._position:
+            parts += [self._command_rad, self._command_change_rad]
+        return np.concatenate(parts).astype(np.float32)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -326,7 +341,10 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         if d.obs_noise_std:
             obs[: 2 * n] += self.np_random.normal(0.0, d.obs_noise_std, 2 * n)
         obs[2 * n : 2 * n + 3] = self._data.site_xpos[self._site]
-        obs[2 * n + 3 :] = self._target
+        obs[2 * n + 3 : 2 * n + 6] = self._target
+        if self._position:
+            obs[2 * n + 6 : 3 * n + 6] = self._command_rad
+            obs[3 * n + 6 :] = self._command_change_rad
         return obs.copy()
 
     def _sample_target(self, rng: np.random.Generator) -> FloatArray:
@@ -350,20 +368,35 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
 
 
 def _observation_space(
-    low: FloatArray, high: FloatArray, velocity_limit: FloatArray
+    low: FloatArray, high: FloatArray, velocity_limit: FloatArray, *, position: bool
 ) -> spaces.Box[np.float32]:
     """Generous finite bounds: no physical state of the arm comes near them.
 
-    Joint readings get half a turn beyond the range (soft limits, bias, noise), speeds
-    ten times their limit, positions the arm's full reach around the shoulder.
+    Joint readings and commands get half a turn beyond the range (soft limits, bias,
+    noise, the command's overreach), speeds ten times their limit, positions the arm's
+    full reach around the shoulder, a command's change the joint's whole span.
     """
     reach = sum(link.length_m for link in ARM.links[1:]) + ARM.end_effector_offset_m
     shoulder = ARM.base_height_m + ARM.links[0].length_m
     lo_xyz = [-reach, -reach, shoulder - reach]
     hi_xyz = [reach, reach, shoulder + reach]
+    lows: list[NDArray[np.float64]] = [
+        low - np.pi,
+        -10 * velocity_limit,
+        *map(np.array, (lo_xyz, lo_xyz)),
+    ]
+    highs: list[NDArray[np.float64]] = [
+        high + np.pi,
+        10 * velocity_limit,
+        *map(np.array, (hi_xyz, hi_xyz)),
+    ]
+    if position:
+        span = high - low + 2 * np.pi
+        lows += [low - np.pi, -span]
+        highs += [high + np.pi, span]
     return spaces.Box(
-        np.concatenate([low - np.pi, -10 * velocity_limit, lo_xyz, lo_xyz]).astype(np.float32),
-        np.concatenate([high + np.pi, 10 * velocity_limit, hi_xyz, hi_xyz]).astype(np.float32),
+        np.concatenate(lows).astype(np.float32),
+        np.concatenate(highs).astype(np.float32),
         dtype=np.float32,
     )
 

@@ -8,8 +8,14 @@ The built-in arm can be commanded by torque or by joint position (``command_inte
 :data:`DEFAULT_COMMAND_INTERFACE` is the one switch that says which one ``arm_spec()``
 and ``ArmEnv()`` give when nobody asks for either.
 
-Observation layout (float32, ``obs_dim = 2n + 6`` for ``n`` joints):
-``[q (n, rad) | q̇ (n, rad/s) | end effector xyz (3, m) | target xyz (3, m)]``.
+Observation layout (float32, for ``n`` joints):
+``[q (n, rad) | q̇ (n, rad/s) | end effector xyz (3, m) | target xyz (3, m)]``
+(``obs_dim = 2n + 6``), and for the position interface then
+``[command (n, rad) | command change (n, rad)]`` (``obs_dim = 4n + 6``): the joint target
+the arm received last and its change from the one before, as a position-controlled
+arm reports its commanded pose. A policy that steps from its previous command
+(``tether.policy.action_frame``) reads them, and so does the scripted controller that
+keeps within the supervisor's rate limits.
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ from tether.spec import Box, CommandInterface, ObservationLayout, RobotSpec, Sph
 ARM_NAME = "tether-arm-4dof"
 
 # The built-in arm's interface when none is asked for: every `arm_spec()`, every
-# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. Torque until
-# the shipped position policy passes the supervisor: through it, in `tether run`, it is
-# corrected on ~98 % of its sampled steps and reaches 36 % success (docs/benchmarks.md).
-DEFAULT_COMMAND_INTERFACE: CommandInterface = "torque"
+# `ArmEnv()` (through ArmEnvConfig) and so every layer that builds the arm. Position:
+# the shipped position policy passes its supervisor (docs/benchmarks.md, "Position arm").
+DEFAULT_COMMAND_INTERFACE: CommandInterface = "position"
 
 
 def arm_spec(command_interface: CommandInterface | None = None) -> RobotSpec:
@@ -44,6 +49,11 @@ def _arm_spec(command_interface: CommandInterface) -> RobotSpec:
         tuple(f"{j}_pos" for j in joints)
         + tuple(f"{j}_vel" for j in joints)
         + ("ee_x", "ee_y", "ee_z", "target_x", "target_y", "target_z")
+        + (
+            tuple(f"{j}_cmd" for j in joints) + tuple(f"{j}_cmd_change" for j in joints)
+            if position
+            else ()
+        )
     )
     return RobotSpec(
         name=ARM_NAME,
@@ -55,6 +65,8 @@ def _arm_spec(command_interface: CommandInterface) -> RobotSpec:
             joint_velocity=(n, 2 * n),
             end_effector=(2 * n, 2 * n + 3),
             target=(2 * n + 3, 2 * n + 6),
+            command=(2 * n + 6, 3 * n + 6) if position else None,
+            command_change=(3 * n + 6, 4 * n + 6) if position else None,
         ),
         joint_position_low_rad=tuple(link.position_low_rad for link in ARM.links),
         joint_position_high_rad=tuple(link.position_high_rad for link in ARM.links),
