@@ -61,8 +61,11 @@ class CanaryConfig(BaseModel):
         description="Task pairs (one canary and one control episode of the same task) before "
         "the verdict (pairs)",
     )
+    # 0.9: the shipped position bundle's action frame moves the command's change by up to
+    # 0.85 of the acceleration cap, so at 0.8 the supervisor corrected the canary's and its
+    # control's steps alike (44 % of the learning robot's steps in tether run).
     safety_tightening: float = Field(
-        default=0.8,
+        default=0.9,
         gt=0.0,
         le=1.0,
         description="Factor passed to SafetyLimits.tightened() for the canary's and its "
