@@ -1,0 +1,40 @@
+"""The benchmarks still run: each one with the smallest arguments, in a subprocess.
+
+Their figures are not judged here (docs/benchmarks.md records them, measured on a quiet
+machine); this catches a benchmark broken by a change to what it calls.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL_RUNS = {
+    "bench_versions.py": (["--rounds", "50"], "route(), canary share"),
+    "bench_sim.py": (["--steps", "200", "--repeats", "1"], "gravity_torque"),
+    "bench_engine.py": (["--rounds", "20"], "'auto' picks"),
+    "bench_supervisor.py": (
+        ["--calls", "20", "--repeats", "1", "--episodes", "1"],
+        "NaN -> backup",
+    ),
+    "bench_task.py": (["--tasks", "2"], "scripted controller"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMALL_RUNS))
+def test_benchmark_runs_with_small_arguments(script: str) -> None:
+    args, expected = SMALL_RUNS[script]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert expected in done.stdout, done.stdout[-2000:]
