@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.arm_fixtures import arm, bundle_path
 from tests.serving.admin_harness import admin, loop
 from tests.serving.serving_harness import (
     MakeServer,
@@ -21,29 +22,15 @@ from tests.serving.serving_harness import (
 # Real bundles and supervisors for the edge tests of versions (AdminService, routing).
 from tests.versions.builders import base_bundle, spec, supervisor
 from tether.policy.engine import PolicyEngine
-from tether.policy.initialize import init_bundle
 from tether.serving.config import ServerConfig
 from tether.serving.served_spec import ServedSpec
 from tether.serving.server import PolicyServer
 from tether.serving.supervision import SupervisorFactory
-from tether.sim import arm_spec
 from tether.spec import RobotSpec
 
-__all__ = ["admin", "base_bundle", "loop", "spec", "supervisor"]
+__all__ = ["admin", "arm", "base_bundle", "bundle_path", "loop", "spec", "supervisor"]
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="session")
-def arm() -> RobotSpec:
-    return arm_spec()
-
-
-@pytest.fixture(scope="session")
-def bundle_path(tmp_path_factory: pytest.TempPathFactory, arm: RobotSpec) -> Path:
-    path = tmp_path_factory.mktemp("bundle") / "arm"
-    init_bundle(path, arm, hidden_sizes=(64, 64), seed=3)
-    return path
 
 
 @pytest.fixture
