@@ -27,8 +27,9 @@ client) runs echoes that sleep, spin, or compute the forward and the supervision
 long as the policy handler takes, and the policy server with ``tether run``'s recorder,
 to show what grpc and the machine add around a handler of that length.
 
-The policy servers' degradation machines run on served-action time (``ServedTime``), so
-their count windows hold as many actions as at a real robot's rate, and every server
+The policy servers' degradation machines run on served-action time
+(``served_time_machine``), so their windows hold as many actions as at a real robot's
+rate, and every server
 freezes its start-up heap as ``tether serve`` does.
 
 Every reply carries the time its action spent in supervision (``timings.safety_ns``:
@@ -77,7 +78,7 @@ from tether.policy.bundle import load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
-from tether.safety.presets import arm_supervisor
+from tether.safety.for_spec import supervisor_for
 from tether.sim import ArmEnv, arm_spec
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
@@ -185,26 +186,32 @@ def probe_work(kind: str, duration_ns: int, episodes: int) -> Callable[[], int] 
     return policy
 
 
-class ServedTime:
-    """The benchmark server's degradation clock: robot time, advanced per served action.
+def served_time_machine(seconds_per_action: float) -> Any:
+    """The benchmark server's degradation machine, on robot time advanced per served action.
 
-    The degradation machine counts events in a 10 s window whose thresholds are sized for
-    ``tether run``'s two robots at 50 Hz (1,000 actions per window). The benchmark serves
-    25-60x faster, so on the wall clock a policy whose corrections are normal for it
-    would read as 25-60x too many and the server would sit at RESTRICTED, which no robot
-    under this policy sees. Each served action advances this clock by half a control
-    period, so the window always holds the 1,000 actions its thresholds are sized for.
+    The degradation machine judges each robot on the events in its time window, with
+    thresholds sized for a robot at its control rate. The benchmark serves each robot
+    25-60x faster, so on the wall clock a policy whose corrections are normal for it would
+    read as 25-60x too many and the server would sit at RESTRICTED, which no robot under
+    this policy sees. Every step the machine observes advances its clock by
+    ``seconds_per_action`` divided by the number of robots it has seen, so each robot's
+    window holds the steps it would hold at the control rate.
     """
+    from tether.safety.degradation import DegradationMachine
+    from tether.safety.for_spec import limits_for
 
-    def __init__(self, seconds_per_action: float) -> None:
-        self._per_action = seconds_per_action
-        self._now = 0.0
+    class ServedTimeMachine(DegradationMachine):
+        def __init__(self) -> None:
+            self._served_s = 0.0
+            self._seen: set[str] = set()
+            super().__init__(limits=limits_for(SPEC), clock=lambda: self._served_s)
 
-    def now(self) -> float:
-        return self._now
+        def observe(self, *args: Any, **kwargs: Any) -> None:
+            self._seen.add(kwargs.get("robot", ""))
+            self._served_s += seconds_per_action / len(self._seen)
+            super().observe(*args, **kwargs)
 
-    def advance(self, engine: Any, observations: np.ndarray, *rest: Any) -> None:
-        self._now += len(observations) * self._per_action
+    return ServedTimeMachine()
 
 
 def policy_config(max_batch: int, execution: str = "auto") -> dict[str, Any]:
@@ -238,12 +245,11 @@ def _server_main(
 
     torch.set_num_threads(1)
     profiler = cProfile.Profile() if profile else None
-    # cProfile sees one thread; batches that run in the worker thread get their own.
+    # cProfile sees one thread; batches that run in the worker thread get their own,
+    # switched on by the first profile event of every thread the server starts.
     batch_profiler = cProfile.Profile() if profile else None
-
-    def profile_batch_thread() -> None:
-        if batch_profiler is not None and threading.current_thread() is not threading.main_thread():
-            batch_profiler.enable()  # stays on in that thread; enabling again is a no-op
+    if batch_profiler is not None:
+        threading.setprofile(lambda *_: batch_profiler.enable())
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -260,13 +266,10 @@ def _server_main(
             await stop.wait()
             await server.stop(1.0)
             return
-        from tether.safety.degradation import DegradationMachine
-        from tether.safety.for_spec import limits_for
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
         config = ServerConfig.model_validate(policy_config(max_batch, execution))
-        clock = ServedTime(SPEC.control_period_s / 2)
         # tether run's recorder: every Control step to the experience log, paired by a
         # worker thread (the transport probe measures what it adds).
         log = (
@@ -278,9 +281,7 @@ def _server_main(
         policy = build_server(
             Path(bundle),
             config,
-            degradation=DegradationMachine(limits=limits_for(SPEC), clock=clock.now),
-            on_batch=clock.advance,
-            before_batch=profile_batch_thread if profile else None,
+            degradation=served_time_machine(SPEC.control_period_s),
             record_step=steps.record if steps is not None else None,
             end_session=steps.end_session if steps is not None else None,
         )
@@ -445,7 +446,7 @@ def record_closed_loop(episodes: int, seed: int = 1) -> Recording:
 
     engine = PolicyEngine(load_bundle(pretrained_bundle_path()), EngineConfig(execution="eager"))
     env = ArmEnv(seed=seed)
-    supervisor = arm_supervisor()
+    supervisor = supervisor_for(SPEC)
     recorded: list[np.ndarray] = []
     corrected = steps = 0
     for episode in range(episodes):

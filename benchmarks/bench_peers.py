@@ -1,0 +1,220 @@
+"""tether beside the servers robot teams run today, on the same policy, in one run (issue 22).
+
+Four servers, each in its own process, each serving the shipped position policy (the
+same ``PolicyEngine`` on the same weights, one torch thread) to 1, 8 and 64 concurrent
+robots in a closed loop (send a step, wait for its action, send the next):
+
+- **echo**: a bare ``grpc.aio`` bidi stream answering every ``Control`` step with a
+  prebuilt reply of the real reply's size (``bench_serving.EchoService``): the floor of
+  the transport tether uses, with no policy at all.
+- **openpi-style**: openpi's ``WebsocketPolicyServer`` imitated (``bench_protocols``): a
+  ``websockets`` asyncio server decoding msgpack-numpy and calling the policy
+  synchronously inside its handler, so every other connection waits; no supervisor.
+- **LeRobot-style**: LeRobot's async-inference ``PolicyServer`` imitated: a synchronous
+  ``grpc.server`` on a ``ThreadPoolExecutor`` of 4 workers, each request running the one
+  policy at batch 1 under a lock (one model, many handler threads); no supervisor, no
+  recording. It answers tether's own ``Control`` messages so that the load generator is
+  the echo's.
+- **tether**: ``tether.serving.launch.build_server`` as ``tether serve`` builds it, with
+  every action through the arm's position supervisor and its degradation machine, and
+  every step recorded to an experience log (``tether run``'s recorder), on the
+  ``Control`` stream.
+
+The clients replay the shipped policy's closed loop on the built-in arm
+(``bench_serving.record_closed_loop``): each robot its own episodes, so the supervisor
+sees the states a robot under this policy produces. ``--rounds`` repeats every cell with
+the servers' order rotated, and the table keeps each cell's median over rounds, so a
+neighbour's burst on a shared machine does not land on one server only.
+
+    python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
+
+Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
+actions/s ≥ 0.8 × the echo's and above both peers'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import statistics
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import bench_protocols
+import grpc
+import numpy as np
+import torch
+from bench_protocols import Child, _closed_loop, _openpi_style_main, _websocket_client, _Window
+from bench_serving import SPEC, Feed, ServerProcess, record_closed_loop
+
+from tether.assets import pretrained_bundle_path
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
+
+SERVERS = ("echo", "openpi-style", "LeRobot-style", "tether")
+
+
+class LeRobotStyleService(pb_grpc.PolicyServiceServicer):
+    """Synchronous handlers on grpc's thread pool; one policy, run at batch 1 under a lock."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+
+    def _act(self, observation: Any, deterministic: bool) -> pb.ActionResponse:
+        obs = np.asarray(observation, dtype=np.float32)[None]
+        with self._lock:
+            out = self._engine.act(obs, deterministic)
+        return pb.ActionResponse(action=out.actions[0].tolist(), status="ok")
+
+    def GetAction(self, request: pb.ActionRequest, context: Any) -> pb.ActionResponse:
+        return self._act(request.observation, request.deterministic)
+
+    def Control(self, request_iterator: Any, context: Any) -> Any:
+        for message in request_iterator:
+            if message.WhichOneof("kind") == "open":
+                yield pb.ControlReply(opened=pb.SessionOpened(session_id="lerobot-style"))
+                continue
+            step = message.step
+            yield pb.ControlReply(
+                step_index=step.step_index,
+                episode_id=step.episode_id,
+                action=self._act(step.observation, step.deterministic),
+            )
+
+
+def _lerobot_style_main(bundle: str, ports: Any) -> None:
+    from tether.policy.bundle import load_bundle
+    from tether.policy.config import EngineConfig
+    from tether.policy.engine import PolicyEngine
+
+    torch.set_num_threads(1)
+    engine = PolicyEngine(load_bundle(Path(bundle)), EngineConfig(execution="eager"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_PolicyServiceServicer_to_server(LeRobotStyleService(engine), server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    ports.put((port, 0))
+    stopped.wait()
+    server.stop(1.0)
+
+
+def _control_client(address: str, feed: Feed, warmup: int = 5) -> Any:
+    """One robot on a ``Control`` stream, replaying its own recorded episodes."""
+
+    async def one(i: int, window: _Window) -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = pb_grpc.PolicyServiceStub(channel).Control()  # type: ignore[no-untyped-call]
+            await call.write(
+                pb.ControlStep(
+                    open=pb.SessionOpen(
+                        robot_id=f"robot-{i}",
+                        spec_fingerprint=SPEC.fingerprint(),
+                        obs_dim=SPEC.obs_dim,
+                        act_dim=SPEC.act_dim,
+                        joint_names=list(SPEC.joint_names),
+                    )
+                )
+            )
+            await call.read()
+            steps = feed.steps(i)
+
+            async def step() -> None:
+                message = next(steps)
+                await call.write(message)
+                reply = await call.read()
+                if reply.WhichOneof("kind") != "action":
+                    raise RuntimeError(f"robot {i}: {reply.error.message}")
+
+            for _ in range(warmup):
+                await step()
+            await window.opened()
+            while time.perf_counter() < window.deadline:
+                start = time.perf_counter()
+                await step()
+                window.latencies.append(time.perf_counter() - start)
+                window.actions += 1
+            await call.done_writing()
+
+    return one
+
+
+class Servers:
+    """The four servers, started once and kept for every cell and round."""
+
+    def __init__(self, bundle: str) -> None:
+        self.echo = ServerProcess("echo")
+        self.tether = ServerProcess("policy", bundle, recorder=True)
+        self.openpi = Child(_openpi_style_main, bundle)
+        self.lerobot = Child(_lerobot_style_main, bundle)
+
+    def client(self, server: str, feed: Feed) -> Any:
+        if server == "echo":
+            return _control_client(self.echo.address, feed)
+        if server == "tether":
+            return _control_client(self.tether.address, feed)
+        if server == "LeRobot-style":
+            return _control_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
+        return _websocket_client(self.openpi.ws_port)
+
+    def stop(self) -> None:
+        for child in (self.echo, self.tether, self.openpi, self.lerobot):
+            child.stop()
+
+
+def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--clients", default="1,8,64")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    bundle = str(pretrained_bundle_path())
+    recording = record_closed_loop(episodes=4)
+    bench_protocols._FEED = np.concatenate(recording.episodes)
+    feed = Feed(recording)
+    print(
+        f"# bench_peers: shipped position policy, {args.seconds} s per cell, "
+        f"{args.rounds} rounds, median per cell; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    servers = Servers(bundle)
+    cells: dict[tuple[str, int], list[dict[str, float]]] = {}
+    try:
+        for round_ in range(args.rounds):
+            order = SERVERS[round_ % len(SERVERS) :] + SERVERS[: round_ % len(SERVERS)]
+            for clients in counts:
+                for server in order:
+                    cell = asyncio.run(
+                        _closed_loop(clients, args.seconds, servers.client(server, feed))
+                    )
+                    cells.setdefault((server, clients), []).append(cell)
+    finally:
+        servers.stop()
+    print("\n| server | robots | p50 ms | p99 ms | actions/s | p50 / echo | actions/s / echo |")
+    print("|---|---|---|---|---|---|---|")
+    for clients in counts:
+        echo = _median(cells[("echo", clients)])
+        for server in SERVERS:
+            m = _median(cells[(server, clients)])
+            print(
+                f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
+                f"{m['actions_per_s']:,.0f} | {m['p50_ms'] / echo['p50_ms']:.2f} | "
+                f"{m['actions_per_s'] / echo['actions_per_s']:.2f} |"
+            )
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
