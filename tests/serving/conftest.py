@@ -46,6 +46,33 @@ def bundle_path(tmp_path_factory: pytest.TempPathFactory, arm: RobotSpec) -> Pat
     return path
 
 
+# The chunk policy: a state vector and one camera image in, HORIZON actions out.
+IMAGE_SHAPE = (16, 16, 3)
+HORIZON = 4
+
+
+@pytest.fixture(scope="session")
+def chunk_bundle_path(tmp_path_factory: pytest.TempPathFactory, arm: RobotSpec) -> Path:
+    """A small CNN chunk bundle made by init_bundle (milliseconds, same seed, same bytes)."""
+    path = tmp_path_factory.mktemp("chunk-bundle") / "arm-chunk"
+    init_bundle(
+        path,
+        arm,
+        hidden_sizes=(32, 32),
+        seed=5,
+        images=[("image", IMAGE_SHAPE)],
+        horizon=HORIZON,
+        conv_channels=(4, 8),
+        state_input="state",
+    )
+    return path
+
+
+@pytest.fixture
+def chunk_engine(chunk_bundle_path: Path) -> PolicyEngine:
+    return make_engine(chunk_bundle_path)
+
+
 @pytest.fixture
 def engine(bundle_path: Path) -> PolicyEngine:
     return make_engine(bundle_path)

@@ -193,8 +193,9 @@ class PolicyEngine:
         ``observations`` is the ``(B, obs_dim)`` state batch of a one-input bundle, or a
         mapping with every named input (``input_specs``) as a ``(B, *shape)`` batch.
         """
-        state, images = self._split_inputs(observations)
-        n = self._check_observations(state)
+        raw_state, images = self._split_inputs(observations)
+        n = self._check_observations(raw_state)
+        state: np.ndarray = raw_state  # type: ignore[assignment]  # checked just above
         self._check_images(images, n)
         det = self._check_deterministic(deterministic, n)
         path, version = self._live  # read once: this whole batch uses this version
