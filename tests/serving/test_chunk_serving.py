@@ -9,6 +9,8 @@ protocol that skipped a step's supervision, or supervised the steps out of order
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +19,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
+from tests.serving.client_venv import clients_python, run_client
 from tests.serving.conftest import HORIZON, IMAGE_SHAPE
 from tests.serving.serving_harness import MakeServer, server_config
 from tests.serving.test_kserve import tight_limits
@@ -28,6 +31,8 @@ from tether.serving.openpi import pack, unpack_observation
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
+
+__all__ = ["clients_python"]
 
 OPENPI_KEYS = {"observation/state": "state", "observation/image": "image"}
 
@@ -273,3 +278,37 @@ def test_openpi_maps_observation_keys_to_inputs_and_answers_h_by_d(
         _, (text, code) = asyncio.run(_openpi_session(port, [bad]))
         assert words in text, text
         assert code == 1011
+
+
+def test_the_real_clients_get_supervised_chunks(
+    make_server: MakeServer, chunk_engine: PolicyEngine, arm: RobotSpec, clients_python: Path
+) -> None:
+    """openpi_client and tritonclient, unchanged, against the chunk policy."""
+    running = chunk_server(
+        make_server, chunk_engine, arm, openpi={"port": 0, "observation_keys": OPENPI_KEYS}
+    )
+    state, image = sample(arm, 6)
+    _, safe = expected_chunk(chunk_engine, arm, state, image)
+    state_json, image_json = json.dumps([state.tolist()]), json.dumps(image.tolist())
+
+    openpi = run_client(
+        clients_python,
+        "openpi_calls.py",
+        str(running.server.openpi_port),
+        state_json,
+        "chunk",
+        image_json,
+    )
+    assert openpi["metadata"]["action_horizon"] == HORIZON
+    np.testing.assert_allclose(openpi["reply"]["actions"], safe, atol=1e-6)
+    assert len(openpi["reply"]["safety"]) == HORIZON
+
+    triton = run_client(
+        clients_python, "triton_calls.py", running.address, state_json, "chunk", image_json
+    )
+    assert triton["id"] == "chunk-1"
+    assert [t["name"] for t in triton["metadata"]["inputs"]] == ["state", "image"]
+    action = np.asarray(triton["action"])
+    assert action.shape == (1, HORIZON, arm.act_dim)
+    np.testing.assert_allclose(action[0], safe, atol=1e-6)
+    assert np.asarray(triton["checks"]).shape == (1, HORIZON)
