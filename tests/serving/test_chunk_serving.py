@@ -27,6 +27,7 @@ from tether.kserve import grpc_predict_v2_pb2 as kpb, grpc_predict_v2_pb2_grpc a
 from tether.policy.engine import PolicyEngine
 from tether.safety.chunk import supervise_chunk
 from tether.safety.for_spec import supervisor_for
+from tether.serving.client import ActionChunkBroker, PolicyClient
 from tether.serving.openpi import pack, unpack_observation
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
@@ -312,3 +313,28 @@ def test_the_real_clients_get_supervised_chunks(
     assert action.shape == (1, HORIZON, arm.act_dim)
     np.testing.assert_allclose(action[0], safe, atol=1e-6)
     assert np.asarray(triton["checks"]).shape == (1, HORIZON)
+
+
+def test_policy_client_fetches_chunks_for_the_broker(
+    make_server: MakeServer, chunk_engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    """PolicyClient.get_chunk sends the image and returns the whole supervised chunk,
+    which ActionChunkBroker executes step by step."""
+    running = chunk_server(make_server, chunk_engine, arm)
+    state, image = sample(arm, 7)
+    _, safe = expected_chunk(chunk_engine, arm, state, image)
+    with PolicyClient(running.address) as client:
+        chunk = client.get_chunk(state, inputs={"image": image})
+        assert chunk.horizon == HORIZON
+        np.testing.assert_allclose(chunk.actions, safe, atol=1e-6)
+        assert len(chunk.verdicts) == HORIZON
+
+        def fetch(observation: np.ndarray) -> Any:
+            return client.get_chunk(observation, inputs={"image": image})
+
+        with ActionChunkBroker(fetch, step_period_s=10.0, staleness_s=60.0) as broker:
+            step = broker.act(state)
+    assert step.action is not None
+    assert step.chunk is not None
+    assert step.chunk.horizon == HORIZON
+    np.testing.assert_allclose(step.action, safe[step.step_index], atol=1e-6)
