@@ -17,6 +17,7 @@ from tether.data.clock import ingress_ns
 from tether.policy.manifest import VersionInfo
 from tether.safety.chunk import supervise_chunk
 from tether.safety.for_spec import supervisor_for
+from tether.serving.errors import RequestInvalid
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
@@ -98,3 +99,16 @@ def test_every_step_of_a_chunk_passes_the_supervisor_in_order(arm: RobotSpec) ->
     # Without the supervisor the proposed chunk would have carried the unsafe steps.
     assert np.abs(proposed[2]).max() == 1.0
     assert not np.isfinite(proposed[4]).all()
+
+
+def test_an_engine_of_another_signature_refuses_its_queries_alone(
+    arm: RobotSpec, chunk_engine: Any
+) -> None:
+    """A query validated for a vector policy that reaches a chunk engine (a bundle of
+    another signature loaded since the server started) gets its own RequestInvalid."""
+    pipeline = InferencePipeline(LiveModel(chunk_engine))
+    factory = SupervisorFactory(arm, limits=tight_limits(arm))
+    state = np.zeros(arm.obs_dim, np.float32)
+    results = pipeline.run([ActionQuery(state, True, None, factory(), ingress_ns())])
+    assert isinstance(results[0], RequestInvalid)
+    assert "takes other inputs" in str(results[0])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tether.data.clock import ingress_ns
+from tether.policy.errors import ObservationError
 from tether.safety.chunk import ChunkVerdict, supervise_chunk
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
@@ -134,11 +135,22 @@ class InferencePipeline:
         results: list[ActionOutcome | RequestError | None],
     ) -> None:
         obs, deterministic = _engine_input(queries)
-        named = _named_inputs(queries)
-        # Named inputs exist only for a PolicyEngine that declared them
-        # (gateway.served_signature), whose act() takes the mapping.
-        batch = obs if named is None else named
-        out = engine.act(batch, deterministic)  # type: ignore[arg-type]
+        try:
+            named = _named_inputs(queries)
+            # Named inputs exist only for a PolicyEngine that declared them
+            # (gateway.served_signature), whose act() takes the mapping.
+            batch = obs if named is None else named
+            out = engine.act(batch, deterministic)  # type: ignore[arg-type]
+        except (ObservationError, RequestInvalid) as exc:
+            # The edge validated every query against the signature read at start; an
+            # engine taking other inputs (a bundle of another signature loaded since)
+            # refuses this group's queries alone, never the rest of the batch.
+            for row in rows:
+                results[row] = RequestInvalid(
+                    f"the policy version serving this request takes other inputs than the "
+                    f"server was started with: {exc}; restart the server with this bundle"
+                )
+            return
         version = out.version
         if out.actions.ndim == 3:
             self._run_chunks(engine, queries, rows, results, out.actions, out.log_probs, version)
