@@ -23,6 +23,7 @@ SMALL_RUNS = {
         "NaN -> backup",
     ),
     "bench_task.py": (["--tasks", "2"], "scripted controller"),
+    "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
 }
 
 

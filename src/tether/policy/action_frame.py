@@ -94,6 +94,33 @@ class CommandStepFrame:
         out: np.ndarray = np.minimum(np.maximum(action, -1.0), 1.0).astype(np.float32)
         return out
 
+    def chunk_actions(self, observations: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """Absolute actions ``(B, H, n)`` for a chunk's tanh outputs ``(B, H, n)``.
+
+        Step 0 steps from the observed command and change, as :meth:`actions` does; step
+        ``k`` steps from step ``k - 1``: its command (the absolute target step ``k - 1``
+        sends, after the clip to [-1, 1]) and its change. So every step of a chunk moves
+        within the frame's velocity and acceleration steps from the one before it, as
+        consecutive single actions do.
+        """
+        obs = np.asarray(observations, dtype=np.float64)
+        previous = obs[:, slice(*self.command)].copy()
+        before = obs[:, slice(*self.command_change)].copy()
+        velocity = np.asarray(self.velocity_step_rad)
+        acceleration = np.asarray(self.acceleration_step_rad)
+        center = np.asarray(self.center_rad)
+        half = np.asarray(self.half_range_rad)
+        u = np.asarray(outputs, dtype=np.float64)
+        out = np.empty(u.shape, dtype=np.float32)
+        for k in range(u.shape[1]):
+            change = np.minimum(np.maximum(before + acceleration * u[:, k], -velocity), velocity)
+            action = np.minimum(np.maximum((previous + change - center) / half, -1.0), 1.0)
+            out[:, k] = action
+            target = center + half * action
+            before = target - previous
+            previous = target
+        return out
+
     def outputs(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """The tanh outputs ``(B, n)`` float32 in [-1, 1] closest to producing ``actions``
         (absolute normalized) from ``observations``: the inverse of :meth:`actions` where

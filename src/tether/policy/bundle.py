@@ -32,6 +32,7 @@ from tether.policy.errors import (
     BundleHashMismatch,
     BundleNotFound,
     BundleSizeError,
+    BundleSpecError,
 )
 from tether.policy.manifest import (
     MANIFEST_FILE,
@@ -40,6 +41,7 @@ from tether.policy.manifest import (
     ActionSpec,
     BundleManifest,
     FileDigest,
+    InputSpec,
     Normalizer,
     ObservationSpec,
     TrainingMetadata,
@@ -49,6 +51,7 @@ from tether.policy.manifest import (
 from tether.policy.networks import (
     Actor,
     ActorArchitecture,
+    ChunkActor,
     actor_parameter_shapes,
     critic_parameter_shapes,
 )
@@ -116,9 +119,28 @@ class PolicyBundle:
     def robot_spec(self) -> RobotSpec | None:
         return self.manifest.robot_spec
 
+    @property
+    def horizon(self) -> int:
+        return self.manifest.horizon
+
     def build_actor(self) -> Actor:
-        """A fresh :class:`Actor` (eval mode) holding this bundle's weights."""
+        """A fresh :class:`Actor` (eval mode) holding this bundle's weights.
+
+        Only a vector ``mlp_gaussian`` bundle has one (learning and export use it); a chunk
+        bundle's network is :meth:`build_chunk_actor`.
+        """
+        if self.architecture.kind != "mlp_gaussian":
+            raise BundleSpecError(
+                f"{self.path or 'this bundle'}: a {self.architecture.kind!r} bundle has no "
+                "MLP actor; learning and export take 'mlp_gaussian' bundles only"
+            )
         actor = Actor(self.architecture)
+        actor.load_state_dict(dict(self.actor_state))
+        return actor.eval()
+
+    def build_chunk_actor(self) -> ChunkActor:
+        """A fresh :class:`ChunkActor` (eval mode) of a ``cnn_chunk_gaussian`` bundle."""
+        actor = ChunkActor(self.architecture)
         actor.load_state_dict(dict(self.actor_state))
         return actor.eval()
 
@@ -137,9 +159,13 @@ def save_bundle(
     robot_spec: RobotSpec | None = None,
     training: TrainingState | None = None,
     metadata: TrainingMetadata = TrainingMetadata(),  # noqa: B008 - frozen, safe to share
+    inputs: tuple[InputSpec, ...] = (),
     overwrite: bool = False,
 ) -> PolicyBundle:
-    """Write a bundle directory atomically and return it as :func:`load_bundle` would."""
+    """Write a bundle directory atomically and return it as :func:`load_bundle` would.
+
+    ``inputs`` declares named inputs (the state vector first, then images); empty keeps
+    the one vector input (see :mod:`tether.policy.manifest`)."""
     target = Path(path)
     check_state(actor_state, actor_parameter_shapes(architecture), f"{target}/{WEIGHTS_FILE}")
     weights_bytes = serialize_state(actor_state)
@@ -161,6 +187,7 @@ def save_bundle(
         action=action,
         normalizer=normalizer,
         architecture=architecture,
+        inputs=tuple(inputs),
         weights=weights,
         training=training_digest,
         robot_fingerprint=None if robot_spec is None else robot_spec.fingerprint(),
@@ -201,6 +228,7 @@ def save_derived_bundle(
         robot_spec=m.robot_spec,
         training=training,
         metadata=metadata,
+        inputs=m.inputs,
         overwrite=overwrite,
     )
 

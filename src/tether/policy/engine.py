@@ -17,12 +17,20 @@ all happen here, so a client can never apply the wrong statistics. Invariants:
   server shares with its robots spun that core and made the robots' replies miss their
   control deadlines. The count also fixes the padding of the exact activation
   (``paths.py``), so it is part of the numerics, not only of the speed.
+
+A bundle with named inputs and an action horizon ``H > 1`` (a ``cnn_chunk_gaussian``
+actor) takes ``act({name: (B, *shape)})``, every input of the manifest by name, and
+returns ``(B, H, act_dim)`` actions; its network runs eagerly, in blocks of exactly
+``row_block`` rows like the MLP paths, so a row's chunk does not depend on its batch
+either. With an action frame, step ``k`` of a chunk steps from step ``k - 1``'s command
+(:meth:`CommandStepFrame.chunk_actions`). A vector bundle (one input, ``H = 1``) is
+served exactly as before: ``act(array)``, ``(B, act_dim)`` actions.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -37,8 +45,8 @@ from tether.policy.errors import (
     ObservationError,
     WeightSwapError,
 )
-from tether.policy.manifest import VersionInfo
-from tether.policy.networks import actor_parameter_shapes
+from tether.policy.manifest import InputSpec, VersionInfo
+from tether.policy.networks import ActorArchitecture, ChunkActor, actor_parameter_shapes
 from tether.policy.numerics import require_pinned_blas
 from tether.policy.paths import ForwardPath, PathKind, build_path
 from tether.policy.selection import PathMeasurement, choose_path
@@ -52,7 +60,7 @@ _WARMUP_CALLS = 3  # TorchScript's profiling executor optimizes after its second
 class EngineOutput(NamedTuple):
     """One batch's result; every row was computed with ``version``."""
 
-    actions: np.ndarray  # (B, act_dim) float32, inside the bundle's action bounds
+    actions: np.ndarray  # (B, act_dim), or (B, H, act_dim) for H > 1: float32, in bounds
     log_probs: np.ndarray  # (B,) float32, log-density of the squashed action
     version: VersionInfo
 
@@ -70,6 +78,13 @@ class PolicyEngine:
         self._normalize = ObservationNormalizer(m.normalizer)
         self._low, self._half_range, self._high = action_arrays(m.action)
         self._frame = m.action.frame
+        self._inputs = m.input_specs
+        self._chunked = self._arch.kind != "mlp_gaussian"
+        # squash() bounds every output of the head: a chunk's are H copies of one step's.
+        reps = self._arch.horizon
+        self._squash_bounds = tuple(
+            np.tile(a, reps) for a in (self._low, self._half_range, self._high)
+        )
         # The sampling generator lives on the host: squash() runs there for every device.
         self._generator = torch.Generator()
         if cfg.seed is None:
@@ -82,10 +97,17 @@ class PolicyEngine:
         self._pinned_out: torch.Tensor | None = None
         if self._device.type == "cuda":
             self._pinned_in = torch.empty((padded_max, self._arch.obs_dim), pin_memory=True)
-            self._pinned_out = torch.empty((padded_max, 2 * self._arch.act_dim), pin_memory=True)
+            self._pinned_out = torch.empty((padded_max, 2 * self._arch.out_dim), pin_memory=True)
         self._measurements: tuple[PathMeasurement, ...] = ()
         kind: PathKind
-        if cfg.execution == "auto":
+        if self._chunked:
+            if cfg.execution not in ("auto", "eager"):
+                raise EngineConfigError(
+                    f"execution {cfg.execution!r} serves vector 'mlp_gaussian' bundles only; a "
+                    f"{self._arch.kind!r} bundle runs 'eager' (or 'auto')"
+                )
+            kind = "eager"
+        elif cfg.execution == "auto":
             kind, self._measurements = choose_path(self, bundle.actor_state)
         else:
             kind = cfg.execution
@@ -95,7 +117,7 @@ class PolicyEngine:
                     "use 'eager' or 'jit' on cuda"
                 )
         self._kind: PathKind = kind
-        self._live: tuple[ForwardPath, VersionInfo] = (
+        self._live: tuple[ForwardPath | ChunkPath, VersionInfo] = (
             self.build_path(kind, bundle.actor_state),
             bundle.version,
         )
@@ -122,6 +144,16 @@ class PolicyEngine:
     @property
     def act_dim(self) -> int:
         return self._arch.act_dim
+
+    @property
+    def horizon(self) -> int:
+        """Actions per call: each row's chunk has this many steps."""
+        return self._arch.horizon
+
+    @property
+    def input_specs(self) -> tuple[InputSpec, ...]:
+        """Every named input ``act`` takes, the state vector first."""
+        return self._inputs
 
     @property
     def action_low(self) -> np.ndarray:
@@ -152,14 +184,23 @@ class PolicyEngine:
 
     # -- inference --------------------------------------------------------------------
     def act(
-        self, observations: np.ndarray, deterministic: bool | np.ndarray = False
+        self,
+        observations: np.ndarray | Mapping[str, np.ndarray],
+        deterministic: bool | np.ndarray = False,
     ) -> EngineOutput:
-        """Actions within the bundle's bounds and their log-probs for raw observations."""
-        n = self._check_observations(observations)
+        """Actions within the bundle's bounds and their log-probs for raw observations.
+
+        ``observations`` is the ``(B, obs_dim)`` state batch of a one-input bundle, or a
+        mapping with every named input (``input_specs``) as a ``(B, *shape)`` batch.
+        """
+        raw_state, images = self._split_inputs(observations)
+        n = self._check_observations(raw_state)
+        state: np.ndarray = raw_state  # type: ignore[assignment]  # checked just above
+        self._check_images(images, n)
         det = self._check_deterministic(deterministic, n)
         path, version = self._live  # read once: this whole batch uses this version
         with self._lock, torch.inference_mode():
-            actions, log_probs = self.run(path, observations, det)
+            actions, log_probs = self.run(path, state, det, images)
         return EngineOutput(actions, log_probs, version)
 
     @property
@@ -181,26 +222,47 @@ class PolicyEngine:
             torch.set_num_threads(before)
 
     def run(
-        self, path: ForwardPath, observations: np.ndarray, deterministic: np.ndarray | bool
+        self,
+        path: ForwardPath | ChunkPath,
+        observations: np.ndarray,
+        deterministic: np.ndarray | bool,
+        images: Sequence[np.ndarray] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One unchecked pass of ``observations`` through ``path`` (callers hold the lock)."""
+        """One unchecked pass of ``observations`` (and a chunk actor's ``images``, in
+        input order) through ``path`` (callers hold the lock)."""
         n = observations.shape[0]
-        x = np.zeros((_padded(n, self._config.row_block), self.obs_dim), dtype=np.float32)
+        padded = _padded(n, self._config.row_block)
+        x = np.zeros((padded, self.obs_dim), dtype=np.float32)
         self._normalize(observations, out=x[:n])
         with self._own_threads():
-            mu, log_std = path(self._to_device(x))
+            if isinstance(path, ChunkPath):
+                mu, log_std = path(
+                    self._to_device(x), [self._image_block(im, padded) for im in images]
+                )
+            else:
+                mu, log_std = path(self._to_device(x))
         mu_np, log_std_np = self._to_host(mu, log_std)
         noise: np.ndarray | None = None
         if not (isinstance(deterministic, bool) and deterministic):
-            noise = torch.randn((n, self.act_dim), generator=self._generator).numpy()
+            noise = torch.randn((n, self._arch.out_dim), generator=self._generator).numpy()
             if not isinstance(deterministic, bool):
                 noise[deterministic] = 0.0
-        actions, log_probs = squash(
-            mu_np, log_std_np, noise, n, self._low, self._half_range, self._high
-        )
+        actions, log_probs = squash(mu_np, log_std_np, noise, n, *self._squash_bounds)
+        if not self._chunked:
+            if self._frame is not None:
+                actions = self._frame.actions(observations, actions)
+            return actions, log_probs
+        chunk = actions.reshape(n, self._arch.horizon, self.act_dim)
         if self._frame is not None:
-            actions = self._frame.actions(observations, actions)
-        return actions, log_probs
+            chunk = self._frame.chunk_actions(observations, chunk)
+        return chunk, log_probs
+
+    def _image_block(self, images: np.ndarray, padded: int) -> torch.Tensor:
+        """uint8 ``(n, H, W, C)`` images as float ``(padded, C, H, W)`` in [0, 1]."""
+        n, h, w, c = images.shape
+        block = np.zeros((padded, c, h, w), dtype=np.float32)
+        np.multiply(images.transpose(0, 3, 1, 2), np.float32(1.0 / 255.0), out=block[:n])
+        return torch.from_numpy(block).to(self._device)
 
     def swap_weights(self, version: VersionInfo, actor_state: StateDict) -> None:
         """Serve ``actor_state`` as ``version`` from the next ``act()``; validated first."""
@@ -221,7 +283,7 @@ class PolicyEngine:
         path = self.build_path(self._kind, cpu_state)
         self._live = (path, version)  # one assignment: readers see old or new pair, never a mix
 
-    def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath:
+    def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath | ChunkPath:
         """An execution path for ``actor_state``, already run a few times.
 
         The warm-up happens here, in the caller's thread (the one swapping weights), so the
@@ -230,6 +292,17 @@ class PolicyEngine:
         """
         if self._device.type == "cpu" and kind in ("eager", "jit"):
             require_pinned_blas(kind)
+        if self._chunked:
+            chunk_path = ChunkPath(self._arch, actor_state, self._config.row_block, self._device)
+            zeros = np.zeros((self._config.row_block, self.obs_dim), dtype=np.float32)
+            images = [np.zeros((1, *t.shape), dtype=np.uint8) for t in self._inputs[1:]]
+            with torch.inference_mode(), self._own_threads():
+                for _ in range(_WARMUP_CALLS):
+                    chunk_path(
+                        torch.from_numpy(zeros).to(self._device),
+                        [self._image_block(im, self._config.row_block) for im in images],
+                    )
+            return chunk_path
         path = build_path(
             kind,
             self._arch,
@@ -245,6 +318,39 @@ class PolicyEngine:
         return path
 
     # -- helpers ----------------------------------------------------------------------
+    def _split_inputs(
+        self, observations: np.ndarray | Mapping[str, np.ndarray]
+    ) -> tuple[object, list[np.ndarray]]:
+        """The state batch and the image batches (input order) of ``observations``."""
+        if not isinstance(observations, Mapping):
+            if len(self._inputs) > 1:
+                names = [t.name for t in self._inputs]
+                raise ObservationError(
+                    f"this policy takes named inputs {names}; pass a mapping of each to its "
+                    "(B, *shape) batch"
+                )
+            return observations, []
+        names = [t.name for t in self._inputs]
+        missing = [k for k in names if k not in observations]
+        extra = sorted(k for k in observations if k not in names)
+        if missing or extra:
+            raise ObservationError(
+                f"inputs must be exactly {names}; missing {missing}, unexpected {extra}"
+            )
+        return observations[names[0]], [observations[k] for k in names[1:]]
+
+    def _check_images(self, images: list[np.ndarray], n: int) -> None:
+        for spec, array in zip(self._inputs[1:], images, strict=True):
+            want = (n, *spec.shape)
+            if not isinstance(array, np.ndarray) or array.dtype != np.uint8:
+                found = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
+                raise ObservationError(f"input {spec.name!r} must be uint8, got {found}")
+            if array.shape != want:
+                raise ObservationError(
+                    f"input {spec.name!r} must have shape {want} (one image per state row), "
+                    f"got {array.shape}"
+                )
+
     def _check_observations(self, obs: object) -> int:
         if not isinstance(obs, np.ndarray):
             raise ObservationError(
@@ -301,6 +407,39 @@ class PolicyEngine:
         torch.cuda.current_stream(self._device).synchronize()
         host = out.numpy()
         return host[:, :act], host[:, act:]
+
+
+class ChunkPath:
+    """A :class:`ChunkActor`'s forward on blocks of exactly ``row_block`` rows.
+
+    Convolution and GEMM kernels are chosen by shape, so, as the MLP paths do
+    (:mod:`tether.policy.paths`), every block the network sees has the same row count
+    whatever the batch: a row's result does not depend on the other rows.
+    """
+
+    kind: PathKind = "eager"
+
+    def __init__(
+        self, arch: ActorArchitecture, state: StateDict, row_block: int, device: torch.device
+    ) -> None:
+        actor = ChunkActor(arch)
+        actor.load_state_dict({k: v.detach().to("cpu") for k, v in state.items()})
+        self._actor = actor.eval().requires_grad_(False).to(device)
+        self._row_block = row_block
+
+    def __call__(
+        self, x: torch.Tensor, images: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self._row_block
+        mus: list[torch.Tensor] = []
+        log_stds: list[torch.Tensor] = []
+        for start in range(0, x.shape[0], b):
+            mu, log_std = self._actor(
+                x[start : start + b], [im[start : start + b] for im in images]
+            )
+            mus.append(mu)
+            log_stds.append(log_std)
+        return torch.cat(mus), torch.cat(log_stds)
 
 
 def _padded(n: int, block: int) -> int:

@@ -10,18 +10,21 @@ entries centred on the workspace. Invariant: the same spec and seed give the sam
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from tether.policy.bundle import PolicyBundle, TrainingState, save_bundle
 from tether.policy.manifest import (
+    DEFAULT_INPUT,
     ActionSpec,
+    InputSpec,
     Normalizer,
     ObservationSpec,
     TrainingMetadata,
 )
-from tether.policy.networks import Activation, Actor, ActorArchitecture, TwinCritic
+from tether.policy.networks import Activation, Actor, ActorArchitecture, ChunkActor, TwinCritic
 from tether.spec import RobotSpec
 
 
@@ -66,6 +69,10 @@ def init_bundle(
     version_name: str | None = None,
     with_training: bool = False,
     obs_clip: float = 10.0,
+    images: Sequence[tuple[str, tuple[int, int, int]]] = (),
+    horizon: int = 1,
+    conv_channels: tuple[int, ...] = (8, 16),
+    state_input: str = DEFAULT_INPUT,
     overwrite: bool = False,
 ) -> PolicyBundle:
     """Write a randomly initialized, fully valid bundle for ``spec`` and return it.
@@ -73,17 +80,40 @@ def init_bundle(
     Actions are the spec's normalized torques, bounds [-1, 1]. ``with_training`` also
     writes freshly initialized twin critics (targets equal to critics) and
     ``log_alpha = 0``.
+
+    With ``images`` (``(name, (H, W, C))`` each, uint8) the bundle declares named inputs
+    (the state vector as ``state_input``, then the images) and its actor is a
+    ``cnn_chunk_gaussian`` :class:`ChunkActor` with ``conv_channels`` per image encoder,
+    outputting ``horizon`` actions per call. Without, it is the vector MLP actor.
     """
+    if not images and horizon != 1:
+        raise ValueError(
+            f"horizon {horizon} needs the chunk actor, which takes at least one image input; "
+            "pass images=[(name, (H, W, C))]"
+        )
+    if images and with_training:
+        raise ValueError("a chunk bundle has no training section; pass with_training=False")
+    chunked = bool(images)
+    inputs: tuple[InputSpec, ...] = ()
+    if chunked:
+        inputs = (
+            InputSpec(state_input, "float32", (spec.obs_dim,)),
+            *tuple(InputSpec(name, "uint8", tuple(shape)) for name, shape in images),
+        )
     arch = ActorArchitecture(
         obs_dim=spec.obs_dim,
         act_dim=spec.act_dim,
         hidden_sizes=tuple(hidden_sizes),
         activation=activation,
+        kind="cnn_chunk_gaussian" if chunked else "mlp_gaussian",
+        horizon=horizon,
+        image_channels=tuple(shape[2] for _, shape in images),
+        conv_channels=tuple(conv_channels) if chunked else (),
     )
     # fork_rng keeps the caller's global torch RNG untouched while we seed the init.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        actor_state = Actor(arch).state_dict()
+        actor_state = (ChunkActor(arch) if chunked else Actor(arch)).state_dict()
         training = None
         if with_training:
             critic = TwinCritic(arch).state_dict()
@@ -104,5 +134,6 @@ def init_bundle(
         robot_spec=spec,
         training=training,
         metadata=TrainingMetadata(algorithm="none", source="init_bundle", seed=seed),
+        inputs=inputs,
         overwrite=overwrite,
     )

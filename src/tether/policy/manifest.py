@@ -6,6 +6,15 @@ consistent (dims agree with the architecture, names unique, normalizer finite wi
 positive variance, action low < high, robot spec matching its fingerprint); anything else
 raises a :class:`~tether.policy.errors.BundleSpecError` or ``BundleFormatError`` that
 names the field.
+
+Inputs: every bundle has the robot-state vector (``observation.names``, normalized by the
+normalizer, read by the action frame and the supervisor). A bundle may declare named
+``inputs``: the first is that state vector under a name of the bundle's choosing
+(float32, shape ``(obs_dim,)``), the others uint8 images ``(H, W, C)`` for a
+``cnn_chunk_gaussian`` actor. Without ``inputs`` the one input is the vector named
+:data:`DEFAULT_INPUT`, and the document is the one older bundles have (same bytes, same
+hashes). The action horizon is ``architecture.horizon`` (1 unless the actor outputs
+chunks); ``action`` names one step of a chunk.
 """
 
 from __future__ import annotations
@@ -15,12 +24,12 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from tether.errors import SpecError
 from tether.policy.action_frame import CommandStepFrame
 from tether.policy.errors import BundleFormatError, BundleSpecError
-from tether.policy.networks import ActorArchitecture
+from tether.policy.networks import ARCHITECTURE_KINDS, ActorArchitecture
 from tether.spec import RobotSpec
 
 FORMAT_NAME = "tether.policy-bundle"
@@ -30,6 +39,11 @@ WEIGHTS_FILE = "weights.safetensors"
 TRAINING_FILE = "training.safetensors"
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$")
+
+DEFAULT_INPUT = "observation"  # the one input of a bundle that declares none
+InputDtype = Literal["float32", "uint8"]
+MAX_IMAGE_SIDE = 1024
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,70 @@ class ObservationSpec:
     @property
     def dim(self) -> int:
         return len(self.names)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One named input of the policy: what each request carries under ``name``."""
+
+    name: str
+    dtype: InputDtype
+    shape: tuple[int, ...]  # one item's shape, without a batch dimension
+
+    def __post_init__(self) -> None:
+        if not _INPUT_NAME.match(self.name):
+            raise BundleSpecError(
+                f"inputs: name {self.name!r} must be 1-64 letters, digits or '_./-', "
+                "starting with a letter or '_'"
+            )
+        if self.dtype not in ("float32", "uint8"):
+            raise BundleSpecError(
+                f"inputs.{self.name}.dtype must be 'float32' or 'uint8', got {self.dtype!r}"
+            )
+        if not self.shape or any(d <= 0 for d in self.shape):
+            raise BundleSpecError(
+                f"inputs.{self.name}.shape must list positive sizes, got {list(self.shape)}"
+            )
+
+    @property
+    def is_image(self) -> bool:
+        return self.dtype == "uint8"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+def default_inputs(obs_dim: int) -> tuple[InputSpec, ...]:
+    """The inputs of a bundle that declares none: the state vector as ``observation``."""
+    return (InputSpec(DEFAULT_INPUT, "float32", (obs_dim,)),)
+
+
+def _check_inputs(inputs: tuple[InputSpec, ...], arch: ActorArchitecture) -> None:
+    """Declared ``inputs`` agree with the architecture (see the module docstring)."""
+    names = [t.name for t in inputs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BundleSpecError(f"inputs must have unique names; {dupes} appear more than once")
+    state = inputs[0]
+    if state.dtype != "float32" or state.shape != (arch.obs_dim,):
+        raise BundleSpecError(
+            f"inputs[0] ({state.name!r}) must be the state vector: float32 of shape "
+            f"[{arch.obs_dim}] (observation.names), got {state.dtype} {list(state.shape)}"
+        )
+    images = inputs[1:]
+    for t in images:
+        if t.dtype != "uint8" or len(t.shape) != 3 or max(t.shape[:2]) > MAX_IMAGE_SIDE:
+            raise BundleSpecError(
+                f"inputs.{t.name} must be a uint8 image of shape [H, W, C] with sides up to "
+                f"{MAX_IMAGE_SIDE}, got {t.dtype} {list(t.shape)}; every input after the "
+                "state vector is an image"
+            )
+    channels = tuple(t.shape[2] for t in images)
+    if channels != arch.image_channels:
+        raise BundleSpecError(
+            f"inputs declare images with channels {list(channels)} but "
+            f"architecture.image_channels is {list(arch.image_channels)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -196,9 +274,33 @@ class BundleManifest:
     robot_spec: RobotSpec | None = None
     metadata: TrainingMetadata = TrainingMetadata()
     format_version: int = FORMAT_VERSION
+    inputs: tuple[InputSpec, ...] = ()
+    """Declared named inputs; empty: the one vector input :data:`DEFAULT_INPUT`."""
+
+    @property
+    def input_specs(self) -> tuple[InputSpec, ...]:
+        """Every input a request carries, the state vector first."""
+        return self.inputs if self.inputs else default_inputs(self.architecture.obs_dim)
+
+    @property
+    def horizon(self) -> int:
+        """Actions per call: the length of the chunk the policy outputs."""
+        return self.architecture.horizon
 
     def __post_init__(self) -> None:
         arch = self.architecture
+        if self.inputs:
+            _check_inputs(self.inputs, arch)
+        elif arch.image_channels:
+            raise BundleSpecError(
+                f"architecture.image_channels is {list(arch.image_channels)} but the "
+                "manifest declares no image inputs; list them in 'inputs'"
+            )
+        if self.training is not None and arch.kind != "mlp_gaussian":
+            raise BundleSpecError(
+                f"a {arch.kind!r} bundle has no training section (twin critics exist for "
+                "'mlp_gaussian' actors only); drop 'training'"
+            )
         for what, found, want in (
             ("observation.names", self.observation.dim, arch.obs_dim),
             ("normalizer.mean", self.normalizer.dim, arch.obs_dim),
@@ -270,12 +372,23 @@ class BundleManifest:
                 "clip": self.normalizer.clip,
                 "epsilon": self.normalizer.epsilon,
             },
+            # Only when there are some: a bundle without named inputs keeps its old document.
+            **({"inputs": [t.to_dict() for t in self.inputs]} if self.inputs else {}),
             "architecture": {
                 "kind": arch.kind,
                 "obs_dim": arch.obs_dim,
                 "act_dim": arch.act_dim,
                 "hidden_sizes": list(arch.hidden_sizes),
                 "activation": arch.activation,
+                **(
+                    {}
+                    if arch.kind == "mlp_gaussian"
+                    else {
+                        "horizon": arch.horizon,
+                        "image_channels": list(arch.image_channels),
+                        "conv_channels": list(arch.conv_channels),
+                    }
+                ),
             },
             "weights": _digest_json(self.weights),
             "training": None if self.training is None else _digest_json(self.training),
@@ -303,13 +416,19 @@ _FIELDS: dict[str, frozenset[str]] = {
         {
             "format", "format_version", "created_at", "version", "observation", "action",
             "normalizer", "architecture", "weights", "training", "robot", "training_metadata",
+            "inputs",
         }
     ),
     "version": frozenset({"id", "name", "parent"}),
     "observation": frozenset({"dim", "names"}),
     "action": frozenset({"dim", "names", "low", "high", "frame"}),
     "normalizer": frozenset({"mean", "var", "clip", "epsilon"}),
-    "architecture": frozenset({"kind", "obs_dim", "act_dim", "hidden_sizes", "activation"}),
+    "architecture": frozenset(
+        {
+            "kind", "obs_dim", "act_dim", "hidden_sizes", "activation", "horizon",
+            "image_channels", "conv_channels",
+        }
+    ),
     "weights": frozenset({"file", "sha256", "size_bytes"}),
     "training": frozenset({"file", "sha256", "size_bytes"}),
     "robot": frozenset({"fingerprint", "spec"}),
@@ -403,20 +522,38 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
             raise BundleFormatError(
                 f"{source}: field 'version.parent' must be an int or null, found {parent!r}"
             )
+        kind = r.get(arch, "kind", str, "architecture")
+        if kind not in ARCHITECTURE_KINDS:
+            raise BundleSpecError(
+                f"{source}: field 'architecture.kind' must be one of "
+                f"{list(ARCHITECTURE_KINDS)}, found {kind!r}"
+            )
+        chunked = kind != "mlp_gaussian"
         try:
             architecture = ActorArchitecture(
                 obs_dim=r.get(arch, "obs_dim", int, "architecture"),
                 act_dim=r.get(arch, "act_dim", int, "architecture"),
                 hidden_sizes=tuple(r.get_list(arch, "hidden_sizes", int, "architecture")),
                 activation=r.get(arch, "activation", str, "architecture"),
-                kind=r.get(arch, "kind", str, "architecture"),
+                kind=kind,
+                horizon=r.get(arch, "horizon", int, "architecture") if chunked else 1,
+                image_channels=(
+                    tuple(r.get_list(arch, "image_channels", int, "architecture"))
+                    if chunked
+                    else ()
+                ),
+                conv_channels=(
+                    tuple(r.get_list(arch, "conv_channels", int, "architecture")) if chunked else ()
+                ),
             )
         except ValueError as exc:
             raise BundleSpecError(f"{source}: field 'architecture': {exc}") from exc
-        if architecture.kind != "mlp_gaussian":
-            raise BundleSpecError(
-                f"{source}: field 'architecture.kind' must be 'mlp_gaussian', found {architecture.kind!r}"
+        if not chunked and set(arch) & {"horizon", "image_channels", "conv_channels"}:
+            raise BundleFormatError(
+                f"{source}: field 'architecture' of kind 'mlp_gaussian' has no horizon, "
+                "image_channels or conv_channels (those belong to 'cnn_chunk_gaussian')"
             )
+        inputs = _inputs_from(r, root.get("inputs"))
         return BundleManifest(
             format_version=fv,
             created_at=r.get(root, "created_at", str),
@@ -444,6 +581,7 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
                 epsilon=r.get(norm, "epsilon", float, "normalizer"),
             ),
             architecture=architecture,
+            inputs=inputs,
             weights=weights,
             training=training,
             robot_fingerprint=fingerprint,
@@ -512,6 +650,31 @@ class _Reader:
         if not isinstance(value, list):
             raise self._fail(path, f"a list of {kind.__name__}", value)
         return [self._one(v, kind, f"{path}[{i}]") for i, v in enumerate(value)]
+
+
+def _inputs_from(r: _Reader, doc: Any) -> tuple[InputSpec, ...]:
+    if doc is None:
+        return ()
+    if not isinstance(doc, list) or not doc or len(doc) > 64:
+        raise r._fail("inputs", "a list of 1 to 64 input objects", doc)
+    out: list[InputSpec] = []
+    for i, item in enumerate(doc):
+        path = f"inputs[{i}]"
+        entry = r.obj(item, path)
+        unknown = sorted(set(entry) - {"name", "dtype", "shape"})
+        if unknown:
+            raise BundleFormatError(
+                f"{r.source}: field '{path}.{unknown[0]}' is not part of {FORMAT_NAME} format "
+                f"{FORMAT_VERSION}; an input has name, dtype and shape"
+            )
+        out.append(
+            InputSpec(
+                name=r.get(entry, "name", str, path),
+                dtype=r.get(entry, "dtype", str, path),
+                shape=tuple(r.get_list(entry, "shape", int, path)),
+            )
+        )
+    return tuple(out)
 
 
 def _digest_json(d: FileDigest) -> dict[str, Any]:

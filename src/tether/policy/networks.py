@@ -5,6 +5,11 @@ so fine-tuning on the robot can freeze the trunk and train only the head. Both n
 take *normalized* observations; normalization and scaling to the robot's action bounds
 live in the engine, never in a client.
 
+A bundle with named inputs and an action horizon ``H`` (kind ``cnn_chunk_gaussian``) has a
+:class:`ChunkActor`: one small convolutional encoder per image input (stride-2 3x3
+convolutions, then the mean over the image), whose features join the normalized state
+vector in the same trunk, and a head giving the Gaussian of all ``H * act_dim`` outputs.
+
 Parameter names are part of the bundle format (``trunk.0.weight``, ``head.mu.weight``,
 ...): :func:`actor_parameter_shapes` derives them from the architecture so a loader
 can verify a weights file without building a network.
@@ -26,6 +31,11 @@ from tether.policy.numerics import blas_pin
 blas_pin()
 
 Activation = Literal["relu", "tanh", "elu", "silu"]
+ArchitectureKind = Literal["mlp_gaussian", "cnn_chunk_gaussian"]
+ARCHITECTURE_KINDS: tuple[ArchitectureKind, ...] = ("mlp_gaussian", "cnn_chunk_gaussian")
+# A chunk is executed one control period per step: beyond a few seconds of steps it is a
+# trajectory, not a chunk.
+MAX_HORIZON = 256
 
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
@@ -46,7 +56,13 @@ class ActorArchitecture:
     act_dim: int
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: Activation = "relu"
-    kind: Literal["mlp_gaussian"] = "mlp_gaussian"
+    kind: ArchitectureKind = "mlp_gaussian"
+    horizon: int = 1
+    """Actions per call (the action chunk's length); 1 for ``mlp_gaussian``."""
+    image_channels: tuple[int, ...] = ()
+    """Channels of each image input, in the manifest's input order (``cnn_chunk_gaussian``)."""
+    conv_channels: tuple[int, ...] = ()
+    """Output channels of each convolution of an image encoder (``cnn_chunk_gaussian``)."""
 
     def __post_init__(self) -> None:
         if self.obs_dim <= 0 or self.act_dim <= 0:
@@ -61,6 +77,38 @@ class ActorArchitecture:
             raise ValueError(
                 f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}"
             )
+        if self.kind not in ARCHITECTURE_KINDS:
+            raise ValueError(f"kind must be one of {list(ARCHITECTURE_KINDS)}, got {self.kind!r}")
+        if self.kind == "mlp_gaussian":
+            if self.horizon != 1 or self.image_channels or self.conv_channels:
+                raise ValueError(
+                    "an 'mlp_gaussian' actor has horizon 1 and no image encoder, got "
+                    f"horizon={self.horizon} image_channels={self.image_channels} "
+                    f"conv_channels={self.conv_channels}; use kind 'cnn_chunk_gaussian'"
+                )
+            return
+        if not 1 <= self.horizon <= MAX_HORIZON:
+            raise ValueError(f"horizon must be between 1 and {MAX_HORIZON}, got {self.horizon}")
+        if not self.image_channels or any(c <= 0 for c in self.image_channels):
+            raise ValueError(
+                "a 'cnn_chunk_gaussian' actor needs at least one image input with positive "
+                f"channels, got image_channels={self.image_channels}"
+            )
+        if not self.conv_channels or any(c <= 0 for c in self.conv_channels):
+            raise ValueError(
+                f"conv_channels must be non-empty and positive, got {self.conv_channels}"
+            )
+
+    @property
+    def out_dim(self) -> int:
+        """Outputs of the head: every step of the chunk."""
+        return self.act_dim * self.horizon
+
+    @property
+    def trunk_in_dim(self) -> int:
+        """The trunk's input: the state vector and, per image, the encoder's features."""
+        features = self.conv_channels[-1] if self.conv_channels else 0
+        return self.obs_dim + features * len(self.image_channels)
 
 
 def activation_module(name: str) -> nn.Module:
@@ -116,6 +164,40 @@ class Actor(nn.Module):
         """Return ``(action in [-1, 1], log_prob)``; deterministic gives ``tanh(mu)``."""
         mu, log_std = self(obs)
         return squashed_sample(mu, log_std, deterministic=deterministic, generator=generator)
+
+
+def _encoder(in_channels: int, channels: tuple[int, ...], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    last = in_channels
+    for c in channels:
+        layers += [nn.Conv2d(last, c, 3, stride=2, padding=1), _ACTIVATIONS[activation]()]
+        last = c
+    return nn.Sequential(*layers)
+
+
+class ChunkActor(nn.Module):
+    """A ``cnn_chunk_gaussian`` actor: normalized state and images in, the Gaussian of a
+    whole chunk out (``(B, horizon * act_dim)`` each for mean and log-std)."""
+
+    def __init__(self, arch: ActorArchitecture) -> None:
+        super().__init__()
+        if arch.kind != "cnn_chunk_gaussian":
+            raise ValueError(f"ChunkActor needs kind 'cnn_chunk_gaussian', got {arch.kind!r}")
+        self.arch = arch
+        self.encoders = nn.ModuleList(
+            _encoder(c, arch.conv_channels, arch.activation) for c in arch.image_channels
+        )
+        self.trunk = _mlp(arch.trunk_in_dim, arch.hidden_sizes, arch.activation)
+        self.head = GaussianHead(arch.hidden_sizes[-1], arch.out_dim)
+
+    def forward(
+        self, state: torch.Tensor, images: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``state`` ``(B, obs_dim)`` normalized; ``images`` ``(B, C, H, W)`` in [0, 1]."""
+        features = [state] + [
+            enc(img).mean(dim=(2, 3)) for enc, img in zip(self.encoders, images, strict=True)
+        ]
+        return self.head(self.trunk(torch.cat(features, dim=1)))  # type: ignore[no-any-return]
 
 
 def squashed_sample(
@@ -197,20 +279,31 @@ class TwinCritic(nn.Module):
 def actor_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]]:
     """Every tensor name and shape an actor with ``arch`` has (the bundle's weight schema)."""
     shapes: dict[str, tuple[int, ...]] = {}
-    last = arch.obs_dim
+    for e, in_channels in enumerate(arch.image_channels):
+        last = in_channels
+        for j, c in enumerate(arch.conv_channels):
+            shapes[f"encoders.{e}.{2 * j}.weight"] = (c, last, 3, 3)
+            shapes[f"encoders.{e}.{2 * j}.bias"] = (c,)
+            last = c
+    last = arch.trunk_in_dim
     for i, h in enumerate(arch.hidden_sizes):
         idx = 2 * i  # Sequential interleaves Linear and activation modules
         shapes[f"trunk.{idx}.weight"] = (h, last)
         shapes[f"trunk.{idx}.bias"] = (h,)
         last = h
     for part in ("mu", "log_std"):
-        shapes[f"head.{part}.weight"] = (arch.act_dim, last)
-        shapes[f"head.{part}.bias"] = (arch.act_dim,)
+        shapes[f"head.{part}.weight"] = (arch.out_dim, last)
+        shapes[f"head.{part}.bias"] = (arch.out_dim,)
     return shapes
 
 
 def critic_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]]:
     """Every tensor name and shape of a :class:`TwinCritic` for ``arch`` (training section)."""
+    if arch.kind != "mlp_gaussian":
+        raise ValueError(
+            f"twin critics exist for 'mlp_gaussian' actors only, not {arch.kind!r}; a chunk "
+            "policy's bundle has no training section"
+        )
     shapes: dict[str, tuple[int, ...]] = {}
     for q in ("q1", "q2"):
         last = arch.obs_dim + arch.act_dim

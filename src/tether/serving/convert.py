@@ -90,3 +90,11 @@ def fill_action_response(
     timings.batch_size = batched.batch_size
     reply.degradation = degradation_to_proto(outcome.degradation)
     reply.proposed_action.extend(outcome.proposed_action.tolist())
+    chunk = outcome.chunk
+    if chunk is not None:
+        reply.horizon = chunk.horizon
+        reply.chunk.extend(chunk.actions.reshape(-1).tolist())
+        if outcome.proposed_chunk is not None:
+            reply.proposed_chunk.extend(outcome.proposed_chunk.reshape(-1).tolist())
+        for verdict in chunk.verdicts:
+            fill_verdict(reply.chunk_safety.add(), verdict)

@@ -8,6 +8,10 @@ resolved, admitted, queued in the server's one ``DynamicBatcher`` and supervised
 connection, one shared by every stateless KServe call). A protocol cannot produce an
 action any other way, so invariant 1 of the design holds for it as for ``tether.v1``.
 
+The served policy's signature (:func:`served_signature`) is its named inputs, the state
+vector first, and its action horizon: a vector policy has the one input
+``observation`` and horizon 1; a chunk policy's inputs and horizon come from its bundle.
+
 Invariant: ``act`` returns exactly one supervised outcome per observation row, in row
 order, all computed by one version, or raises the ``ServingError`` / versions error of
 this request alone.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -32,7 +36,7 @@ from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.supervision import SessionSupervisor, SupervisorFactory
-from tether.serving.validation import refusal
+from tether.serving.validation import TensorSpec, refusal
 from tether.versions.holder import ModelSource
 from tether.versions.protocols import EngineLike
 
@@ -48,12 +52,44 @@ class VersionChanged(ServingError):
 
 
 @dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """One named input of the served policy: what one request item must carry."""
+class ServedSignature:
+    """What a request must carry and what a reply holds, for every protocol."""
 
-    name: str
-    dtype: np.dtype[np.generic]
-    shape: tuple[int, ...]  # one item's shape, without a batch dimension
+    inputs: tuple[TensorSpec, ...]  # the state vector first
+    horizon: int  # actions per reply row
+
+    @property
+    def state(self) -> TensorSpec:
+        return self.inputs[0]
+
+    @property
+    def extras(self) -> tuple[TensorSpec, ...]:
+        """The named inputs besides the state vector."""
+        return self.inputs[1:]
+
+    @property
+    def named(self) -> bool:
+        """Whether the policy takes more than the one state vector."""
+        return len(self.inputs) > 1
+
+
+def served_signature(models: ModelSource, obs_dim: int) -> ServedSignature:
+    """The live engine's inputs and horizon; a vector policy's when the engine declares
+    none (engines other than ``PolicyEngine``, or no engine yet).
+
+    Read once when a server starts: a swap keeps the bundle's architecture, so the
+    signature holds for every version it serves.
+    """
+    engine = models.live_engine()
+    specs = getattr(engine, "input_specs", None)
+    horizon = int(getattr(engine, "horizon", 1))
+    if not specs:
+        return ServedSignature(
+            (TensorSpec(OBSERVATION_INPUT, np.dtype(np.float32), (obs_dim,)),), horizon
+        )
+    return ServedSignature(
+        tuple(TensorSpec(t.name, np.dtype(t.dtype), tuple(t.shape)) for t in specs), horizon
+    )
 
 
 class ActionGateway:
@@ -78,7 +114,9 @@ class ActionGateway:
         self._batcher = batcher
         self._admission = admission
         self._max_abs = config.validation.max_abs_observation
-        self.inputs = (TensorSpec(OBSERVATION_INPUT, np.dtype(np.float32), (spec.obs_dim,)),)
+        self.signature = served_signature(models, spec.obs_dim)
+        self.inputs = self.signature.inputs
+        self.horizon = self.signature.horizon
 
     def input_named(self, name: str, field: str) -> TensorSpec:
         for tensor in self.inputs:
@@ -88,9 +126,10 @@ class ActionGateway:
         raise RequestInvalid(f"{field} is {name!r}, expected one of the policy's inputs: {known}")
 
     def check_rows(self, array: np.ndarray, tensor: TensorSpec, field: str) -> np.ndarray:
-        """``array`` (rows of ``tensor``) as a float32 ``(N, *shape)`` batch, or the refusal.
+        """``array`` (rows of ``tensor``) as a contiguous ``(N, *shape)`` batch of the
+        tensor's dtype, or the refusal.
 
-        Checks dtype, shape, finiteness and the magnitude bound
+        Checks dtype, shape and, for a float input, finiteness and the magnitude bound
         (``validation.max_abs_observation``), naming the first offending entry.
         """
         if array.dtype != tensor.dtype:
@@ -111,8 +150,8 @@ class ActionGateway:
                 f"{field} carries {rows} rows, expected between 1 and {limit} "
                 "(batcher.max_batch_size)"
             )
-        values = np.ascontiguousarray(array, dtype=np.float32)
-        if values.size and not np.abs(values).max() <= self._max_abs:
+        values = np.ascontiguousarray(array, dtype=tensor.dtype)
+        if values.dtype.kind == "f" and values.size and not np.abs(values).max() <= self._max_abs:
             raise refusal(values, field, self._max_abs)
         return values
 
@@ -134,8 +173,12 @@ class ActionGateway:
         pin: int | None = None,
         deterministic: bool = True,
         deadline: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> list[Batched[ActionOutcome]]:
         """Supervised outcomes for the validated ``(N, obs_dim)`` rows (see the invariant).
+
+        ``inputs`` holds every named input's validated ``(N, *shape)`` rows (the state
+        input the same as ``observations``) for a policy with named inputs.
 
         Rows go to the batcher as separate queries, so they share forward passes with
         every other client's; a row's previous action is the one before it in the
@@ -143,17 +186,28 @@ class ActionGateway:
         """
         self.models.engine_for(pin)  # refuse unservable pins before queueing
         ingress = ingress_ns()
-        for _ in range(observations.shape[0]):
+        n = observations.shape[0]
+        for _ in range(n):
             self._admission.admit(client)
-        if observations.shape[0] == 1:
+        named: list[dict[str, np.ndarray] | None] = [None] * n
+        if inputs is not None:
+            named = [{k: v[i] for k, v in inputs.items()} for i in range(n)]
+        if n == 1:
             query = ActionQuery(
-                observations[0], deterministic, previous_action, supervisor, ingress, pin
+                observations[0],
+                deterministic,
+                previous_action,
+                supervisor,
+                ingress,
+                pin,
+                inputs=named[0],
             )
             return [await self._batcher.submit(query, deadline)]
         # Several rows from one stateless caller: each is its own query, all in flight
         # together, each supervised with no previous action (they are not a sequence).
         queries = [
-            ActionQuery(row, deterministic, None, supervisor, ingress, pin) for row in observations
+            ActionQuery(row, deterministic, None, supervisor, ingress, pin, inputs=named[i])
+            for i, row in enumerate(observations)
         ]
         results = await _all(self._batcher, queries, deadline)
         versions = {b.value.version.id for b in results}

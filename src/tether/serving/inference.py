@@ -7,6 +7,12 @@ is one ``engine.act`` call, and then *every* row passes its session's supervisor
 invariant 1 of the design holds here: no action leaves without the supervisor's
 verdict, and the supervisor never returns a non-finite action.
 
+A policy with an action horizon ``H > 1`` answers each row with a chunk: every step of
+it passes the session's supervisor in order (``tether.safety.chunk.supervise_chunk``),
+step ``k`` with step ``k - 1``'s safe action as its previous action and judged
+``k * step_period_s`` older than the observation, so a chunk never carries an unchecked
+step; the outcome holds the supervised chunk with one verdict per step.
+
 Invariant: ``run`` returns exactly one entry per query, in query order: an
 ``ActionOutcome`` or the error of that query alone (a ``ServingError`` or a
 ``tether.versions`` error).
@@ -15,15 +21,17 @@ Invariant: ``run`` returns exactly one entry per query, in query order: an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from tether.data.clock import ingress_ns
+from tether.policy.errors import ObservationError
+from tether.safety.chunk import ChunkVerdict, supervise_chunk
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
-from tether.serving.errors import REQUEST_ERRORS, RequestError
+from tether.serving.errors import REQUEST_ERRORS, RequestError, RequestInvalid
 from tether.serving.supervision import SessionSupervisor
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
@@ -42,6 +50,9 @@ class ActionQuery:
     ingress_ns: int  # tether.data.ingress_ns() at arrival; the supervisor judges staleness
     pinned_version: int | None = None
     route: RouteDecision | None = None  # the registry's choice for this episode, if routed
+    # Every named input of a policy that declares them (the state vector included, the
+    # same array as ``observation``), validated against the engine's input specs.
+    inputs: Mapping[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,23 @@ class ActionOutcome:
     safety_ns: int
     degradation: DegradationLevel  # the level its robot was supervised at
     tightened: bool = False  # served under a canary's tightened limits (canary or control)
+    # A chunk policy's whole answer (``action``, ``proposed_action`` and ``verdict`` are
+    # then its step 0): the supervised steps with each step's verdict, and what was proposed.
+    chunk: ChunkVerdict | None = None
+    proposed_chunk: np.ndarray | None = None  # (H, act_dim)
+
+    @property
+    def actions(self) -> np.ndarray:
+        """The supervised steps ``(H, act_dim)`` (one row for a policy with H = 1)."""
+        return self.action[None] if self.chunk is None else self.chunk.actions
+
+    @property
+    def proposed_actions(self) -> np.ndarray:
+        return self.proposed_action[None] if self.proposed_chunk is None else self.proposed_chunk
+
+    @property
+    def verdicts(self) -> tuple[SafetyVerdict, ...]:
+        return (self.verdict,) if self.chunk is None else self.chunk.verdicts
 
 
 class InferencePipeline:
@@ -67,8 +95,12 @@ class InferencePipeline:
         *,
         on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
         versions: PolicyVersions | None = None,
+        step_period_s: float = 0.0,
     ) -> None:
         self._models = models
+        # A chunk's step k is executed k control periods after step 0: the supervisor
+        # judges its staleness at that age.
+        self._step_period_s = step_period_s
         # With policy versions, routed steps run on the engine their route names, and
         # every batch is reported back (the shadow stage watches live batches).
         self._versions = versions
@@ -103,8 +135,26 @@ class InferencePipeline:
         results: list[ActionOutcome | RequestError | None],
     ) -> None:
         obs, deterministic = _engine_input(queries)
-        out = engine.act(obs, deterministic)
+        try:
+            named = _named_inputs(queries)
+            # Named inputs exist only for a PolicyEngine that declared them
+            # (gateway.served_signature), whose act() takes the mapping.
+            batch = obs if named is None else named
+            out = engine.act(batch, deterministic)  # type: ignore[arg-type]
+        except (ObservationError, RequestInvalid) as exc:
+            # The edge validated every query against the signature read at start; an
+            # engine taking other inputs (a bundle of another signature loaded since)
+            # refuses this group's queries alone, never the rest of the batch.
+            for row in rows:
+                results[row] = RequestInvalid(
+                    f"the policy version serving this request takes other inputs than the "
+                    f"server was started with: {exc}; restart the server with this bundle"
+                )
+            return
         version = out.version
+        if out.actions.ndim == 3:
+            self._run_chunks(engine, queries, rows, results, out.actions, out.log_probs, version)
+            return
         if self._versions is not None:
             self._versions.on_batch(version.id, obs, out.actions, _previous_actions(queries))
         safe_rows = np.empty_like(out.actions)
@@ -135,6 +185,93 @@ class InferencePipeline:
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
+
+    def _run_chunks(
+        self,
+        engine: EngineLike,
+        queries: list[ActionQuery],
+        rows: list[int],
+        results: list[ActionOutcome | RequestError | None],
+        chunks: np.ndarray,
+        log_probs: np.ndarray,
+        version: VersionLike,
+    ) -> None:
+        """Every row's chunk, every step supervised in order (see the module docstring)."""
+        first_steps = np.ascontiguousarray(chunks[:, 0])
+        if self._versions is not None:
+            # The versions layer compares single actions: it sees each chunk's first step.
+            obs = np.stack([q.observation for q in queries])
+            self._versions.on_batch(version.id, obs, first_steps, _previous_actions(queries))
+        safe_rows = np.empty_like(first_steps)
+        for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
+            tightening = 1.0 if q.route is None else q.route.tightening
+            level = q.supervisor.level()
+            supervisor = q.supervisor
+
+            def step(
+                observation: np.ndarray,
+                proposed: np.ndarray,
+                previous: np.ndarray | None,
+                age_s: float,
+                supervisor: SessionSupervisor = supervisor,
+                level: DegradationLevel = level,
+                tightening: float = tightening,
+            ) -> tuple[np.ndarray, SafetyVerdict]:
+                return supervisor.decide(
+                    observation,
+                    proposed,
+                    previous,
+                    observation_age_s=age_s,
+                    level=level,
+                    policy_version=version.id,
+                    tightening=tightening,
+                )
+
+            start = time.perf_counter_ns()
+            chunk = supervise_chunk(
+                step,
+                q.observation,
+                chunks[j],
+                q.previous_action,
+                observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
+                step_period_s=self._step_period_s,
+            )
+            elapsed = time.perf_counter_ns() - start
+            safe_rows[j] = chunk.actions[0]
+            results[row] = ActionOutcome(
+                action=chunk.actions[0],
+                proposed_action=chunks[j, 0],
+                log_prob=float(log_probs[j]),
+                version=version,
+                verdict=chunk.verdicts[0],
+                safety_ns=elapsed,
+                degradation=level,
+                tightened=tightening < 1.0,
+                chunk=chunk,
+                proposed_chunk=chunks[j],
+            )
+        if self._on_actions is not None:
+            self._on_actions(engine, safe_rows)
+
+
+def _named_inputs(queries: list[ActionQuery]) -> dict[str, np.ndarray] | None:
+    """The batch of every named input ``{name: (B, *shape)}``, or None for a vector policy."""
+    first = queries[0].inputs
+    if first is None:
+        return None
+    if len(queries) == 1:
+        return {name: value[None] for name, value in first.items()}
+    out: dict[str, np.ndarray] = {}
+    for name in first:
+        values = []
+        for q in queries:
+            if q.inputs is None or name not in q.inputs:
+                raise RequestInvalid(
+                    f"a query lacks input {name!r} that the others of its batch carry"
+                )
+            values.append(q.inputs[name])
+        out[name] = np.stack(values)
+    return out
 
 
 def _engine_input(queries: list[ActionQuery]) -> tuple[np.ndarray, bool | np.ndarray]:

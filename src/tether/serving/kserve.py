@@ -13,7 +13,10 @@ checked by name, datatype and shape, and each row goes through the same batcher,
 admission and supervisor as ``GetAction`` (``tether.serving.gateway``). The reply
 carries the supervised action (output ``action``), what the policy proposed
 (``proposed_action``) and the supervisor's check bits (``safety_checks``) in
-``raw_output_contents``, with the request's ``id`` echoed and the version that computed
+``raw_output_contents``, with the request's ``id`` echoed. A policy with named inputs
+takes one input tensor per input (FP32 state, UINT8 images, each ``[N, *shape]``); a
+policy with an action horizon ``H > 1`` answers ``action`` and ``proposed_action`` of
+shape ``[N, H, D]`` and ``safety_checks`` ``[N, H]``, every step supervised in order and the version that computed
 it in ``model_version`` (and the degradation level it was supervised at in the
 ``degradation`` parameter).
 
@@ -37,7 +40,8 @@ import numpy as np
 from tether.kserve import grpc_predict_v2_pb2 as kpb, grpc_predict_v2_pb2_grpc as kpb_grpc
 from tether.serving.decoding import Undecodable, refuse, tolerant
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
-from tether.serving.gateway import ACTION_OUTPUT, ActionGateway, TensorSpec
+from tether.serving.gateway import ACTION_OUTPUT, ActionGateway
+from tether.serving.validation import TensorSpec
 from tether.versions.protocols import EngineLike
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -128,6 +132,7 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
         except REQUEST_ERRORS as exc:
             await context.abort(status_code(exc), str(exc))
         act_dim = self._gateway.spec.act_dim
+        steps = [] if self._gateway.horizon == 1 else [self._gateway.horizon]
         reply = kpb.ModelMetadataResponse(
             name=request.name,
             versions=[str(target.engine.version.id)],
@@ -137,9 +142,9 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
             reply.inputs.add(
                 name=tensor.name, datatype=_NAMES[tensor.dtype], shape=[-1, *tensor.shape]
             )
-        reply.outputs.add(name=ACTION_OUTPUT, datatype="FP32", shape=[-1, act_dim])
-        reply.outputs.add(name=PROPOSED_OUTPUT, datatype="FP32", shape=[-1, act_dim])
-        reply.outputs.add(name=CHECKS_OUTPUT, datatype="UINT32", shape=[-1])
+        reply.outputs.add(name=ACTION_OUTPUT, datatype="FP32", shape=[-1, *steps, act_dim])
+        reply.outputs.add(name=PROPOSED_OUTPUT, datatype="FP32", shape=[-1, *steps, act_dim])
+        reply.outputs.add(name=CHECKS_OUTPUT, datatype="UINT32", shape=[-1, *steps])
         return reply
 
     # ------------------------------------------------------------------ ModelInfer
@@ -153,7 +158,7 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
         version = "none"
         try:
             target = self._target(request.model_name, request.model_version)
-            observations = self._observations(request)
+            observations, named = self._observations(request)
             wanted = _requested_outputs(request)
             params = request.parameters
             deterministic = (
@@ -167,6 +172,7 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
                 client=context.peer(),
                 supervisor=self._supervisor,
                 pin=target.pin,
+                inputs=named,
                 deterministic=deterministic,
                 deadline=None if remaining is None else time.monotonic() + remaining,
             )
@@ -181,12 +187,19 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
         served = outcomes[0].version
         version = str(served.id)
         rows = len(outcomes)
+        chunked = self._gateway.horizon > 1
         contents: list[bytes] = []
         for name in wanted:
             if name == ACTION_OUTPUT:
-                column = np.stack([o.action for o in outcomes])
+                column = np.stack([o.actions if chunked else o.action for o in outcomes])
             elif name == PROPOSED_OUTPUT:
-                column = np.stack([o.proposed_action for o in outcomes])
+                column = np.stack(
+                    [o.proposed_actions if chunked else o.proposed_action for o in outcomes]
+                )
+            elif chunked:
+                column = np.array(
+                    [[int(v.checks) for v in o.verdicts] for o in outcomes], dtype=np.uint32
+                )
             else:
                 column = np.fromiter((int(o.verdict.checks) for o in outcomes), np.uint32, rows)
             contents.append(np.ascontiguousarray(column, dtype=_output_dtype(name)).tobytes())
@@ -211,11 +224,12 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
         cached = self._described.get(key)
         if cached is None:
             act_dim = self._gateway.spec.act_dim
+            steps = [] if self._gateway.horizon == 1 else [self._gateway.horizon]
             cached = [
                 kpb.ModelInferResponse.InferOutputTensor(
                     name=name,
                     datatype=_NAMES[_output_dtype(name)],
-                    shape=[rows] if name == CHECKS_OUTPUT else [rows, act_dim],
+                    shape=[rows, *steps] if name == CHECKS_OUTPUT else [rows, *steps, act_dim],
                 )
                 for name in names
             ]
@@ -249,8 +263,11 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
             pin = int(version)
         return _Target(self._gateway.engine_for(pin), pin)
 
-    def _observations(self, request: kpb.ModelInferRequest) -> np.ndarray:
-        """The request's one input as validated float32 rows (see ``ActionGateway``)."""
+    def _observations(
+        self, request: kpb.ModelInferRequest
+    ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """The request's state rows and, for a policy with named inputs, every input's
+        validated rows by name (see ``ActionGateway``)."""
         inputs = request.inputs
         expected = self._gateway.inputs
         if len(inputs) != len(expected):
@@ -265,11 +282,23 @@ class InferenceService(kpb_grpc.GRPCInferenceServiceServicer):
                 f"raw_input_contents has {len(raw)} entries for {len(inputs)} inputs; send "
                 "one entry per input, or none and the values in contents"
             )
-        tensor = inputs[0]
-        field = f"inputs[{tensor.name!r}]"
-        spec = self._gateway.input_named(tensor.name, "inputs[0].name")
-        array = _decode(tensor, raw[0] if raw else None, spec, field)
-        return self._gateway.check_rows(array, spec, field)
+        arrays: dict[str, np.ndarray] = {}
+        for i, tensor in enumerate(inputs):
+            field = f"inputs[{tensor.name!r}]"
+            spec = self._gateway.input_named(tensor.name, f"inputs[{i}].name")
+            if spec.name in arrays:
+                raise RequestInvalid(f"{field} appears twice; send each input once")
+            array = _decode(tensor, raw[i] if raw else None, spec, field)
+            arrays[spec.name] = self._gateway.check_rows(array, spec, field)
+        rows = {a.shape[0] for a in arrays.values()}
+        if len(rows) > 1:
+            raise RequestInvalid(
+                f"the input tensors carry different row counts {sorted(rows)}; every input "
+                "needs one row per request item"
+            )
+        signature = self._gateway.signature
+        state = arrays[signature.state.name]
+        return state, (arrays if signature.named else None)
 
 
 def _decode(

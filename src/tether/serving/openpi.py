@@ -8,7 +8,8 @@ per observation. This endpoint speaks that protocol unchanged:
   dimension, the inputs and the observation-key mapping);
 - per observation: ``{"actions": (H, D) float32, "policy_timing": {...},
   "server_timing": {...}, "tether": {...}}`` where ``actions`` are the supervised actions
-  (``H = 1`` for a vector policy), ``server_timing`` holds openpi's ``infer_ms`` and
+  (``H`` the policy's action horizon, 1 for a vector policy, every step supervised in
+  order), ``server_timing`` holds openpi's ``infer_ms`` and
   ``prev_total_ms`` beside tether's queue, safety and total times, and ``tether`` the
   version, the proposed actions, each step's verdict and the degradation level;
 - an error: a text frame with the message, then close code 1011, which the client
@@ -27,7 +28,8 @@ Unlike openpi's own server, which runs inference inside its handler and so serve
 client at a time, every connection's observations go through the server's batcher,
 admission and supervisor (``tether.serving.gateway``): concurrent robots share forward
 passes, and each connection has its own supervisor whose previous action is the last
-one it sent on that connection.
+step it sent on that connection (the last step of the last chunk: openpi's
+``ActionChunkBroker`` executes a chunk to its end before it asks again).
 
 Invariant: every ``actions`` array sent is the supervisor's output; a connection's bad
 message closes that connection only.
@@ -53,8 +55,9 @@ from websockets.http11 import Request, Response
 
 from tether.safety.verdict import check_names
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, ServerSetupError, status_code
-from tether.serving.gateway import ActionGateway, TensorSpec
+from tether.serving.gateway import ActionGateway
 from tether.serving.security import bearer_token
+from tether.serving.validation import TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +235,7 @@ class OpenpiEndpoint:
             "server": "tether",
             "policy_name": "" if live is None else live.version.name,
             "policy_version": -1 if live is None else live.version.id,
-            "action_horizon": 1,
+            "action_horizon": self._gateway.horizon,
             "action_dim": spec.act_dim,
             "action_names": list(spec.action_names),
             "inputs": {
@@ -265,9 +268,10 @@ class OpenpiEndpoint:
                             "the observation arrived as a text frame, expected a binary "
                             "msgpack-numpy message"
                         )
-                    rows = self._inputs(unpack_observation(data))
+                    rows, named = self._inputs(unpack_observation(data))
                     batched = await gateway.act(
                         rows,
+                        inputs=named,
                         client=client,
                         supervisor=supervisor,
                         previous_action=previous,
@@ -281,7 +285,7 @@ class OpenpiEndpoint:
                     return
                 outcome = batched[0].value
                 version = str(outcome.version.id)
-                previous = outcome.action
+                previous = outcome.actions[-1]
                 total_ns = time.perf_counter_ns() - arrival
                 reply = _reply(batched[0], total_ns, prev_total_ms)
                 try:
@@ -299,8 +303,11 @@ class OpenpiEndpoint:
         metrics.in_flight.dec()
         metrics.request("openpi", status, version, (time.perf_counter_ns() - arrival_ns) / 1e9)
 
-    def _inputs(self, observation: dict[str, Any]) -> np.ndarray:
-        """The policy's input rows from one decoded observation (see the module docstring)."""
+    def _inputs(
+        self, observation: dict[str, Any]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """The state rows and, for a policy with named inputs, every input's rows, from
+        one decoded observation (see the module docstring)."""
         ignored = set(self._config.ignored_keys)
         unknown = sorted(k for k in observation if k not in self._mapping and k not in ignored)
         if unknown:
@@ -309,7 +316,7 @@ class OpenpiEndpoint:
                 f"{sorted(self._mapping)} (openpi.observation_keys), and "
                 f"{sorted(ignored)} are accepted and ignored (openpi.ignored_keys)"
             )
-        arrays: list[np.ndarray] = []
+        arrays: dict[str, np.ndarray] = {}
         for key, tensor in self._mapping.items():
             if key not in observation:
                 raise RequestInvalid(
@@ -324,8 +331,12 @@ class OpenpiEndpoint:
                 )
             if tensor.dtype.kind == "f" and value.dtype.str in _FLOATS:
                 value = value.astype(tensor.dtype, copy=False)
-            arrays.append(self._gateway.check_rows(value[None], tensor, f"observation[{key!r}]"))
-        return arrays[0]
+            arrays[tensor.name] = self._gateway.check_rows(
+                value[None], tensor, f"observation[{key!r}]"
+            )
+        signature = self._gateway.signature
+        state = arrays[signature.state.name]
+        return state, (arrays if signature.named else None)
 
 
 def _api_key_valid(headers: Headers, token: str) -> bool:
@@ -345,9 +356,8 @@ async def _refuse(ws: ServerConnection, message: str) -> None:
 
 def _reply(batched: Any, total_ns: int, prev_total_ms: float | None) -> dict[str, Any]:
     outcome = batched.value
-    actions = np.asarray(outcome.action, dtype=np.float32).reshape(1, -1)
-    proposed = np.asarray(outcome.proposed_action, dtype=np.float32).reshape(1, -1)
-    verdict = outcome.verdict
+    actions = np.ascontiguousarray(outcome.actions, dtype=np.float32)
+    proposed = np.ascontiguousarray(outcome.proposed_actions, dtype=np.float32)
     infer_ms = batched.batch_ns / 1e6
     server_timing: dict[str, float] = {
         "infer_ms": infer_ms,
@@ -366,12 +376,13 @@ def _reply(batched: Any, total_ns: int, prev_total_ms: float | None) -> dict[str
             "policy_version": outcome.version.id,
             "policy_name": outcome.version.name,
             "proposed_actions": proposed,
-            "safety": [
+            "safety": [  # one per step of ``actions``
                 {
                     "source": verdict.source.value,
                     "checks": list(check_names(int(verdict.checks))),
                     "correction_norm": float(verdict.correction_norm),
                 }
+                for verdict in outcome.verdicts
             ],
             "degradation": outcome.degradation.name,
         },

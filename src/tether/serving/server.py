@@ -95,6 +95,7 @@ class PolicyServer:
             self.source,
             on_actions=self._observe_actions,
             versions=versions,
+            step_period_s=spec.control_period_s,
         )
         self._record_step = record_step
         self._end_session = end_session

@@ -8,6 +8,12 @@ crashes the server. In a Control session a failed step is answered with a ``Step
 reply and the session stays open, because a robot mid-task should fall back to its
 watchdog for one cycle, not lose its session.
 
+A policy with named inputs takes its state vector in ``observation`` and every other
+input (images) in ``inputs`` (``InputTensor``, checked by name, dtype and shape); a
+policy with an action horizon ``H > 1`` answers with the supervised chunk in ``chunk``
+(one verdict per step in ``chunk_safety``), its step 0 in ``action``. Describe lists the
+inputs and the horizon.
+
 Invariant: every action in a reply came out of ``InferencePipeline``, i.e. passed the
 session's (or the server's) supervisor.
 """
@@ -36,12 +42,21 @@ from tether.serving.convert import (
 )
 from tether.serving.decoding import REFUSALS, Undecodable, refuse
 from tether.serving.errors import REQUEST_ERRORS, RequestInvalid, status_code
+from tether.serving.gateway import served_signature
 from tether.serving.inference import ActionOutcome, ActionQuery
 from tether.serving.metrics import ServingMetrics
 from tether.serving.served_spec import ServedSpec
 from tether.serving.session import ControlSession
 from tether.serving.supervision import SupervisorFactory
-from tether.serving.validation import identifier, scalar, stored_int, vector, within
+from tether.serving.validation import (
+    WireTensor,
+    identifier,
+    named_inputs,
+    scalar,
+    stored_int,
+    vector,
+    within,
+)
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
@@ -85,6 +100,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
         self._max_obs = config.validation.max_abs_observation
+        self._signature = served_signature(models, spec.obs_dim)
 
     # ------------------------------------------------------------------ GetAction
 
@@ -101,13 +117,16 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         version = "none"
         try:
             obs = vector(request.observation, "observation", self._spec.obs_dim, self._max_obs)
+            named = self._inputs(obs, request.inputs, "inputs")
             identifier(request.client_id, "client_id", self._config.validation)
             pin = request.model_version if request.HasField("model_version") else None
             self._models.engine_for(pin)  # refuse unservable pins before queueing
             # The connection, not the client_id it claims: a claimed id could spend
             # another robot's bucket, and a fresh one per call would escape the limit.
             self._admission.admit(context.peer())
-            query = ActionQuery(obs, request.deterministic, None, self._supervisor, ingress, pin)
+            query = ActionQuery(
+                obs, request.deterministic, None, self._supervisor, ingress, pin, inputs=named
+            )
             batched = await self._batcher.submit(query, _deadline(context))
             self._queued(batched)
             version = str(batched.value.version.id)
@@ -121,6 +140,22 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             raise
         self._finish("GetAction", "OK", version, arrival)
         return reply
+
+    def _inputs(
+        self, obs: np.ndarray, tensors: Sequence[WireTensor], field: str
+    ) -> dict[str, np.ndarray] | None:
+        """Every named input by name (the state is ``obs``), or None for a vector policy."""
+        signature = self._signature
+        if not signature.named:
+            if len(tensors):
+                raise RequestInvalid(
+                    f"{field} carries {len(tensors)} tensor(s), but the served policy takes "
+                    "only the observation vector; leave inputs empty"
+                )
+            return None
+        named = named_inputs(tensors, signature.extras, field, self._max_obs)
+        named[signature.state.name] = obs
+        return named
 
     def _queued(self, batched: Batched[ActionOutcome]) -> None:
         self._metrics.queue_seconds.observe(max(0, batched.queue_ns) / 1e9)
@@ -227,6 +262,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         try:
             cfg = self._config.validation
             obs = vector(step.observation, "step.observation", self._spec.obs_dim, self._max_obs)
+            named = self._inputs(obs, step.inputs, "step.inputs")
             reward = scalar(step.reward, "step.reward", cfg.max_abs_reward)
             stored_int(step.step_index, "step.step_index")
             stored_int(step.client_timestamp_ns, "step.client_timestamp_ns")
@@ -255,6 +291,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 ingress,
                 pinned_version=session.pinned_version,
                 route=route,
+                inputs=named,
             )
             batched = await self._batcher.submit(query, self._step_deadline(context))
             self._queued(batched)
@@ -349,7 +386,11 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             ),
             degradation=degradation_to_proto(self._degradation_level()),
             safety_limits_json=self._safety_limits_json,
+            action_horizon=self._signature.horizon,
         )
+        if self._signature.named:
+            for tensor in self._signature.inputs:
+                reply.inputs.add(name=tensor.name, dtype=str(tensor.dtype), shape=tensor.shape)
         if engine is not None:
             reply.version.CopyFrom(version_to_proto(engine.version))
             reply.action_low.extend(np.asarray(engine.action_low, dtype=np.float32).tolist())

@@ -7,6 +7,9 @@ within bounds; every refusal is ``RequestInvalid`` naming the field, what was ex
 and what was found (the first offending index included), so a robot integrator can fix
 their driver from the message alone.
 
+Named inputs (a policy's images beside its state vector) are checked by name, dtype and
+shape, and float ones for finiteness and magnitude, by :func:`named_inputs`.
+
 This runs on every request, so a good vector costs one conversion and one vectorized
 comparison; the index-finding work happens only for a vector that is refused.
 """
@@ -15,11 +18,101 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from tether.serving.config import ValidationConfig
 from tether.serving.errors import RequestInvalid
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One named input of the served policy: what one request item must carry."""
+
+    name: str
+    dtype: np.dtype[np.generic]
+    shape: tuple[int, ...]  # one item's shape, without a batch dimension
+
+
+class WireTensor(Protocol):
+    """``tether.v1.InputTensor`` as read here."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> Sequence[int]: ...
+    @property
+    def float32_values(self) -> Sequence[float]: ...
+    @property
+    def uint8_values(self) -> bytes: ...
+
+
+def named_inputs(
+    tensors: Sequence[WireTensor], expected: Sequence[TensorSpec], field: str, max_abs: float
+) -> dict[str, np.ndarray]:
+    """Each of ``expected`` from ``tensors`` by name, as an array of its dtype and shape.
+
+    Refuses a missing, unknown or repeated name, values in the other dtype's field, a
+    shape other than the input's, and (float inputs) NaN/Inf or magnitudes beyond
+    ``max_abs``.
+    """
+    wanted = {t.name: t for t in expected}
+    out: dict[str, np.ndarray] = {}
+    for i, tensor in enumerate(tensors):
+        where = f"{field}[{i}]"
+        spec = wanted.get(tensor.name)
+        if spec is None:
+            known = ", ".join(repr(n) for n in wanted) or "none"
+            raise RequestInvalid(
+                f"{where}.name is {tensor.name!r}, expected one of the policy's named inputs "
+                f"besides the observation: {known} (see Describe)"
+            )
+        if spec.name in out:
+            raise RequestInvalid(f"{where}: input {spec.name!r} appears twice; send it once")
+        shape = tuple(int(d) for d in tensor.shape)
+        if shape != spec.shape:
+            raise RequestInvalid(
+                f"{where} ({spec.name!r}) has shape {list(shape)}, expected {list(spec.shape)}"
+            )
+        count = int(np.prod(spec.shape, dtype=np.int64))
+        if spec.dtype.kind == "u":
+            if len(tensor.float32_values):
+                raise RequestInvalid(
+                    f"{where} ({spec.name!r}) carries float32_values, expected uint8_values "
+                    "(the input is uint8)"
+                )
+            data = tensor.uint8_values
+            if len(data) != count:
+                raise RequestInvalid(
+                    f"{where} ({spec.name!r}) has {len(data)} bytes in uint8_values, "
+                    f"expected {count} for shape {list(spec.shape)}"
+                )
+            out[spec.name] = np.frombuffer(data, dtype=np.uint8).reshape(spec.shape)
+            continue
+        if len(tensor.uint8_values):
+            raise RequestInvalid(
+                f"{where} ({spec.name!r}) carries uint8_values, expected float32_values "
+                "(the input is float32)"
+            )
+        values = tensor.float32_values
+        if len(values) != count:
+            raise RequestInvalid(
+                f"{where} ({spec.name!r}) has {len(values)} float32_values, expected {count} "
+                f"for shape {list(spec.shape)}"
+            )
+        arr = np.fromiter(values, np.float32, count).reshape(spec.shape)
+        if count and not np.abs(arr).max() <= max_abs:
+            raise refusal(arr, f"{where}.float32_values", max_abs)
+        out[spec.name] = arr
+    missing = [name for name in wanted if name not in out]
+    if missing:
+        raise RequestInvalid(
+            f"{field} lacks the input(s) {missing}; the policy needs every named input "
+            "besides the observation in each request (see Describe)"
+        )
+    return out
 
 
 def vector(values: Sequence[float], field: str, expected_len: int, max_abs: float) -> np.ndarray:

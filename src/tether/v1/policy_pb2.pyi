@@ -71,20 +71,34 @@ class ServerTimings(_message.Message):
     batch_size: int
     def __init__(self, queue_ns: _Optional[int] = ..., inference_ns: _Optional[int] = ..., safety_ns: _Optional[int] = ..., total_ns: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
+class InputTensor(_message.Message):
+    __slots__ = ("name", "shape", "float32_values", "uint8_values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FLOAT32_VALUES_FIELD_NUMBER: _ClassVar[int]
+    UINT8_VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    float32_values: _containers.RepeatedScalarFieldContainer[float]
+    uint8_values: bytes
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., float32_values: _Optional[_Iterable[float]] = ..., uint8_values: _Optional[bytes] = ...) -> None: ...
+
 class ActionRequest(_message.Message):
-    __slots__ = ("observation", "deterministic", "model_version", "client_id")
+    __slots__ = ("observation", "deterministic", "model_version", "client_id", "inputs")
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     observation: _containers.RepeatedScalarFieldContainer[float]
     deterministic: bool
     model_version: int
     client_id: str
-    def __init__(self, observation: _Optional[_Iterable[float]] = ..., deterministic: _Optional[bool] = ..., model_version: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+    inputs: _containers.RepeatedCompositeFieldContainer[InputTensor]
+    def __init__(self, observation: _Optional[_Iterable[float]] = ..., deterministic: _Optional[bool] = ..., model_version: _Optional[int] = ..., client_id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[InputTensor, _Mapping]]] = ...) -> None: ...
 
 class ActionResponse(_message.Message):
-    __slots__ = ("action", "log_prob", "status", "version", "safety", "timings", "degradation", "proposed_action")
+    __slots__ = ("action", "log_prob", "status", "version", "safety", "timings", "degradation", "proposed_action", "horizon", "chunk", "proposed_chunk", "chunk_safety")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     LOG_PROB_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +107,10 @@ class ActionResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     DEGRADATION_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_ACTION_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SAFETY_FIELD_NUMBER: _ClassVar[int]
     action: _containers.RepeatedScalarFieldContainer[float]
     log_prob: float
     status: str
@@ -101,7 +119,11 @@ class ActionResponse(_message.Message):
     timings: ServerTimings
     degradation: DegradationLevel
     proposed_action: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, action: _Optional[_Iterable[float]] = ..., log_prob: _Optional[float] = ..., status: _Optional[str] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., timings: _Optional[_Union[ServerTimings, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., proposed_action: _Optional[_Iterable[float]] = ...) -> None: ...
+    horizon: int
+    chunk: _containers.RepeatedScalarFieldContainer[float]
+    proposed_chunk: _containers.RepeatedScalarFieldContainer[float]
+    chunk_safety: _containers.RepeatedCompositeFieldContainer[SafetyVerdict]
+    def __init__(self, action: _Optional[_Iterable[float]] = ..., log_prob: _Optional[float] = ..., status: _Optional[str] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., timings: _Optional[_Union[ServerTimings, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., proposed_action: _Optional[_Iterable[float]] = ..., horizon: _Optional[int] = ..., chunk: _Optional[_Iterable[float]] = ..., proposed_chunk: _Optional[_Iterable[float]] = ..., chunk_safety: _Optional[_Iterable[_Union[SafetyVerdict, _Mapping]]] = ...) -> None: ...
 
 class SessionOpen(_message.Message):
     __slots__ = ("robot_id", "spec_fingerprint", "obs_dim", "act_dim", "joint_names", "model_version")
@@ -120,7 +142,7 @@ class SessionOpen(_message.Message):
     def __init__(self, robot_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., obs_dim: _Optional[int] = ..., act_dim: _Optional[int] = ..., joint_names: _Optional[_Iterable[str]] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class StepData(_message.Message):
-    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses", "success", "task_id", "final_distance_m")
+    __slots__ = ("observation", "reward", "terminated", "truncated", "episode_id", "step_index", "executed_action", "client_timestamp_ns", "deterministic", "watchdog_misses", "success", "task_id", "final_distance_m", "inputs")
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +156,7 @@ class StepData(_message.Message):
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     FINAL_DISTANCE_M_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     observation: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     terminated: bool
@@ -147,7 +170,8 @@ class StepData(_message.Message):
     success: bool
     task_id: str
     final_distance_m: float
-    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ..., success: _Optional[bool] = ..., task_id: _Optional[str] = ..., final_distance_m: _Optional[float] = ...) -> None: ...
+    inputs: _containers.RepeatedCompositeFieldContainer[InputTensor]
+    def __init__(self, observation: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., episode_id: _Optional[str] = ..., step_index: _Optional[int] = ..., executed_action: _Optional[_Iterable[float]] = ..., client_timestamp_ns: _Optional[int] = ..., deterministic: _Optional[bool] = ..., watchdog_misses: _Optional[int] = ..., success: _Optional[bool] = ..., task_id: _Optional[str] = ..., final_distance_m: _Optional[float] = ..., inputs: _Optional[_Iterable[_Union[InputTensor, _Mapping]]] = ...) -> None: ...
 
 class ControlStep(_message.Message):
     __slots__ = ("open", "step")
@@ -234,7 +258,7 @@ class ServerLimits(_message.Message):
     def __init__(self, max_batch_size: _Optional[int] = ..., batch_timeout_s: _Optional[float] = ..., max_queued_requests: _Optional[int] = ..., rate_limit_hz: _Optional[float] = ..., rate_burst: _Optional[float] = ..., max_abs_observation: _Optional[float] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("status", "spec", "version", "action_low", "action_high", "limits", "degradation", "safety_limits_json")
+    __slots__ = ("status", "spec", "version", "action_low", "action_high", "limits", "degradation", "safety_limits_json", "inputs", "action_horizon")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +267,8 @@ class DescribeResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADATION_FIELD_NUMBER: _ClassVar[int]
     SAFETY_LIMITS_JSON_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_HORIZON_FIELD_NUMBER: _ClassVar[int]
     status: str
     spec: RobotSpecInfo
     version: PolicyVersion
@@ -251,4 +277,16 @@ class DescribeResponse(_message.Message):
     limits: ServerLimits
     degradation: DegradationLevel
     safety_limits_json: str
-    def __init__(self, status: _Optional[str] = ..., spec: _Optional[_Union[RobotSpecInfo, _Mapping]] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., safety_limits_json: _Optional[str] = ...) -> None: ...
+    inputs: _containers.RepeatedCompositeFieldContainer[InputDescription]
+    action_horizon: int
+    def __init__(self, status: _Optional[str] = ..., spec: _Optional[_Union[RobotSpecInfo, _Mapping]] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., safety_limits_json: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[InputDescription, _Mapping]]] = ..., action_horizon: _Optional[int] = ...) -> None: ...
+
+class InputDescription(_message.Message):
+    __slots__ = ("name", "dtype", "shape")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -1,8 +1,9 @@
 """Calls a tether openpi endpoint with the real ``openpi_client``; prints one JSON report.
 
 Run by tests/serving/test_openpi.py in the client venv:
-``openpi_calls.py PORT OBS_JSON MODE [API_KEY]``; MODE is ``protocol`` (replies,
-concurrent clients, every kind of bad message) or ``auth`` (the Api-Key header).
+``openpi_calls.py PORT OBS_JSON MODE [API_KEY | IMAGE_JSON]``; MODE is ``protocol``
+(replies, concurrent clients, every kind of bad message), ``auth`` (the Api-Key header)
+or ``chunk`` (a state and an image in, an action chunk out; tests/serving/test_chunk_serving.py).
 """
 
 import json
@@ -103,9 +104,19 @@ def auth(port, rows, api_key):
     return report
 
 
+def chunk(port, rows, image):
+    policy = connect(port)
+    result = policy.infer({"observation/state": rows[0], "observation/image": image})
+    return {"metadata": policy.get_server_metadata(), "reply": reply_of(result)}
+
+
 def main():
     port, rows = int(sys.argv[1]), np.asarray(json.loads(sys.argv[2]), dtype=np.float32)
     mode = sys.argv[3]
+    if mode == "chunk":
+        image = np.asarray(json.loads(sys.argv[4]), dtype=np.uint8)
+        print(json.dumps(chunk(port, rows, image)))
+        return
     report = protocol(port, rows) if mode == "protocol" else auth(port, rows, sys.argv[4])
     print(json.dumps(report))
 

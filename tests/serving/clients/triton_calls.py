@@ -1,7 +1,9 @@
 """Calls a tether server with the real ``tritonclient.grpc``; prints one JSON report.
 
 Run by tests/serving/test_kserve.py in the client venv: ``triton_calls.py ADDRESS
-OBS_JSON``, where OBS_JSON is a list of observation rows (float32 values).
+OBS_JSON``, where OBS_JSON is a list of observation rows (float32 values); and by
+tests/serving/test_chunk_serving.py as ``triton_calls.py ADDRESS OBS_JSON chunk
+IMAGE_JSON`` for a policy with a state and an image input and an action horizon.
 """
 
 import json
@@ -26,8 +28,29 @@ def refusal(call):
     return {"status": "OK", "message": ""}
 
 
+def chunk(client, rows, image) -> dict:
+    """One ModelInfer with both named inputs (image first: matched by name)."""
+    result = client.infer(
+        "tether",
+        [observation_input(image[None], "image", "UINT8"), observation_input(rows[:1], "state")],
+        request_id="chunk-1",
+    )
+    return {
+        "metadata": client.get_model_metadata("tether", as_json=True),
+        "action": result.as_numpy("action").tolist(),
+        "checks": result.as_numpy("safety_checks").tolist(),
+        "id": result.get_response().id,
+    }
+
+
 def main() -> None:
     address, obs_json = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3] == "chunk":
+        rows = np.asarray(json.loads(obs_json), dtype=np.float32)
+        image = np.asarray(json.loads(sys.argv[4]), dtype=np.uint8)
+        client = grpcclient.InferenceServerClient(address)
+        print(json.dumps(chunk(client, rows, image)))
+        return
     rows = np.asarray(json.loads(obs_json), dtype=np.float32)
     client = grpcclient.InferenceServerClient(address)
     report = {

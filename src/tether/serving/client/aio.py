@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -69,12 +70,14 @@ class AsyncPolicyClient:
         client_id: str = "",
         model_version: int | None = None,
         timeout_s: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> ActionResult:
         request = action_request(
             observation,
             deterministic=deterministic,
             client_id=client_id,
             model_version=model_version,
+            inputs=inputs,
         )
         try:
             reply = await self._stub.GetAction(

@@ -55,7 +55,10 @@ class ActionChunk:
 
     @classmethod
     def from_result(cls, result: ActionResult, observed_at_s: float) -> ActionChunk:
-        """A one-step chunk from a ``GetAction`` reply (a policy with horizon 1)."""
+        """The chunk of a ``GetAction`` reply: its ``chunk`` for a policy with an action
+        horizon, else the one step ``action``."""
+        if result.chunk is not None:
+            return cls(result.chunk.copy(), observed_at_s, result.version, result.chunk_verdicts)
         verdicts = (result.verdict,) if result.verdict is not None else ()
         return cls(result.action[None].copy(), observed_at_s, result.version, verdicts)
 

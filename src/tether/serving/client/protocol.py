@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,15 +62,36 @@ class EpisodeCounter:
 
 
 def action_request(
-    observation: np.ndarray, *, deterministic: bool, client_id: str, model_version: int | None
+    observation: np.ndarray,
+    *,
+    deterministic: bool,
+    client_id: str,
+    model_version: int | None,
+    inputs: Mapping[str, np.ndarray] | None = None,
 ) -> pb.ActionRequest:
-    """The ``GetAction`` request both clients send."""
+    """The ``GetAction`` request both clients send; ``inputs`` are a policy's named
+    inputs besides the state (images, see ``Describe.inputs``)."""
     return pb.ActionRequest(
         observation=np.asarray(observation, dtype=np.float32).ravel().tolist(),
         deterministic=deterministic,
         client_id=client_id,
         model_version=model_version,
+        inputs=input_tensors(inputs),
     )
+
+
+def input_tensors(inputs: Mapping[str, np.ndarray] | None) -> list[pb.InputTensor]:
+    """Named inputs as ``InputTensor`` messages: uint8 arrays as bytes, others as float32."""
+    out: list[pb.InputTensor] = []
+    for name, value in (inputs or {}).items():
+        array = np.asarray(value)
+        tensor = pb.InputTensor(name=name, shape=list(array.shape))
+        if array.dtype == np.uint8:
+            tensor.uint8_values = np.ascontiguousarray(array).tobytes()
+        else:
+            tensor.float32_values.extend(array.astype(np.float32).ravel().tolist())
+        out.append(tensor)
+    return out
 
 
 def step_message(

@@ -80,10 +80,19 @@ class ActionResult:
     status: str  # "ok", or "backup" for a watchdog action
     from_watchdog: bool = False
     reason: str = ""  # why the watchdog acted (deadline, step error)
+    # A chunk policy's whole answer (``action`` is its step 0): the supervised steps
+    # (H, act_dim) and one verdict per step; None for a policy with horizon 1.
+    chunk: np.ndarray | None = None
+    chunk_verdicts: tuple[VerdictInfo, ...] = ()
 
     @classmethod
     def from_proto(cls, msg: pb.ActionResponse) -> ActionResult:
+        chunk = None
+        if msg.horizon > 1:
+            chunk = np.asarray(msg.chunk, dtype=np.float32).reshape(msg.horizon, -1)
         return cls(
+            chunk=chunk,
+            chunk_verdicts=tuple(VerdictInfo.from_proto(v) for v in msg.chunk_safety),
             action=np.asarray(msg.action, dtype=np.float32),
             proposed_action=np.asarray(msg.proposed_action, dtype=np.float32),
             log_prob=msg.log_prob,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -81,6 +81,7 @@ class PolicyClient:
         client_id: str = "",
         model_version: int | None = None,
         timeout_s: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> ActionResult:
         """One stateless action; raises ``RemoteError`` on a non-OK status."""
         request = action_request(
@@ -88,6 +89,7 @@ class PolicyClient:
             deterministic=deterministic,
             client_id=client_id,
             model_version=model_version,
+            inputs=inputs,
         )
         try:
             reply = self._stub.GetAction(
@@ -106,12 +108,18 @@ class PolicyClient:
         deterministic: bool = True,
         client_id: str = "",
         timeout_s: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> ActionChunk:
-        """The supervised action chunk for ``observation``, stamped with the time it was
-        sent (for ``ActionChunkBroker``); a ``tether.v1`` reply is a chunk of one step."""
+        """The supervised action chunk for ``observation`` (and the policy's named
+        ``inputs``), stamped with the time it was sent (for ``ActionChunkBroker``); a
+        policy with horizon 1 answers a chunk of one step."""
         observed_at = time.monotonic()
         result = self.get_action(
-            observation, deterministic=deterministic, client_id=client_id, timeout_s=timeout_s
+            observation,
+            deterministic=deterministic,
+            client_id=client_id,
+            timeout_s=timeout_s,
+            inputs=inputs,
         )
         return ActionChunk.from_result(result, observed_at)
 
