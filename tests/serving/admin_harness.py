@@ -67,7 +67,7 @@ def admin(
         registry=registry,
         router=router,
         auth=AUTH,
-        engine_factory=for_robot(make_engine, spec),
+        engine_factory=for_robot(make_engine, spec, base_bundle),
         model_dir=models,
         promotion=ServerGate(registry, router, supervisor, ServerGateConfig()),
         degradation=degradation,

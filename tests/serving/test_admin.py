@@ -215,3 +215,27 @@ def test_a_bundle_for_another_robot_is_refused_naming_both_fingerprints(
     assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
     assert other.fingerprint() in str(err.value)
     assert [r.id for r in admin.registry.records()] == [1]
+
+
+def test_a_bundle_with_another_request_signature_is_refused(
+    admin: Admin, spec: RobotSpec, tmp_path: Path
+) -> None:
+    """Same robot, other inputs and horizon: the front ends read the signature once at
+    start-up, so the version would fail every request sent to it."""
+    init_bundle(
+        tmp_path / "chunk",
+        spec,
+        hidden_sizes=(16,),
+        seed=1,
+        version_id=2,
+        images=[("image", (8, 8, 3))],
+        horizon=3,
+        conv_channels=(4,),
+        state_input="state",
+    )
+    with admin.client() as c, pytest.raises(AdminCallError) as err:
+        c.load_bundle(str(tmp_path / "chunk"), make_live=True)
+    assert err.value.status is grpc.StatusCode.FAILED_PRECONDITION
+    assert "action horizon 3" in str(err.value)
+    assert "image uint8[8, 8, 3]" in str(err.value)
+    assert [r.id for r in admin.registry.records()] == [1]

@@ -254,7 +254,7 @@ class RunSystem:
         shadow = supervisor_for(spec, self.limits)
         self._versions = PolicyVersions(
             cfg.versions,
-            engine_factory=for_robot(self._engine_for_bundle, spec),
+            engine_factory=for_robot(self._engine_for_bundle, spec, self.bundle),
             shadow_supervisor=shadow,
             degradation=self._degradation,
         )

@@ -6,6 +6,10 @@ engine factory; :func:`for_robot` wraps that factory so a bundle whose robot spe
 from the served robot's is refused with ``SpecMismatch`` (FAILED_PRECONDITION) naming
 both fingerprints, before an engine is built. Without it a bundle for another robot with
 the same dims went live and drove the arm, and one with other dims failed every request.
+The same wrapper refuses a bundle whose request signature (its named inputs: name,
+dtype, shape; and its action horizon) differs from the served bundle's: the protocol
+front ends read that signature once at start-up, so such a version could only fail
+every request sent to it.
 """
 
 from __future__ import annotations
@@ -36,11 +40,33 @@ def check_bundle_robot(bundle: PolicyBundle, served: RobotSpec) -> None:
         )
 
 
-def for_robot(factory: EngineFactory, served: RobotSpec) -> EngineFactory:
-    """``factory`` that first refuses bundles made for another robot than ``served``."""
+def _signature(bundle: PolicyBundle) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    return tuple((t.name, t.dtype, tuple(t.shape)) for t in bundle.manifest.input_specs)
+
+
+def check_bundle_signature(bundle: PolicyBundle, like: PolicyBundle) -> None:
+    """Raise ``SpecMismatch`` unless ``bundle`` takes the inputs and returns the action
+    horizon of ``like`` (the bundle the server started with)."""
+
+    def describe(b: PolicyBundle) -> str:
+        inputs = ", ".join(f"{n} {d}{list(s)}" for n, d, s in _signature(b))
+        return f"inputs ({inputs}), action horizon {b.manifest.horizon}"
+
+    if _signature(bundle) != _signature(like) or bundle.manifest.horizon != like.manifest.horizon:
+        raise SpecMismatch(
+            f"bundle {bundle.path} takes {describe(bundle)}, but this server serves "
+            f"{describe(like)}; a running server keeps its request signature, so serve "
+            "that bundle on its own server"
+        )
+
+
+def for_robot(factory: EngineFactory, served: RobotSpec, like: PolicyBundle) -> EngineFactory:
+    """``factory`` that first refuses bundles made for another robot than ``served`` or
+    with another request signature than ``like``'s."""
 
     def build(bundle: PolicyBundle) -> Any:
         check_bundle_robot(bundle, served)
+        check_bundle_signature(bundle, like)
         return factory(bundle)
 
     return build

@@ -54,7 +54,7 @@ async def serve_versions(
 
     versions = PolicyVersions(
         versions_config,
-        engine_factory=for_robot(engine_factory, spec),
+        engine_factory=for_robot(engine_factory, spec, first),
         shadow_supervisor=supervisor_for(spec, limits),
         degradation=degradation,
     )
