@@ -82,6 +82,10 @@ class SegmentClearance:
                 (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
             )
         self._checks = tuple(checks)
+        # The closed form and the checks' bits in order, for the compiled kernel
+        # (tether.safety.position.kernel), which evaluates the same closed form.
+        self.chain = chain
+        self.check_bits = tuple(bit for bit, _ in checks)
         # Closed forms are pure functions of the pose, so their answers can be reused.
         self._pure = chain is not None
         self._last_segment: tuple[list[float], list[float], tuple[int, float]] | None = None
