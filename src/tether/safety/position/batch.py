@@ -93,7 +93,7 @@ def _run_group(
         step = steps[i]
         assert step is not None
         chosen.append(step)
-    inputs = np.array([s[:5] for s in chosen])
+    inputs = np.array([s.q + s.v + s.reference + s.change + s.command_in for s in chosen])
     exact = np.array([not s.replacing for s in chosen])
     held = np.array([s.reference is not s.q for s in chosen])
     anchors = np.stack([supervisors[i]._anchors for i in members])

@@ -898,11 +898,11 @@ def _step_into(
     out: np.ndarray,
 ) -> None:
     n = joints.shape[0]
-    q = inputs[0]
-    v = inputs[1]
-    reference = inputs[2]
-    change = inputs[3]
-    command = inputs[4]
+    q = inputs[:n]
+    v = inputs[n : 2 * n]
+    reference = inputs[2 * n : 3 * n]
+    change = inputs[3 * n : 4 * n]
+    command = inputs[4 * n : 5 * n]
     placed = out[:n]
     candidate = out[n : 2 * n]
     extra = out[2 * n :]
@@ -955,8 +955,8 @@ def step(
     exact: bool,
     held: bool,
 ) -> np.ndarray:
-    """One command. ``inputs`` (5, n): q, q̇, reference, previous change, command (or a
-    backup's target with ``exact`` False); ``held``: the reference is a previous command.
+    """One command. ``inputs`` (5n,): q, q̇, reference, previous change, command (or a
+    backup's target with ``exact`` False), one after the other; ``held``: the reference is a previous command.
     Returns placed (n, float32 values), candidate (n), moved (4), joint checks, inside,
     Cartesian bits; ``anchors`` is updated."""
     n = joints.shape[0]
@@ -977,7 +977,7 @@ def step_batch(
     held: np.ndarray,
 ) -> np.ndarray:
     """:func:`step` for many robots under the same limits: row ``i`` of ``anchors``
-    (rows, 2, n + 2), ``inputs`` (rows, 5, n), ``exact`` and ``held`` (rows,) is robot
+    (rows, 2, n + 2), ``inputs`` (rows, 5n), ``exact`` and ``held`` (rows,) is robot
     ``i``'s; returns (rows, 2n + 7), each row what :func:`step` returns for it."""
     rows = inputs.shape[0]
     n = joints.shape[0]
@@ -1009,7 +1009,7 @@ def warm() -> float:
         obstacles = np.zeros((1, 5))
         groups = np.zeros((1, 4))
         groups[0, 2] = 1.0
-        inputs = np.zeros((5, n))
+        inputs = np.zeros(5 * n)
         step(joints, geo, obstacles, groups, new_anchors(n), inputs, True, False)
         step_batch(
             joints,

@@ -378,7 +378,7 @@ class PositionSupervisor:
             packed.obstacles,
             packed.groups,
             self._anchors,
-            np.array((q, v, reference, change, command)),
+            np.array(q + v + reference + change + command),
             exact,
             reference is not q,
         ).tolist()
