@@ -21,8 +21,8 @@ asked again in a row gets its answer back.
 
 Invariant: the answer depends only on the two poses, the limits and the kinematics; the
 anchors only decide which poses need evaluating, never what a pose's clearance is (so
-``tests/safety/test_position_equivalence.py`` holds the supervisor to the decisions of
-its copy from before these skips, bit for bit).
+``tests/safety/test_position_corpus.py`` holds the supervisor to decisions recorded
+from it, bit for bit, and the compiled kernel, whose anchors differ, to the same).
 """
 
 from __future__ import annotations

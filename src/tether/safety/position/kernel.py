@@ -227,7 +227,10 @@ def _jit(fn: _F) -> _F:
     """``fn`` compiled (cached on disk, GIL released), or itself without numba."""
     if numba is None:
         return fn
-    return cast(_F, numba.njit(cache=True, nogil=True, error_model="python")(fn))
+    try:
+        return cast(_F, numba.njit(cache=True, nogil=True, error_model="python")(fn))
+    except RuntimeError:  # no writable cache directory (a read-only install): compile per process
+        return cast(_F, numba.njit(nogil=True, error_model="python")(fn))
 
 
 @_jit

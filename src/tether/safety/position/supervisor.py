@@ -30,6 +30,12 @@ verdict entry says how far it moved the command:
    brakes the same way, whatever the command asks;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
+The arithmetic of checks 2-6 runs in the compiled kernel
+(:mod:`tether.safety.position.kernel`, bit-identical) where numba is installed and the
+kinematics have the closed forms it evaluates, else in Python (``compiled`` says which;
+``compiled=False`` forces Python). :mod:`tether.safety.position.batch` filters many
+robots' commands in one call.
+
 The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
 command this supervisor last returned, its change is the one it made; otherwise (the
 first step, a human's command) the measured velocity × period stands in for it.
