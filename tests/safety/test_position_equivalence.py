@@ -265,3 +265,24 @@ def test_shipped_policy_closed_loop_matches() -> None:
         return engine.act(obs[None].astype(np.float32), deterministic).actions[0]
 
     assert closed_loop(policy, episodes=6) > 1000
+
+
+def test_tiny_segments_match_the_python_path() -> None:
+    """Segments a denormal long (a joint at 1e-30 commanded to 0): the sweep's sample
+    ratios pass any int64, which Python's integers absorb and the kernel must clamp."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        live, python = pair(LIMITS)
+        q = rng.uniform(LOW, HIGH)
+        last_live: Any = None
+        last_python: Any = None
+        for step in range(12):
+            q_now = q.copy()
+            q_now[step % N] = 1e-30 if step % 2 else 0.0
+            obs = observation(q_now, np.zeros(N))
+            command = q_now.astype(np.float32)
+            command[(step + 1) % N] = np.float32(1e-38) if step % 3 else np.float32(0.0)
+            got = live.filter(obs, command, last_live)
+            want = python.filter(obs, command, last_python)
+            assert same(got, want), (step, got, want)
+            last_live, last_python = got[0], want[0]

@@ -655,8 +655,12 @@ def _sweep(
         return 1.0
     spacing = geo[_SPACING]
     max_samples = int(geo[_MAX_SAMPLES])
-    count = math.ceil(length / spacing) if length > spacing else 1
-    count = count if count < max_samples else max_samples
+    # Python's integers do not overflow; int64 does: ratios at or past a bound are
+    # clamped before ceil, where the Python path's min()/loop bound gives the same.
+    count = 1
+    if length > spacing:
+        ratio = length / spacing
+        count = max_samples if ratio >= max_samples else math.ceil(ratio)
     step = length / count
     end_clearance = ahead
     threshold = 0.0
@@ -669,7 +673,8 @@ def _sweep(
     k = 1
     bounded = step > 0.0
     if bounded and at_start > SLACK_M:
-        k = max(1, math.ceil((at_start - SLACK_M) / step))
+        ratio = (at_start - SLACK_M) / step
+        k = count + 1 if ratio > count else max(1, math.ceil(ratio))
     while k <= count:
         if bounded and end_clearance - (count - k) * step > threshold + SLACK_M:
             last_set = True
@@ -698,7 +703,8 @@ def _sweep(
                 break
         k += 1
         if bounded and ahead - threshold > SLACK_M:
-            k += max(0, math.ceil((ahead - threshold - SLACK_M) / step) - 1)
+            ratio = (ahead - threshold - SLACK_M) / step
+            k = count + 1 if ratio > count else k + max(0, math.ceil(ratio) - 1)
     if last_set:
         _anchor_at(anchors, index, end if last_is_end else pose, last_clearance)
     return clear
