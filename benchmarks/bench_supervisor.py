@@ -14,10 +14,12 @@ the shipped policy's closed loop is also timed for that tree's supervisor and th
 one's, each in a fresh process on its own closed loop, rounds alternating. Every figure
 comes from one run of this script.
 
-The second table times ``PositionSupervisor`` (commanded joint positions, issue 14;
-target ≤ 20 µs per action) beside the same supervisor as it was before its cost was cut
-(``tests/safety/frozen_position``, which the tests hold it equal to bit for bit) and
-beside ``Supervisor`` (torques) on the built-in arm, in the same interleaved runs: a
+The second table times ``PositionSupervisor`` (commanded joint positions; target ≤ 20
+µs per action at batch 1, issue 22) on its Python path, on its compiled path
+(``tether.safety.position.kernel``, bit-identical) one call per action, and on the
+compiled path per row of one ``filter_commands``/``filter_actions`` call for 64 robots
+(``tether.safety.position.batch``), beside ``Supervisor`` (torques) on the built-in
+arm, in the same interleaved runs: a
 command or action inside every limit at the home pose, random ones at random states,
 NaN, each shipped policy's closed loop (the position one through ``supervisor_for``, in
 the action space serving runs), and each one's closed loop on the MuJoCo arm (the torque
@@ -48,6 +50,8 @@ import torch
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
 from tether.safety.for_spec import limits_for, supervisor_for
+from tether.safety.position import PositionActionSupervisor, PositionSupervisor, kernel
+from tether.safety.position.batch import filter_actions, filter_commands
 from tether.safety.position.presets import (
     arm_impedance,
     arm_position_limits,
@@ -58,13 +62,36 @@ from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
 from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from safety.frozen_position.actions import (  # the position supervisor before issue 14's cuts
-    PositionActionSupervisor as FrozenActionSupervisor,
-)
-from safety.frozen_position.supervisor import PositionSupervisor as FrozenPositionSupervisor
 from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
 
 ARM_IMPEDANCE = arm_impedance()
+BATCH = 64  # robots per batched call
+
+
+def batched(
+    items: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    supervisors: list[Any],
+    actions: bool,
+) -> Callable[[], None]:
+    """A call that filters the next ``len(supervisors)`` triples in one batched call,
+    row ``r`` with its own supervisor."""
+    index = [0]
+    rows = len(supervisors)
+    run = filter_actions if actions else filter_commands
+
+    def call() -> None:
+        i = index[0]
+        chosen = [items[(i + r) % len(items)] for r in range(rows)]
+        proposals = [c for _, c, _ in chosen]
+        run(
+            supervisors,
+            [o for o, _, _ in chosen],
+            np.stack(proposals) if actions else proposals,
+            [p for _, _, p in chosen],
+        )
+        index[0] = (i + rows) % len(items)
+
+    return call
 
 
 def panda_like_spec() -> RobotSpec:
@@ -453,14 +480,31 @@ def main() -> None:
         ),
     ):
         cases += [(f"{label} | Supervisor", new), (f"{label} | reference", old)]
-    # Position commands beside torques on the built-in arm, and beside the position
-    # supervisor as it was before issue 14's cuts (the frozen copy the tests compare with).
+    # Position commands beside torques on the built-in arm: the Python path, the compiled
+    # one per call, and the compiled one per row of a batch of 64 robots.
     pspec = arm_spec("position")
     pq, pv = slice(*pspec.layout.joint_position), slice(*pspec.layout.joint_velocity)
+    warm_s = kernel.warm()
 
-    def position_pair() -> tuple[Any, Any]:
-        return arm_position_supervisor(), FrozenPositionSupervisor(
-            arm_position_limits(), ARM_IMPEDANCE, kinematics=ArmKinematics(pspec)
+    def position(compiled: bool, limits: SafetyLimits | None = None) -> PositionSupervisor:
+        supervisor = PositionSupervisor(
+            limits or arm_position_limits(),
+            ARM_IMPEDANCE,
+            kinematics=ArmKinematics(pspec),
+            compiled=compiled,
+        )
+        assert supervisor.compiled == compiled
+        return supervisor
+
+    def position_set() -> tuple[Any, Any, list[Any]]:
+        return position(False), position(True), [position(True) for _ in range(BATCH)]
+
+    def action_set() -> tuple[Any, Any, list[Any]]:
+        limits = limits_for(pspec)
+        return (
+            PositionActionSupervisor(position(False, limits), pspec),
+            PositionActionSupervisor(position(True, limits), pspec),
+            [PositionActionSupervisor(position(True, limits), pspec) for _ in range(BATCH)],
         )
 
     def as_position(obs: np.ndarray) -> np.ndarray:
@@ -471,7 +515,7 @@ def main() -> None:
         )
         return out
 
-    pos_pass, pos_random_sup, pos_loop_sup, pos_nan_sup = (position_pair() for _ in range(4))
+    pos_pass, pos_random_sup, pos_loop_sup, pos_nan_sup = (position_set() for _ in range(4))
     at_home = np.zeros(arm.obs_dim, dtype=np.float32)
     at_home[slice(*arm.layout.joint_position)] = arm.home_position_rad
     at_home_position = as_position(at_home)
@@ -494,48 +538,48 @@ def main() -> None:
     pos_shipped_corrected = sum(
         supervisor_for(pspec).filter(o, c, p)[1].source != "policy" for o, c, p in pos_shipped
     ) / len(pos_shipped)
-    pos_shipped_sup = (
-        supervisor_for(pspec),
-        FrozenActionSupervisor(
-            FrozenPositionSupervisor(
-                limits_for(pspec), ARM_IMPEDANCE, kinematics=ArmKinematics(pspec)
-            ),
-            pspec,
-        ),
-    )
+    pos_shipped_sup = action_set()
     nan4 = np.full(4, np.nan, dtype=np.float32)
     torque_pass, torque_nan, torque_shipped = arm_supervisor(), arm_supervisor(), arm_supervisor()
-    for label, position, torque in (
+    home_items = [(at_home_position, home_command, None)]
+    nan_items = [(at_home_position, np.full(4, np.nan, dtype=np.float32), None)]
+    for label, items, sups, actions, torque in (
         (
             "inside every limit at the home pose",
-            [lambda s=s: s.filter(at_home_position, home_command) for s in pos_pass],
+            home_items,
+            pos_pass,
+            False,
             lambda: torque_pass.filter(at_home, hold_home),
         ),
         (
             f"random at random states (positions: within 0.1 rad, {pos_corrected:.0%} corrected)",
-            [cycling(random_commands, s) for s in pos_random_sup],
+            random_commands,
+            pos_random_sup,
+            False,
             cycling(random_arm, sup_arm),
         ),
         (
             "closed loop on the MuJoCo arm (2,000 steps)",
-            [cycling(pos_loop, s) for s in pos_loop_sup],
+            pos_loop,
+            pos_loop_sup,
+            False,
             cycling(loop, loop_sup),
         ),
         (
             f"shipped policy's closed loop, action space as served ({len(pos_shipped)} steps; "
             f"positions {pos_shipped_corrected:.0%} corrected)",
-            [cycling(pos_shipped, s) for s in pos_shipped_sup],
+            pos_shipped,
+            pos_shipped_sup,
+            True,
             cycling(shipped, torque_shipped),
         ),
-        (
-            "NaN -> backup",
-            [lambda s=s: s.filter(at_home_position, nan4) for s in pos_nan_sup],
-            lambda: torque_nan.filter(at_home, nan4),
-        ),
+        ("NaN -> backup", nan_items, pos_nan_sup, False, lambda: torque_nan.filter(at_home, nan4)),
     ):
+        python_sup, compiled_sup, fleet = sups
         cases += [
-            (f"{label} || position", position[0]),
-            (f"{label} || before", position[1]),
+            (f"{label} || python", cycling(items, python_sup)),
+            (f"{label} || compiled", cycling(items, compiled_sup)),
+            (f"{label} || batch", batched(items, fleet, actions)),
             (f"{label} || torque", torque),
         ]
     cases += [
@@ -572,17 +616,21 @@ def main() -> None:
             print(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.1f}x |")
         else:
             print(f"| {label} | {got['-']:.1f} | | |")
-    print("\nBuilt-in arm, commanded positions beside torques (same runs):")
     print(
-        "| case | PositionSupervisor µs | before (frozen copy) µs | after/before "
-        "| Supervisor (torque) µs | position/torque |"
+        f"\nBuilt-in arm, commanded positions beside torques (same runs; kernel compile or "
+        f"cache load before the first call: {warm_s:.2f} s):"
+    )
+    print(
+        "| case | PositionSupervisor, Python path µs | compiled, batch 1 µs | compiled, per "
+        f"row of a batch of {BATCH} µs | Python/compiled | Supervisor (torque) µs |"
     )
     print("|---|---|---|---|---|---|")
     for label, got in side_by_side.items():
-        new, old, torque = got["position"], got["before"], got["torque"]
+        python_us, compiled_us = got["python"], got["compiled"]
+        row_us = got["batch"] / BATCH
         print(
-            f"| {label} | {new:.1f} | {old:.1f} | {new / old:.2f} | {torque:.1f} "
-            f"| {new / torque:.2f} |"
+            f"| {label} | {python_us:.1f} | {compiled_us:.1f} | {row_us:.1f} "
+            f"| {python_us / compiled_us:.1f}x | {got['torque']:.1f} |"
         )
     if args.physics:
         print(f"\nUniformly random position commands, {args.physics} steps (emulated impedance):")

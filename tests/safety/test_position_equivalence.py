@@ -1,9 +1,10 @@
-"""The position supervisor decides exactly what it decided before its cost was cut.
+"""The position supervisor's compiled path decides exactly what its Python path decides.
 
-``tests/safety/frozen_position`` holds the supervisor as it was before (issue 14 item 2);
-here both run side by side on the same inputs, each keeping its own state, and every
-call must give the same float32 bytes and the same verdict (source, check bits,
-correction, joints, how far each check moved the command). Inputs: tens of thousands of
+Both paths (``PositionSupervisor(..., compiled=True)`` and ``compiled=False``, see
+``tether.safety.position.kernel``) run side by side on the same inputs, each keeping its
+own state, and every call must give the same float32 bytes and the same verdict (source,
+check bits, correction, joints, how far each check moved the command). What the Python
+path decides is pinned by the recorded corpus (``test_position_corpus.py``). Inputs: tens of thousands of
 random calls in sequences (random states, commands near and far, at and beyond the
 limits, NaN/±Inf/huge, wrong shapes and types, previous commands handed back, made up
 or unusable, stale observations, takeovers, unreadable observations, a switch of
@@ -24,11 +25,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from safety.frozen_position.actions import PositionActionSupervisor as FrozenActions
-from safety.frozen_position.supervisor import PositionSupervisor as FrozenSupervisor
 from tether.safety import SafetyVerdict
 from tether.safety.for_spec import limits_for, supervisor_for
-from tether.safety.position import PositionSupervisor
+from tether.safety.position import PositionSupervisor, kernel
 from tether.safety.position.actions import PositionActionSupervisor
 from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
@@ -43,6 +42,15 @@ LOW = np.asarray(LIMITS.position_low_rad)
 HIGH = np.asarray(LIMITS.position_high_rad)
 VMAX = np.asarray(LIMITS.velocity_limit_rad_s)
 KINEMATICS = ArmKinematics(SPEC)
+
+pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="numba (the compiled path) is absent")
+
+
+def python_path(limits: Any) -> PositionSupervisor:
+    """The Python path, the reference the compiled path is held to."""
+    return PositionSupervisor(limits, arm_impedance(), kinematics=KINEMATICS, compiled=False)
+
+
 WEIRD = (np.nan, np.inf, -np.inf, 1e30, -1e30, 3.4e38, 1e300, 7.0, -7.0)
 
 
@@ -72,11 +80,11 @@ def same(a: tuple[np.ndarray, SafetyVerdict], b: tuple[np.ndarray, SafetyVerdict
     )
 
 
-def pair(limits: Any) -> tuple[PositionSupervisor, FrozenSupervisor]:
+def pair(limits: Any) -> tuple[PositionSupervisor, PositionSupervisor]:
     impedance = arm_impedance()
     return (
-        PositionSupervisor(limits, impedance, kinematics=KINEMATICS),
-        FrozenSupervisor(limits, impedance, kinematics=KINEMATICS),
+        PositionSupervisor(limits, impedance, kinematics=KINEMATICS, compiled=True),
+        python_path(limits),
     )
 
 
@@ -155,13 +163,13 @@ def random_observation(rng: np.random.Generator, q: np.ndarray, v: np.ndarray) -
 
 
 @np.errstate(over="ignore")  # huge values cast to float32 become ±inf, on purpose
-def test_random_sequences_match_the_frozen_supervisor() -> None:
+def test_random_sequences_match_the_python_path() -> None:
     rng = np.random.default_rng(20261202)
     calls = 0
     for sequence in range(250):
-        (live, frozen), (live_t, frozen_t) = pair(LIMITS), pair(TIGHT)
+        (live, python), (live_t, python_t) = pair(LIMITS), pair(TIGHT)
         last_live: Any = None
-        last_frozen: Any = None
+        last_python: Any = None
         near = rng.random() < 0.5  # consecutive states, as a served robot sends
         q, v = random_state(rng)
         tight = False
@@ -175,12 +183,12 @@ def test_random_sequences_match_the_frozen_supervisor() -> None:
             if rng.random() < 0.03:  # a change of degradation level hands the state on
                 tight = not tight
                 (live_t if tight else live).take_state(live_t if not tight else live)
-                (frozen_t if tight else frozen).take_state(frozen_t if not tight else frozen)
-            a, b = (live_t, frozen_t) if tight else (live, frozen)
+                (python_t if tight else python).take_state(python_t if not tight else python)
+            a, b = (live_t, python_t) if tight else (live, python)
             obs = random_observation(rng, q, v)
-            command = random_command(rng, q, last_frozen)
-            previous = random_previous(rng, last_frozen, q)
-            previous_live = last_live if previous is last_frozen else previous
+            command = random_command(rng, q, last_python)
+            previous = random_previous(rng, last_python, q)
+            previous_live = last_live if previous is last_python else previous
             age = rng.choice([None] * 14 + [0.0, 0.01, 0.05, 0.5, np.nan])
             if rng.random() < 0.04:
                 got = a.backup_action(obs, previous_live)
@@ -189,7 +197,7 @@ def test_random_sequences_match_the_frozen_supervisor() -> None:
                 got = a.filter(obs, command, previous_live, observation_age_s=age)
                 want = b.filter(obs, command, previous, observation_age_s=age)
             assert same(got, want), (sequence, obs, command, previous, age, got, want)
-            last_live, last_frozen = got[0], want[0]
+            last_live, last_python = got[0], want[0]
             calls += 1
     assert calls == 20_000
 
@@ -197,7 +205,7 @@ def test_random_sequences_match_the_frozen_supervisor() -> None:
 def closed_loop(
     policy: Callable[[np.ndarray, int], np.ndarray], episodes: int, limits_factor: float = 1.0
 ) -> int:
-    """The action-space supervisors side by side on the MuJoCo arm (the frozen one's
+    """The action-space supervisors side by side on the MuJoCo arm (the Python path's
     action executed); the number of steps compared."""
     limits = limits_for(SPEC)
     if limits_factor != 1.0:
@@ -207,18 +215,17 @@ def closed_loop(
     for episode in range(episodes):
         live = supervisor_for(SPEC, limits)
         assert isinstance(live, PositionActionSupervisor)
-        frozen = FrozenActions(
-            FrozenSupervisor(limits, arm_impedance(), kinematics=KINEMATICS), SPEC
-        )
+        assert live.position.compiled  # supervisor_for builds the compiled path
+        python = PositionActionSupervisor(python_path(limits), SPEC)
         obs, _ = env.reset(seed=episode)
         previous_live: np.ndarray | None = None
-        previous_frozen: np.ndarray | None = None
+        previous_python: np.ndarray | None = None
         for step in range(env.config.episode_steps):
             action = policy(obs, step)
             got = live.filter(obs, action, previous_live)
-            want = frozen.filter(obs, action, previous_frozen)
+            want = python.filter(obs, action, previous_python)
             assert same(got, want), (episode, step, obs, action, got, want)
-            previous_live, previous_frozen = got[0], want[0]
+            previous_live, previous_python = got[0], want[0]
             obs, _, terminated, truncated, _ = env.step(want[0])
             steps += 1
             if terminated or truncated:
@@ -258,3 +265,24 @@ def test_shipped_policy_closed_loop_matches() -> None:
         return engine.act(obs[None].astype(np.float32), deterministic).actions[0]
 
     assert closed_loop(policy, episodes=6) > 1000
+
+
+def test_tiny_segments_match_the_python_path() -> None:
+    """Segments a denormal long (a joint at 1e-30 commanded to 0): the sweep's sample
+    ratios pass any int64, which Python's integers absorb and the kernel must clamp."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        live, python = pair(LIMITS)
+        q = rng.uniform(LOW, HIGH)
+        last_live: Any = None
+        last_python: Any = None
+        for step in range(12):
+            q_now = q.copy()
+            q_now[step % N] = 1e-30 if step % 2 else 0.0
+            obs = observation(q_now, np.zeros(N))
+            command = q_now.astype(np.float32)
+            command[(step + 1) % N] = np.float32(1e-38) if step % 3 else np.float32(0.0)
+            got = live.filter(obs, command, last_live)
+            want = python.filter(obs, command, last_python)
+            assert same(got, want), (step, got, want)
+            last_live, last_python = got[0], want[0]

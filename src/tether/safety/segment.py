@@ -21,8 +21,8 @@ asked again in a row gets its answer back.
 
 Invariant: the answer depends only on the two poses, the limits and the kinematics; the
 anchors only decide which poses need evaluating, never what a pose's clearance is (so
-``tests/safety/test_position_equivalence.py`` holds the supervisor to the decisions of
-its copy from before these skips, bit for bit).
+``tests/safety/test_position_corpus.py`` holds the supervisor to decisions recorded
+from it, bit for bit, and the compiled kernel, whose anchors differ, to the same).
 """
 
 from __future__ import annotations
@@ -82,6 +82,10 @@ class SegmentClearance:
                 (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
             )
         self._checks = tuple(checks)
+        # The closed form and the checks' bits in order, for the compiled kernel
+        # (tether.safety.position.kernel), which evaluates the same closed form.
+        self.chain = chain
+        self.check_bits = tuple(bit for bit, _ in checks)
         # Closed forms are pure functions of the pose, so their answers can be reused.
         self._pure = chain is not None
         self._last_segment: tuple[list[float], list[float], tuple[int, float]] | None = None

@@ -13,6 +13,9 @@ Invariant: ``decide`` is the only way serving turns a proposed action into one i
 send, and it always returns the output of the session supervisor's ``filter`` or
 ``backup_action`` (finite, within limits).
 
+``decide_batch`` supervises one engine batch of sessions in one call, row for row as
+``decide`` would (the position supervisors' rows in one compiled call).
+
 Each robot is supervised at its own level (``SessionSupervisor.level``, a plain read of
 the machine's per-robot state), and only its own verdicts and watchdog misses feed that
 level. ``SupervisorFactory.level`` is the learning-wide level (metrics, Describe); asking
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -58,6 +62,34 @@ class SessionSupervisor:
         # limits, takes over its robot state (learnt load, last stop).
         self._active = base
 
+    def _select(self, level: DegradationLevel, tightening: float) -> ActionSupervisor:
+        """The supervisor for a step at ``level`` (taking over the robot's state)."""
+        # The backup at TAKEOVER is the base supervisor's; below NORMAL the RESTRICTED one
+        # filters every step, a canary's too (it is the tighter of the two).
+        if level is DegradationLevel.TAKEOVER:
+            supervisor = self._base
+        elif level is not DegradationLevel.NORMAL:
+            supervisor = self._tight()
+        elif tightening < 1.0:
+            supervisor = self._canary_supervisor(tightening)
+        else:
+            supervisor = self._base
+        if supervisor is not self._active:
+            supervisor.take_state(self._active)
+            self._active = supervisor
+        return supervisor
+
+    def _observe(
+        self, verdict: SafetyVerdict, supervisor: ActionSupervisor, policy_version: int
+    ) -> None:
+        if self._degradation is not None:
+            self._degradation.observe(
+                verdict,
+                policy_version=policy_version,
+                tightened=supervisor is not self._base,
+                robot=self.robot,
+            )
+
     def decide(
         self,
         observation: np.ndarray,
@@ -71,30 +103,14 @@ class SessionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """Filter one action at ``level``; ``tightening`` < 1 (a canary's step, or its
         control's) applies ``SafetyLimits.tightened(tightening)`` at NORMAL."""
-        # The backup at TAKEOVER is the base supervisor's; below NORMAL the RESTRICTED one
-        # filters every step, a canary's too (it is the tighter of the two).
-        if level is DegradationLevel.TAKEOVER:
-            supervisor = self._base
-        elif level is not DegradationLevel.NORMAL:
-            supervisor = self._tight()
-        elif tightening < 1.0:
-            supervisor = self._canary_supervisor(tightening)
-        else:
-            supervisor = self._base
-        base_limits = supervisor is self._base
-        if supervisor is not self._active:
-            supervisor.take_state(self._active)
-            self._active = supervisor
+        supervisor = self._select(level, tightening)
         if level is DegradationLevel.TAKEOVER:
             action, verdict = supervisor.backup_action(observation, previous)
         else:
             action, verdict = supervisor.filter(
                 observation, proposed, previous, observation_age_s=observation_age_s
             )
-        if self._degradation is not None:
-            self._degradation.observe(
-                verdict, policy_version=policy_version, tightened=not base_limits, robot=self.robot
-            )
+        self._observe(verdict, supervisor, policy_version)
         return action, verdict
 
     def level(self) -> DegradationLevel:
@@ -132,6 +148,77 @@ class SessionSupervisor:
         return self._restricted
 
 
+class SupervisedRow(NamedTuple):
+    """One row of :func:`decide_batch`: a session's step, as ``decide`` takes it."""
+
+    session: SessionSupervisor
+    observation: np.ndarray
+    previous: np.ndarray | None
+    observation_age_s: float
+    level: DegradationLevel
+    tightening: float = 1.0
+
+
+def decide_batch(
+    rows: Sequence[SupervisedRow], proposed: np.ndarray, policy_version: int
+) -> list[tuple[np.ndarray, SafetyVerdict]]:
+    """``rows[i].session.decide(...)`` for every row of one engine batch (``proposed``:
+    its actions, float32 (rows, act_dim)), bit for bit and in the same order of
+    degradation events; the position supervisors' rows run in one compiled call
+    (``tether.safety.position.batch.filter_actions``), every other row (TAKEOVER, the
+    torque supervisor) as ``decide`` runs it."""
+    from tether.safety.position.actions import PositionActionSupervisor
+    from tether.safety.position.batch import filter_actions
+
+    count = len(rows)
+    if len({id(row.session) for row in rows}) < count:
+        # A session met twice (never in serving: one step per robot per batch) filters
+        # its rows in turn, as consecutive decide calls would.
+        return [
+            row.session.decide(
+                row.observation,
+                proposed[i],
+                row.previous,
+                observation_age_s=row.observation_age_s,
+                level=row.level,
+                policy_version=policy_version,
+                tightening=row.tightening,
+            )
+            for i, row in enumerate(rows)
+        ]
+    results: list[tuple[np.ndarray, SafetyVerdict] | None] = [None] * count
+    chosen: list[ActionSupervisor] = []
+    batched: list[int] = []
+    for i, row in enumerate(rows):
+        supervisor = row.session._select(row.level, row.tightening)
+        chosen.append(supervisor)
+        if row.level is DegradationLevel.TAKEOVER:
+            results[i] = supervisor.backup_action(row.observation, row.previous)
+        elif isinstance(supervisor, PositionActionSupervisor):
+            batched.append(i)
+        else:
+            results[i] = supervisor.filter(
+                row.observation, proposed[i], row.previous, observation_age_s=row.observation_age_s
+            )
+    if batched:
+        position = [cast(PositionActionSupervisor, chosen[i]) for i in batched]
+        answers = filter_actions(
+            position,
+            [rows[i].observation for i in batched],
+            proposed[batched],
+            [rows[i].previous for i in batched],
+            [rows[i].observation_age_s for i in batched],
+        )
+        for i, answer in zip(batched, answers, strict=True):
+            results[i] = answer
+    out: list[tuple[np.ndarray, SafetyVerdict]] = []
+    for i, result in enumerate(results):
+        assert result is not None
+        rows[i].session._observe(result[1], chosen[i], policy_version)
+        out.append(result)
+    return out
+
+
 # One control period at 50 Hz: how late serving may notice a recovery (never a degradation).
 LEVEL_POLL_S = 0.02
 
@@ -153,6 +240,13 @@ class SupervisorFactory:
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         self.degradation = degradation
         self._level = _LevelCache(degradation, level_poll_s)
+        self.kernel_warm_s = 0.0  # seconds the kernel took to compile or load here
+        if spec.command_interface == "position":
+            # Compile the position supervisor's kernel (or load it from numba's cache) now,
+            # at server start, so the first session's first step does not pay for it.
+            from tether.safety.position import kernel
+
+            self.kernel_warm_s = kernel.warm()
 
     def __call__(self, robot: str = DEFAULT_ROBOT) -> SessionSupervisor:
         """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level."""

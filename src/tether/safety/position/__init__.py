@@ -8,6 +8,8 @@
 - :class:`PositionVerdict`: a :class:`~tether.safety.SafetyVerdict` with how far each
   check moved the command
 - backups: :class:`HoldCommand`, :class:`BrakeCommand`, :class:`GoHomeCommand`
+- ``tether.safety.position.kernel``: the compiled arithmetic (numba; Python fallback);
+  ``tether.safety.position.batch``: ``filter_commands``/``filter_actions`` for many robots
 
 ``tether.safety.position.presets`` holds the built-in arm's settings (it imports
 ``tether.sim``). See docs/safety.md, "Commanded positions".

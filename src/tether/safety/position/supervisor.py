@@ -30,6 +30,12 @@ verdict entry says how far it moved the command:
    brakes the same way, whatever the command asks;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
+The arithmetic of checks 2-6 runs in the compiled kernel
+(:mod:`tether.safety.position.kernel`, bit-identical) where numba is installed and the
+kinematics have the closed forms it evaluates, else in Python (``compiled`` says which;
+``compiled=False`` forces Python). :mod:`tether.safety.position.batch` filters many
+robots' commands in one call.
+
 The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
 command this supervisor last returned, its change is the one it made; otherwise (the
 first step, a human's command) the measured velocity × period stands in for it.
@@ -47,7 +53,7 @@ import math
 import operator
 from collections.abc import Sequence
 from itertools import compress
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +62,7 @@ from tether.safety.backups import BackupConfig
 from tether.safety.chain_gravity import chain_gravity
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
+from tether.safety.position import kernel
 from tether.safety.position.backups import CommandBackup, make_command_backup
 from tether.safety.position.envelope import MOVED_CHECKS, CommandEnvelope
 from tether.safety.position.impedance import ImpedanceModel
@@ -75,6 +82,25 @@ from tether.safety.verdict import (
     SafetyCheck,
     SafetyVerdict,
 )
+
+
+class _Step(NamedTuple):
+    """One command ready for the joint and Cartesian stages (see ``_prepare``)."""
+
+    q: list[float]
+    v: list[float]
+    reference: list[float]  # the previous command, or q itself (the same list) without one
+    change: list[float]
+    command_in: list[float]  # the proposal's values, or the backup's target
+    command: np.ndarray | None  # the proposal as float32 (None: unusable)
+    values: list[float] | None
+    checks: int
+    replacing: int  # the bits that make the backup replace the proposal
+
+
+# (placed by the joint checks, inside them already, their bits, their squared moves,
+# the Cartesian bits, the command to execute): what both paths of the stages return.
+_Numbers = tuple[list[float], bool, int, Sequence[float], int, list[float]]
 
 # Below this speed on every joint (rad/s) the arm's coasting distance is not checked.
 _COASTING_SPEED = 0.05
@@ -126,6 +152,7 @@ class PositionSupervisor:
         kinematics: Kinematics | None = None,
         backup: CommandBackup | None = None,
         config: PositionSupervisorConfig | None = None,
+        compiled: bool | None = None,
     ) -> None:
         self.limits = limits
         self.impedance = impedance
@@ -168,6 +195,15 @@ class PositionSupervisor:
         self._last: tuple[list[float], list[float]] | None = None
         self._last_bytes = b""
         self._last_pose: list[float] | None = None
+        # The compiled kernel's constants and this robot's anchors, when it can run this
+        # supervisor's arithmetic (numba present, and the closed forms it evaluates:
+        # chain gravity and clearance, or no kinematics at all); else the Python path.
+        self._packed: kernel.Packed | None = None
+        self._anchors = kernel.new_anchors(n)
+        if compiled if compiled is not None else kernel.ENABLED:
+            self._packed = _packed_for(self)
+            if self._packed is not None:
+                kernel.warm()
 
     def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
         """The same supervisor (gains, kinematics, backup, config) enforcing other
@@ -179,7 +215,13 @@ class PositionSupervisor:
             kinematics=self.kinematics,
             backup=self._custom_backup,
             config=self.config,
+            compiled=self.compiled,
         )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this supervisor's arithmetic runs in the compiled kernel."""
+        return self._packed is not None
 
     def take_state(self, other: PositionSupervisor) -> None:
         """Continue the robot ``other`` has been supervising (its last command and
@@ -188,6 +230,7 @@ class PositionSupervisor:
             self._last = other._last
             self._last_bytes = other._last_bytes
             self._last_pose = other._last_pose
+            # Not the anchors: their clearances are measured against other's margins.
 
     def filter(
         self,
@@ -215,6 +258,22 @@ class PositionSupervisor:
         age_s: float | None,
         takeover: bool,
     ) -> tuple[np.ndarray, SafetyVerdict]:
+        step = self._prepare(observation, proposed, previous, age_s, takeover)
+        if not isinstance(step, _Step):
+            return step  # an unreadable observation, answered already
+        numbers = self._kernel_numbers if self._packed is not None else self._python_numbers
+        return self._finish(step, numbers(*step[:5], not step.replacing))
+
+    def _prepare(
+        self,
+        observation: Any,
+        proposed: Any,
+        previous: Any,
+        age_s: float | None,
+        takeover: bool,
+    ) -> _Step | tuple[np.ndarray, SafetyVerdict]:
+        """Steps 1 and 7 (and an unreadable observation's whole answer): what the joint
+        and Cartesian stages get."""
         state = self._read_state(observation)
         prev, own = self._previous(previous)
         if state is None:
@@ -243,29 +302,23 @@ class PositionSupervisor:
             if age_s is not None and not age_s <= self.limits.command_staleness_s:
                 checks |= _STALE
         replacing = checks & _REPLACING
-        envelope = self.envelope
-        gravity = self._gravity(q)
         if replacing:
-            target = self.backup.target(q, reference)
-            joint = envelope.clip(q, v, gravity, reference, change, target, exact=False)
+            command_in = self.backup.target(q, reference)
         else:
             assert values is not None
-            joint = envelope.clip(q, v, gravity, reference, change, values)
-            checks |= joint.checks
-        out: np.ndarray | None = None
-        if joint.inside:
-            candidate = joint.values
-            out = command
-        else:
-            out = np.array(joint.values, dtype=np.float32)
-            candidate = out.tolist()
-        placed = candidate
-        cartesian = 0
-        if self._segment.active:
-            cartesian, candidate = self._cartesian(q, v, gravity, reference, change, candidate)
-            if cartesian:
-                checks |= cartesian
-                out = np.array(candidate, dtype=np.float32)
+            command_in = values
+        return _Step(q, v, reference, change, command_in, command, values, checks, replacing)
+
+    def _finish(self, step: _Step, numbers: _Numbers) -> tuple[np.ndarray, SafetyVerdict]:
+        """The executed command and its verdict, from the stages' numbers."""
+        q, _, reference, _, _, command, values, checks, replacing = step
+        placed, inside, joint_checks, joint_moved, cartesian, candidate = numbers
+        if not replacing:
+            checks |= joint_checks
+        out: np.ndarray | None = command if inside else np.array(placed, dtype=np.float32)
+        if cartesian:
+            checks |= cartesian
+            out = np.array(candidate, dtype=np.float32)
         assert out is not None
         self._last = (candidate, list(map(operator.sub, candidate, reference)))
         self._last_bytes = out.tobytes()
@@ -279,7 +332,7 @@ class PositionSupervisor:
             return out, SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
         moved: list[tuple[SafetyCheck, float]] = [
             (check, math.sqrt(squared))
-            for check, squared in zip(MOVED_CHECKS, joint.moved, strict=True)
+            for check, squared in zip(MOVED_CHECKS, joint_moved, strict=True)
             if squared
         ]
         if cartesian:
@@ -290,6 +343,66 @@ class PositionSupervisor:
         joints = tuple(compress(self._all_joints, map(operator.ne, candidate, values)))
         return out, PositionVerdict(
             ActionSource.CLIPPED, _flags(checks), _distance(candidate, values), joints, tuple(moved)
+        )
+
+    def _python_numbers(
+        self,
+        q: list[float],
+        v: list[float],
+        reference: list[float],
+        change: list[float],
+        command: list[float],
+        exact: bool,
+    ) -> _Numbers:
+        """The joint and Cartesian stages in Python: the command placed by the joint
+        checks (float32 values), whether it was inside them already, their bits and
+        squared moves, the Cartesian bits and the command to execute."""
+        gravity = self._gravity(q)
+        joint = self.envelope.clip(q, v, gravity, reference, change, command, exact=exact)
+        placed = joint.values if joint.inside else _rounded(joint.values)
+        cartesian = 0
+        candidate = placed
+        if self._segment.active:
+            cartesian, candidate = self._cartesian(q, v, gravity, reference, change, placed)
+        return placed, joint.inside, joint.checks, joint.moved, cartesian, candidate
+
+    def _kernel_numbers(
+        self,
+        q: list[float],
+        v: list[float],
+        reference: list[float],
+        change: list[float],
+        command: list[float],
+        exact: bool,
+    ) -> _Numbers:
+        """:meth:`_python_numbers` in the compiled kernel (bit-identical)."""
+        packed = self._packed
+        assert packed is not None
+        result: list[float] = kernel.step(
+            packed.joints,
+            packed.geo,
+            packed.obstacles,
+            packed.groups,
+            self._anchors,
+            np.array(q + v + reference + change + command),
+            exact,
+            reference is not q,
+        ).tolist()
+        return self._unpack(result)
+
+    def _unpack(self, result: list[float]) -> _Numbers:
+        """The kernel's output row (``kernel.step``) as :meth:`_python_numbers` returns it."""
+        n = self._n
+        placed = result[:n]
+        extra = result[2 * n :]
+        cartesian = int(extra[kernel.OUT_CARTESIAN])
+        return (
+            placed,
+            extra[kernel.OUT_INSIDE] != 0.0,
+            int(extra[kernel.OUT_JOINT_CHECKS]),
+            extra[:4],
+            cartesian,
+            result[n : 2 * n] if cartesian else placed,
         )
 
     def _cartesian(
@@ -479,3 +592,24 @@ def _rounded(values: list[float]) -> list[float]:
 
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
     return math.dist(a, b)
+
+
+def _packed_for(supervisor: PositionSupervisor) -> kernel.Packed | None:
+    """The kernel's constants for ``supervisor``, or None when the kernel cannot run it
+    (numba missing; kinematics without the closed forms the kernel evaluates)."""
+    if not kernel.AVAILABLE:
+        return None
+    segment = supervisor._segment
+    if supervisor.kinematics is not None and supervisor._chain_gravity is None:
+        return None
+    if segment.active and (segment.chain is None or segment._reach is None):
+        return None
+    if supervisor.limits.n_joints < 2:
+        return None
+    return kernel.pack(
+        supervisor.envelope,
+        segment,
+        supervisor._chain_gravity,
+        supervisor._half_over_brake,
+        _COASTING_SPEED,
+    )

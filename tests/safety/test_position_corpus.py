@@ -1,0 +1,58 @@
+"""Both paths of the position supervisor reproduce the recorded corpus bit for bit.
+
+``tests/safety/data/position_corpus.npz`` holds thousands of calls recorded from the
+Python path (``position_corpus.py`` says what they are and how to re-record them) with
+every result: the action's float32 bytes and the verdict's class, source, check bits,
+correction, joints and per-check moves. The Python path always replays it; the compiled
+path (``tether.safety.position.kernel``) replays it where numba is installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safety import position_corpus as corpus
+from tether.safety.position import kernel
+from tether.safety.verdict import SafetyCheck
+
+
+def test_the_corpus_exercises_every_position_check() -> None:
+    calls, results = corpus.load()
+    assert len(calls) >= 4000
+    for check in (
+        SafetyCheck.POSITION,
+        SafetyCheck.VELOCITY,
+        SafetyCheck.ACCELERATION,
+        SafetyCheck.TORQUE,
+        SafetyCheck.WORKSPACE,
+        SafetyCheck.OBSTACLE,
+        SafetyCheck.NON_FINITE,
+        SafetyCheck.INVALID_OBSERVATION,
+        SafetyCheck.INVALID_PREVIOUS,
+        SafetyCheck.STALE,
+        SafetyCheck.TAKEOVER,
+    ):
+        assert np.count_nonzero(results.checks & int(check)) >= 50, check
+    passed = results.checks == 0
+    assert 200 < np.count_nonzero(passed) < len(calls) - 1000
+    # Closed loops on the nominal and the drifted arm, shipped and random-target.
+    assert {c.sequence for c in calls if c.kind == corpus.ACTIONS} >= {100, 110, 200, 210}
+
+
+def test_a_one_ulp_difference_is_caught() -> None:
+    _, results = corpus.load()
+    changed = results._replace(action=results.action.copy())
+    changed.action[17, 2] = np.nextafter(changed.action[17, 2], np.float32(np.inf))
+    assert corpus.differences(changed, results) == [17]
+
+
+def test_the_python_path_reproduces_the_corpus() -> None:
+    count, bad = corpus.replay(compiled=False)
+    assert bad == [], f"{len(bad)} of {count} calls differ, first {bad[:10]}"
+
+
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="numba (the compiled path) is absent")
+def test_the_compiled_path_reproduces_the_corpus() -> None:
+    count, bad = corpus.replay(compiled=True)
+    assert bad == [], f"{len(bad)} of {count} calls differ, first {bad[:10]}"

@@ -1,0 +1,90 @@
+"""decide_batch: one engine batch of sessions supervised in one call, bit for bit as
+one decide call per session (levels, canary tightening, TAKEOVER, degradation events)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tests.safety.test_position_equivalence import same
+from tether.safety.degradation import DegradationMachine
+from tether.safety.for_spec import limits_for
+from tether.safety.levels import DegradationLevel
+from tether.serving.supervision import (
+    SessionSupervisor,
+    SupervisedRow,
+    SupervisorFactory,
+    decide_batch,
+)
+from tether.sim import arm_spec
+
+SPEC = arm_spec("position")
+Q = slice(*SPEC.layout.joint_position)
+V = slice(*SPEC.layout.joint_velocity)
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fleet(rows: int) -> tuple[DegradationMachine, list[SessionSupervisor]]:
+    machine = DegradationMachine(limits=limits_for(SPEC), clock=Clock())
+    factory = SupervisorFactory(SPEC, degradation=machine)
+    return machine, [factory(f"robot-{i}") for i in range(rows)]
+
+
+@np.errstate(over="ignore")
+def test_a_batch_decides_as_one_call_per_session() -> None:
+    rows = 48
+    rng = np.random.default_rng(5)
+    machine_a, singles = fleet(rows)
+    machine_b, batched = fleet(rows)
+    low, high = np.asarray(SPEC.joint_position_low_rad), np.asarray(SPEC.joint_position_high_rad)
+    q = rng.uniform(low, high, (rows, 4))
+    v = np.zeros((rows, 4))
+    last_a: list[Any] = [None] * rows
+    last_b: list[Any] = [None] * rows
+    levels = [DegradationLevel.NORMAL] * 6 + [
+        DegradationLevel.RESTRICTED,
+        DegradationLevel.TAKEOVER,
+    ]
+    for step in range(30):
+        q = np.clip(q + v * 0.02 + rng.normal(0.0, 0.01, q.shape), low, high)
+        v = np.clip(v + rng.normal(0.0, 0.3, v.shape), -2.0, 2.0)
+        obs = np.zeros((rows, SPEC.obs_dim), np.float32)
+        obs[:, Q], obs[:, V] = q, v
+        proposed = rng.uniform(-1.1, 1.1, (rows, 4)).astype(np.float32)
+        proposed[rng.random(rows) < 0.03, 0] = np.nan
+        level = [levels[int(rng.integers(len(levels)))] for _ in range(rows)]
+        tightening = [0.8 if rng.random() < 0.2 else 1.0 for _ in range(rows)]
+        ages = [0.0 if rng.random() < 0.95 else 0.5 for _ in range(rows)]
+        want = [
+            singles[i].decide(
+                obs[i],
+                proposed[i],
+                last_a[i],
+                observation_age_s=ages[i],
+                level=level[i],
+                policy_version=3,
+                tightening=tightening[i],
+            )
+            for i in range(rows)
+        ]
+        got = decide_batch(
+            [
+                SupervisedRow(batched[i], obs[i], last_b[i], ages[i], level[i], tightening[i])
+                for i in range(rows)
+            ],
+            proposed,
+            policy_version=3,
+        )
+        for i in range(rows):
+            assert same(got[i], want[i]), (step, i, got[i], want[i])
+        last_a = [w[0] for w in want]
+        last_b = [g[0] for g in got]
+    for i in range(rows):
+        assert machine_a.level_of(f"robot-{i}") is machine_b.level_of(f"robot-{i}")
