@@ -2,8 +2,11 @@
 
 Runs inside the batcher (on the event loop or its worker thread). Queries are grouped
 by the engine that serves them (one group while a single version is live), each group
-is one ``engine.act`` call, and then *every* row passes its session's supervisor
-(``SessionSupervisor.decide``) with its own previous action, at its own robot's level. This is the only place actions are produced, so
+is one ``engine.act`` call, and then *every* row passes its session's supervisor with its
+own previous action, at its own robot's level, the group in one call
+(``tether.serving.supervision.decide_batch``: row for row what ``SessionSupervisor.decide``
+returns; the position supervisor's rows in one compiled pass). Each row's
+``safety_ns`` is its share of that call. This is the only place actions are produced, so
 invariant 1 of the design holds here: no action leaves without the supervisor's
 verdict, and the supervisor never returns a non-finite action.
 
@@ -32,7 +35,7 @@ from tether.safety.chunk import ChunkVerdict, supervise_chunk
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
 from tether.serving.errors import REQUEST_ERRORS, RequestError, RequestInvalid
-from tether.serving.supervision import SessionSupervisor
+from tether.serving.supervision import SessionSupervisor, SupervisedRow, decide_batch
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
 from tether.versions.protocols import EngineLike, VersionLike
@@ -157,21 +160,27 @@ class InferencePipeline:
             return
         if self._versions is not None:
             self._versions.on_batch(version.id, obs, out.actions, _previous_actions(queries))
-        safe_rows = np.empty_like(out.actions)
-        for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
-            tightening = 1.0 if q.route is None else q.route.tightening
-            level = q.supervisor.level()  # each robot at its own level
-            start = time.perf_counter_ns()
-            action, verdict = q.supervisor.decide(
+        # Every row at its own robot's level; the whole batch in one supervisor call,
+        # row for row what each session's decide returns.
+        now_ns = ingress_ns()
+        supervised = [
+            SupervisedRow(
+                q.supervisor,
                 q.observation,
-                out.actions[j],
                 q.previous_action,
-                observation_age_s=(ingress_ns() - q.ingress_ns) / 1e9,
-                level=level,
-                policy_version=version.id,
-                tightening=tightening,
+                (now_ns - q.ingress_ns) / 1e9,
+                q.supervisor.level(),
+                1.0 if q.route is None else q.route.tightening,
             )
-            elapsed = time.perf_counter_ns() - start
+            for q in queries
+        ]
+        start = time.perf_counter_ns()
+        decided = decide_batch(supervised, out.actions, version.id)
+        per_row_ns = (time.perf_counter_ns() - start) // len(queries)
+        safe_rows = np.empty_like(out.actions)
+        for j, (s, row, (action, verdict)) in enumerate(
+            zip(supervised, rows, decided, strict=True)
+        ):
             safe_rows[j] = action
             results[row] = ActionOutcome(
                 action=np.asarray(action, dtype=np.float32),
@@ -179,9 +188,9 @@ class InferencePipeline:
                 log_prob=float(out.log_probs[j]),
                 version=version,
                 verdict=verdict,
-                safety_ns=elapsed,
-                degradation=level,
-                tightened=tightening < 1.0,
+                safety_ns=per_row_ns,
+                degradation=s.level,
+                tightened=s.tightening < 1.0,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
