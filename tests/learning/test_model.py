@@ -75,7 +75,7 @@ def test_one_member_is_drawn_per_row() -> None:
     model = DynamicsModel(2, 1, (8,), members=3, lr=1e-3, seed=0)
     obs, act = torch.randn(64, 2), torch.randn(64, 1)
     nxt, _ = model.step(obs, act, torch.Generator().manual_seed(0))
-    every = torch.stack([model.member(i, obs, act)[:, :2] for i in range(3)])
+    every = torch.stack([obs + model.member(i, obs, act)[:, :2] for i in range(3)])
     # Each row equals exactly one member's prediction, and more than one member is used.
     matches = [(every[i] == nxt).all(-1) for i in range(3)]
     assert bool(torch.stack(matches).any(0).all())
