@@ -3,7 +3,9 @@
 One simulated position-commanded arm with the demo drift's final dynamics from the
 first step (``DriftSchedule.demo()``: actuator gain 0.6, friction x4, 0.5 kg payload,
 one step of delay) plays the *deployed* policy with sampled actions, as a learning
-robot of ``tether run`` does. Its transitions go into the learner's own core
+robot of ``tether run`` does: the bundle's action frame maps the actor's output to the
+absolute command the engine serves (the proposed action, which is what robots record),
+and the position supervisor filters it (``Robot``). Its transitions go into the learner's own core
 (``tether.learning.core.LearnerCore``: normalization, replay with its recent/older mix,
 prior data, SAC at the update-to-data ratio; the object ``Learner`` wraps), and every
 ``--publish-every`` environment steps the deployed policy takes the learner's
