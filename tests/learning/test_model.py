@@ -80,3 +80,17 @@ def test_one_member_is_drawn_per_row() -> None:
     matches = [(every[i] == nxt).all(-1) for i in range(3)]
     assert bool(torch.stack(matches).any(0).all())
     assert sum(bool(m.any()) for m in matches) > 1
+
+
+def test_a_restored_learner_refits_its_model_before_the_actor_moves() -> None:
+    # The checkpoint restores the update count but not the model (checkpoint.py).
+    rng = np.random.default_rng(6)
+    sac = SAC(ARCH, SACConfig(actor_objective="model", actor_warmup_updates=10, seed=7))
+    sac.updates = 1000
+    actor = {k: v.clone() for k, v in sac.actor.state_dict().items()}
+    for _ in range(10):
+        sac.update(toy_batch(rng))
+    for k, v in sac.actor.state_dict().items():
+        assert torch.equal(v, actor[k]), k
+    sac.update(toy_batch(rng))
+    assert any(not torch.equal(v, actor[k]) for k, v in sac.actor.state_dict().items())

@@ -208,6 +208,10 @@ class SAC:
 
         actor_loss_value = alpha_loss_value = entropy = math.nan
         warm = self.updates >= cfg.actor_warmup_updates
+        if self.model is not None:
+            # The model is not checkpointed: a restored learner refits it for a whole
+            # warm-up before its rollouts steer the actor again.
+            warm = warm and self.model.fits > cfg.actor_warmup_updates
         if warm and self.updates % cfg.actor_update_interval == 0:
             actor_loss_value, alpha_loss_value, entropy = self._update_actor(obs, act, alpha)
 
