@@ -3,7 +3,9 @@
 One simulated position-commanded arm with the demo drift's final dynamics from the
 first step (``DriftSchedule.demo()``: actuator gain 0.6, friction x4, 0.5 kg payload,
 one step of delay) plays the *deployed* policy with sampled actions, as a learning
-robot of ``tether run`` does. Its transitions go into the learner's own core
+robot of ``tether run`` does: the bundle's action frame maps the actor's output to the
+absolute command the engine serves (the proposed action, which is what robots record),
+and the position supervisor filters it (``Robot``). Its transitions go into the learner's own core
 (``tether.learning.core.LearnerCore``: normalization, replay with its recent/older mix,
 prior data, SAC at the update-to-data ratio; the object ``Learner`` wraps), and every
 ``--publish-every`` environment steps the deployed policy takes the learner's
@@ -54,11 +56,12 @@ from tether.data.columns import TransitionArrays
 from tether.learning.core import LearnerCore
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
+from tether.policy.action_frame import CommandStepFrame
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.networks import Actor
 from tether.policy.transforms import ObservationNormalizer
+from tether.safety.for_spec import supervisor_for
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
-from tether.sim.episodes import run_episodes
 
 POSITION = ArmEnvConfig(command_interface="position")
 SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
@@ -138,6 +141,57 @@ RECIPES: dict[str, dict[str, Any]] = {
         "sac.actor_lr": 3e-6,
         "sac.actor_warmup_updates": 2000,
     },
+    # Dyna: the actor maximizes short imagined rollouts through a dynamics model fitted on
+    # the robots' transitions (tether.learning.model); the critics only judge.
+    "model": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+    },
+    "model_lr1": {
+        "fine_tune_bc_weight": 0.0,
+        "fine_tune_lr_scale": 1.0,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+    },
+    "model_h25": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+        "sac.model_horizon": 25,
+    },
+    "model_bc": {
+        "fine_tune_bc_weight": 0.4,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+    },
+    # The 25-step horizon, anchored: the bounded form of the same actor.
+    "model_h25_bc": {
+        "fine_tune_bc_weight": 0.4,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+        "sac.model_horizon": 25,
+    },
+    "model_h25_bc25": {
+        "fine_tune_bc_weight": 2.5,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+        "sac.model_horizon": 25,
+    },
+    # Model-based value expansion: imagined rewards, then the critics' value of the last
+    # imagined state (the horizon alone is myopic for an actor that sets an acceleration).
+    "model_mve": {
+        "fine_tune_bc_weight": 0.0,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+        "sac.model_terminal_weight": 1.0,
+    },
+    "model_mve_bc": {
+        "fine_tune_bc_weight": 0.4,
+        "sac.actor_warmup_updates": 1000,
+        "sac.actor_objective": "model",
+        "sac.model_terminal_weight": 1.0,
+    },
     # RLPD's symmetric sampling: half of each batch from the nominal arm.
     "wsrl_prior": {
         "fine_tune_bc_weight": 0.0,
@@ -199,21 +253,57 @@ def _mean_se(values: np.ndarray, fmt: str) -> str:
     return f"{fmt.format(values.mean())} ± {fmt.format(se)}"
 
 
+class Robot:
+    """What a learning robot of ``tether run`` does with an actor's output: the bundle's
+    action frame maps the tanh output ``u`` to the absolute command the engine serves
+    (the *proposed* action, which robots record and the learner maps back to ``u``), and
+    the position supervisor (a fresh one per episode) filters it into the executed one."""
+
+    def __init__(self, frame: CommandStepFrame | None) -> None:
+        self.frame = frame
+        self.spec = arm_spec("position")
+        self.reset()
+
+    def reset(self) -> None:
+        self.supervisor = supervisor_for(self.spec)
+        self.previous: np.ndarray | None = None
+
+    def act(self, obs: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(proposed, executed)`` absolute normalized actions for the actor's ``output``."""
+        proposed = np.asarray(output, dtype=np.float32)
+        if self.frame is not None:
+            proposed = self.frame.actions(obs[None, :], proposed[None, :])[0]
+        executed, _ = self.supervisor.filter(obs, proposed, self.previous)
+        self.previous = executed
+        return proposed, executed
+
+
 def evaluate(
-    actor: Actor, normalize: ObservationNormalizer, worn: ArmDynamics, tasks: int
+    actor: Actor,
+    normalize: ObservationNormalizer,
+    worn: ArmDynamics,
+    tasks: int,
+    frame: CommandStepFrame | None,
 ) -> Scores:
+    """Deterministic episodes on tasks 0..tasks-1, through the frame and the supervisor."""
     actor = actor.eval()
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.from_numpy(normalize(obs[None, :]))
-            return actor.sample(x, deterministic=True)[0].numpy()[0]
-
-    outcomes = run_episodes(ArmEnv(dynamics=worn, seed=0, config=POSITION), act, range(tasks))
-    return Scores(
-        np.array([float(o.success) for o in outcomes]),
-        np.array([o.final_distance_m for o in outcomes]),
-    )
+    robot = Robot(frame)
+    env = ArmEnv(dynamics=worn, seed=0, config=POSITION)
+    successes, distances = [], []
+    for task in range(tasks):
+        obs, _ = env.reset(seed=task)
+        robot.reset()
+        done = False
+        while not done:
+            with torch.no_grad():
+                x = torch.from_numpy(normalize(obs[None, :]))
+                output = actor.sample(x, deterministic=True)[0].numpy()[0]
+            obs, _, terminated, truncated, _ = env.step(robot.act(obs, output)[1])
+            done = terminated or truncated
+        outcome = env.episode_outcome()
+        successes.append(float(outcome.success))
+        distances.append(outcome.final_distance_m)
+    return Scores(np.array(successes), np.array(distances))
 
 
 @dataclass(frozen=True)
@@ -224,6 +314,7 @@ class Run:
     updates: int
     publications: dict[str, int]
     wall_s: float
+    frame_mismatch: float  # share of rows whose stored action is not the policy's output
 
 
 def adapt(
@@ -245,23 +336,35 @@ def adapt(
     counts = {outcome.value: 0 for outcome in PublishOutcome}
     generator = torch.Generator().manual_seed(seed)
     env = ArmEnv(dynamics=worn, seed=1000 + seed, config=POSITION)
+    robot = Robot(core.frame)
+    mismatched = 0
     rows = TransitionArrays.empty(1, arch.obs_dim, arch.act_dim)
     raw, _ = env.reset(seed=100_000 + seed)
     for step in range(1, args.steps + 1):
         with torch.no_grad():
             x = torch.from_numpy(core.normalize(raw[None, :]))
-            action = deployed.sample(x, generator=generator)[0].numpy()
-        nxt, reward, terminated, truncated, _ = env.step(action[0])
+            output = deployed.sample(x, generator=generator)[0].numpy()[0]
+        proposed, executed = robot.act(raw, output)
+        nxt, reward, terminated, truncated, _ = env.step(executed)
         rows.observations[:] = raw
-        rows.proposed_actions[:] = rows.actions[:] = action
+        rows.proposed_actions[:] = proposed
+        rows.actions[:] = executed
         rows.next_observations[:] = nxt
         rows.rewards[0] = reward
         rows.terminated[0], rows.truncated[0] = terminated, truncated
         rows.ingress_ns[0] = step * CONTROL_PERIOD_NS
         rows.next_ingress_ns[0] = (step + 1) * CONTROL_PERIOD_NS
-        recent.extend(core.ingest(rows).observations)
+        stored = core.ingest(rows)
+        recent.extend(stored.observations)
+        # The learner must learn the output the policy produced in its frame: where the
+        # frame's clips did not bind, the stored action maps back to it exactly.
+        mismatched += bool(np.abs(stored.actions[0] - output).max() > 1e-3)
         core.run_updates(64)
-        raw = env.reset()[0] if terminated or truncated else nxt
+        if terminated or truncated:
+            raw = env.reset()[0]
+            robot.reset()
+        else:
+            raw = nxt
         if step % args.publish_every == 0:
             decision, candidate = trust_region.step(
                 deployed_state, core.sac.actor_state(), recent.states()
@@ -271,8 +374,8 @@ def adapt(
                 deployed_state = candidate
                 deployed.load_state_dict(deployed_state)
     normalize = core.normalize
-    result_deployed = evaluate(deployed, normalize, worn, args.tasks)
-    result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks)
+    result_deployed = evaluate(deployed, normalize, worn, args.tasks, core.frame)
+    result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks, core.frame)
     return Run(
         result_deployed,
         result_learner,
@@ -280,6 +383,7 @@ def adapt(
         core.sac.updates,
         counts,
         time.monotonic() - start,
+        mismatched / args.steps,
     )
 
 
@@ -319,7 +423,9 @@ def main() -> None:
     print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
     print(f"# {' '.join(sys.argv)}")
     print(f"# {args.arm} arm: {worn}")
-    frozen = evaluate(bundle.build_actor(), normalize, worn, args.tasks)
+    frozen = evaluate(
+        bundle.build_actor(), normalize, worn, args.tasks, bundle.manifest.action.frame
+    )
     print(
         f"frozen on the {args.arm} arm, {args.tasks} tasks: success {frozen.success}, "
         f"final distance {frozen.distance} m"
@@ -327,9 +433,9 @@ def main() -> None:
     print(
         "| recipe | seed | env steps | updates | publications acc/shrunk/withheld "
         "| deployed success | Δ vs frozen | deployed final distance (m) | learner's actor success "
-        "| learner's final distance (m) | wall s |"
+        "| learner's final distance (m) | wall s | stored ≠ output |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     summary: list[str] = []
     for name in names:
         deployed_means: list[float] = []
@@ -347,7 +453,8 @@ def main() -> None:
                 f"| {name} | {seed} | {run.env_steps} | {run.updates} | "
                 f"{p['accepted']}/{p['shrunk']}/{p['withheld']} | {run.deployed.success} | "
                 f"{_mean_se(diff, '{:+.2f}')} | {run.deployed.distance} | "
-                f"{run.learner.success} | {run.learner.distance} | {run.wall_s:.0f} |",
+                f"{run.learner.success} | {run.learner.distance} | {run.wall_s:.0f} | "
+                f"{run.frame_mismatch:.1%} |",
                 flush=True,
             )
         pooled = np.concatenate(diffs)

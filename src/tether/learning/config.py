@@ -75,11 +75,47 @@ class SACConfig(BaseModel):
         description="Behaviour-cloning pull of the actor's mean action toward the reference "
         "(initial) actor's, as a multiple of mean |Q| so it is scale-free (TD3+BC); 0 disables (1)",
     )
-    actor_objective: Literal["sac", "awac"] = Field(
+    actor_objective: Literal["sac", "awac", "model"] = Field(
         default="sac",
         description="Actor update: 'sac' follows the critic's action gradient; 'awac' re-weights "
         "the log-likelihood of the batch's own actions by exp(advantage) (AWAC), so the actor "
-        "never moves toward actions the data does not contain (name)",
+        "never moves toward actions the data does not contain; 'model' maximizes the return of "
+        "short rollouts through a dynamics model learnt from the replay buffer "
+        "(tether.learning.model) (name)",
+    )
+    model_horizon: int = Field(
+        default=10,
+        ge=1,
+        le=200,
+        description="'model' objective: imagined steps per actor update (steps)",
+    )
+    model_rollout_rows: int = Field(
+        default=64,
+        ge=1,
+        description="'model' objective: batch states each imagined rollout starts from (the "
+        "first of the mini-batch, which is drawn at random) (transitions)",
+    )
+    model_members: int = Field(
+        default=3,
+        ge=1,
+        le=16,
+        description="'model' objective: dynamics ensemble members (networks)",
+    )
+    model_hidden_sizes: tuple[int, ...] = Field(
+        default=(128, 128),
+        min_length=1,
+        description="'model' objective: hidden widths of each dynamics member (units)",
+    )
+    model_lr: float = Field(
+        default=1e-3,
+        gt=0.0,
+        description="'model' objective: Adam rate of the dynamics model (1/update)",
+    )
+    model_terminal_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="'model' objective: weight of the critics' value of the last imagined state; "
+        "0 uses the imagined rewards alone (1)",
     )
     awac_beta: float = Field(
         default=1.0,

@@ -39,6 +39,7 @@ from tether.data.records import TransitionBatch
 from tether.learning.config import SACConfig
 from tether.learning.critics import CriticEnsemble, EnsembleAsTwin
 from tether.learning.errors import LearningError
+from tether.learning.model import DynamicsModel, model_actor_loss
 from tether.policy.bundle import PolicyBundle
 from tether.policy.networks import (
     Actor,
@@ -116,6 +117,17 @@ class SAC:
         self.actor_optimizer = _adam(self._actor_params, cfg.actor_lr * cfg.lr_scale)
         self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr * cfg.lr_scale)
         self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr * cfg.lr_scale)
+        self.model: DynamicsModel | None = None
+        if cfg.actor_objective == "model":
+            self.model = DynamicsModel(
+                arch.obs_dim,
+                arch.act_dim,
+                cfg.model_hidden_sizes,
+                cfg.model_members,
+                cfg.model_lr,
+                cfg.seed,
+            )
+        self.model_loss = math.nan
         self.updates = 0
 
     def _ensemble(self) -> CriticEnsemble:
@@ -189,8 +201,17 @@ class SAC:
         critic_loss.backward()
         self.critic_optimizer.step()
 
+        if self.model is not None:
+            # Fitted from the first update, through the warm-up: the actor needs a model
+            # of the arm as it is now before the first imagined rollout.
+            self.model_loss = self.model.fit(obs, act, rew, nxt)
+
         actor_loss_value = alpha_loss_value = entropy = math.nan
         warm = self.updates >= cfg.actor_warmup_updates
+        if self.model is not None:
+            # The model is not checkpointed: a restored learner refits it for a whole
+            # warm-up before its rollouts steer the actor again.
+            warm = warm and self.model.fits > cfg.actor_warmup_updates
         if warm and self.updates % cfg.actor_update_interval == 0:
             actor_loss_value, alpha_loss_value, entropy = self._update_actor(obs, act, alpha)
 
@@ -222,6 +243,8 @@ class SAC:
             self.critic.requires_grad_(True)
         if self.config.actor_objective == "awac":
             actor_loss = self._awac_loss(obs, act, mu, log_std, q.detach())
+        elif self.model is not None:
+            actor_loss = self._model_loss(obs)
         else:
             actor_loss = (alpha * log_prob - q).mean()
         if self.reference is not None:
@@ -239,6 +262,29 @@ class SAC:
             self.alpha_optimizer.step()
             alpha_loss_value = float(alpha_loss.detach())
         return float(actor_loss.detach()), alpha_loss_value, float(-log_prob.mean())
+
+    def _model_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """Minus the imagined return of the mean action (:func:`model_actor_loss`)."""
+        assert self.model is not None
+        cfg = self.config
+
+        def policy(state: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(self.actor(state)[0])
+
+        self.critic.requires_grad_(False)
+        try:
+            return model_actor_loss(
+                self.model,
+                policy,
+                obs[: cfg.model_rollout_rows],
+                horizon=cfg.model_horizon,
+                gamma=cfg.gamma,
+                generator=self._generator,
+                terminal_value=self.critic.actor_value,
+                terminal_weight=cfg.model_terminal_weight,
+            )
+        finally:
+            self.critic.requires_grad_(True)
 
     def _awac_loss(
         self,
