@@ -140,7 +140,6 @@ class PolicyServer:
             before_batch=self._before_batch,
             on_batch=self._observe_batch,
         )
-        self._batcher.start()
         server = grpc.aio.server(
             interceptors=[BearerTokenInterceptor(token)] if token else None,
             options=[
@@ -221,6 +220,8 @@ class PolicyServer:
                 raise
             self.openpi_port = self._openpi.port
         self.port = port
+        # Started last: a setup step that raises above leaves no worker task behind.
+        self._batcher.start()
         await server.start()
         self._server = server
         await self._publish_health()
