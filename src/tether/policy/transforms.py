@@ -45,7 +45,8 @@ class ObservationNormalizer:
         np.subtract(obs, self.mean, out=out)
         np.multiply(out, self.inv_std, out=out)
         np.maximum(out, self._neg_clip, out=out)
-        return np.minimum(out, self.clip, out=out)
+        np.minimum(out, self.clip, out=out)
+        return out
 
 
 def action_arrays(action: ActionSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
