@@ -13,8 +13,9 @@ robots in a closed loop (send a step, wait for its action, send the next):
 - **LeRobot-style**: LeRobot's async-inference ``PolicyServer`` imitated: a synchronous
   ``grpc.server`` on a ``ThreadPoolExecutor`` of 4 workers, each request running the one
   policy at batch 1 under a lock (one model, many handler threads); no supervisor, no
-  recording. It answers tether's own ``Control`` messages so that the load generator is
-  the echo's.
+  recording. Its robots call the unary ``GetAction`` once per step, as LeRobot's robot
+  client calls its unary ``GetActions``: a stream holds one of the 4 workers for its whole
+  life, so a 5th robot's stream would wait for ever (at 64 robots the run hung).
 - **tether**: ``tether.serving.launch.build_server`` as ``tether serve`` builds it, with
   every action through the arm's position supervisor and its degradation machine, and
   every step recorded to an experience log (``tether run``'s recorder), on the
@@ -146,6 +147,26 @@ def _control_client(address: str, feed: Feed, warmup: int = 5) -> Any:
     return one
 
 
+def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
+    """One robot calling the unary ``GetAction`` once per step, replaying its episodes."""
+
+    async def one(i: int, window: _Window) -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = pb_grpc.PolicyServiceStub(channel).GetAction  # type: ignore[no-untyped-call]
+            requests = feed.requests(i)
+            for _ in range(warmup):
+                await call(next(requests))
+            await window.opened()
+            while time.perf_counter() < window.deadline:
+                request = next(requests)
+                start = time.perf_counter()
+                await call(request)
+                window.latencies.append(time.perf_counter() - start)
+                window.actions += 1
+
+    return one
+
+
 class Servers:
     """The four servers, started once and kept for every cell and round."""
 
@@ -161,7 +182,7 @@ class Servers:
         if server == "tether":
             return _control_client(self.tether.address, feed)
         if server == "LeRobot-style":
-            return _control_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
+            return _unary_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
         return _websocket_client(self.openpi.ws_port)
 
     def stop(self) -> None:

@@ -239,3 +239,27 @@ def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: 
     assert table is not None
     assert table.column("step_index").to_pylist() == [0, 1, 2, 3, 4]
     assert len(report.chunks) == 2
+
+
+def test_first_flush_imports_nothing_after_open(tmp_path: Path) -> None:
+    """pyarrow imports pandas on its first conversion; the log pays that at open, not on
+    the flusher thread while serving (where it stalled every step for ~0.25 s)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
+from tether.data import ExperienceLog, ExperienceLogConfig
+log = ExperienceLog({str(tmp_path)!r}, OBS_DIM, ACT_DIM, ExperienceLogConfig(fsync=False))
+before = set(sys.modules)
+log.put(make_transitions(3))
+log.flush()
+log.close()
+print(sorted(set(sys.modules) - before))
+"""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout[:400]

@@ -196,6 +196,23 @@ def test_thread_count_is_capped_without_touching_the_caller(bundle: PolicyBundle
         torch.set_num_threads(before)
 
 
+def test_numpy_blas_runs_at_the_engines_thread_count(bundle: PolicyBundle) -> None:
+    """The numpy path's matmuls run on numpy's BLAS, one thread count per process; the
+    engine sets it (a spinning second BLAS thread cost milliseconds per forward)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> list[int]:
+        return [int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+    with threadpool_limits(limits=2, user_api="blas"):  # what a 2-core machine starts with
+        assert blas_threads()
+        assert all(n == 2 for n in blas_threads())
+        engine = PolicyEngine(bundle, EngineConfig(execution="numpy", num_threads=1))
+        assert blas_threads() == [1] * len(blas_threads())
+        engine.act(probe_observations(bundle.manifest.normalizer, 2), deterministic=True)
+        assert blas_threads() == [1] * len(blas_threads())
+
+
 def test_auto_picks_an_exact_path_and_reports_all(bundle: PolicyBundle) -> None:
     engine = PolicyEngine(bundle, EngineConfig(auto_repeats=3))
     kinds = [m.kind for m in engine.measurements]

@@ -109,6 +109,11 @@ class ExperienceLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self._schema = log_schema(obs_dim, act_dim)
+        # pyarrow imports pandas (when installed) on its first conversion of Python data:
+        # ~0.25 s of imports under the GIL, which on the flusher thread, one interval into
+        # serving, stalled every robot's step for that long (docs/benchmarks.md). Paid
+        # here, at open, before anything is served.
+        record_batch([], self._schema)
         self._pending: list[Sequence[Transition]] = []
         self._pending_rows = 0
         self._pending_lock = threading.Lock()

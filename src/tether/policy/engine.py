@@ -12,7 +12,7 @@ all happen here, so a client can never apply the wrong statistics. Invariants:
 - inputs with the wrong shape, dtype or non-finite values are refused with
   :class:`ObservationError` before anything runs;
 - every forward runs with the engine's own torch intra-op thread count, whichever thread
-  calls it. torch keeps that count per thread and a fresh thread starts at one per core:
+  calls it, and numpy's BLAS runs with at most that many threads (process-wide). torch keeps that count per thread and a fresh thread starts at one per core:
   a shadow or evaluation thread running a candidate with two OpenMP threads on a core the
   server shares with its robots spun that core and made the robots' replies miss their
   control deadlines. The count also fixes the padding of the exact activation
@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
@@ -74,6 +75,7 @@ class PolicyEngine:
         self._arch = bundle.architecture
         self._device = _resolve_device(cfg.device)
         self._threads = min(torch.get_num_threads(), cfg.num_threads)
+        _limit_numpy_blas(self._threads)
         m = bundle.manifest
         self._normalize = ObservationNormalizer(m.normalizer)
         self._low, self._half_range, self._high = action_arrays(m.action)
@@ -440,6 +442,18 @@ class ChunkPath:
             mus.append(mu)
             log_stds.append(log_std)
         return torch.cat(mus), torch.cat(log_stds)
+
+
+def _limit_numpy_blas(threads: int) -> None:
+    """Run numpy's BLAS (the ``numpy`` path's matmuls) with at most ``threads`` threads.
+
+    Its OpenBLAS starts one thread per core, and those threads spin between the tiny
+    GEMMs of a forward: on a 2-core machine shared with other processes a preempted BLAS
+    thread held each forward for milliseconds (the 'numpy' path measured 12 ms per
+    step where it takes ~20 µs; docs/benchmarks.md). BLAS keeps one count per process,
+    so this sets it for the process, once per engine, with no environment variable.
+    """
+    threadpool_limits(limits=threads, user_api="blas")
 
 
 def _padded(n: int, block: int) -> int:
