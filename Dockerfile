@@ -25,6 +25,10 @@ COPY src/ src/
 RUN python -m venv "$TETHER_VENV" \
  && "$TETHER_VENV/bin/pip" install --extra-index-url https://download.pytorch.org/whl/cpu \
         -c constraints.txt .
+# The position supervisor's kernel, compiled once here into numba's cache beside the
+# installed module: the image's user cannot write there, and would otherwise compile it
+# (about 15-25 s) at every start.
+RUN "$TETHER_VENV/bin/python" -c "from tether.safety.position import kernel; kernel.warm()"
 
 FROM ${PYTHON_IMAGE}
 # tini as PID 1: it forwards SIGTERM and SIGHUP to tether and reaps children; a Python
