@@ -52,7 +52,7 @@ import grpc
 import numpy as np
 import torch
 from bench_protocols import Child, _closed_loop, _openpi_style_main, _websocket_client, _Window
-from bench_serving import SPEC, Feed, ServerProcess, record_closed_loop
+from bench_serving import Feed, ServerProcess, open_message, record_closed_loop
 
 from tether.assets import pretrained_bundle_path
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
@@ -113,17 +113,7 @@ def _control_client(address: str, feed: Feed, warmup: int = 5) -> Any:
     async def one(i: int, window: _Window) -> None:
         async with grpc.aio.insecure_channel(address) as channel:
             call = pb_grpc.PolicyServiceStub(channel).Control()  # type: ignore[no-untyped-call]
-            await call.write(
-                pb.ControlStep(
-                    open=pb.SessionOpen(
-                        robot_id=f"robot-{i}",
-                        spec_fingerprint=SPEC.fingerprint(),
-                        obs_dim=SPEC.obs_dim,
-                        act_dim=SPEC.act_dim,
-                        joint_names=list(SPEC.joint_names),
-                    )
-                )
-            )
+            await call.write(open_message(i))
             await call.read()
             steps = feed.steps(i)
 

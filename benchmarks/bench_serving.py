@@ -521,6 +521,19 @@ class Feed:
                 yield pb.ActionRequest(observation=obs, client_id=f"c{client}", deterministic=True)
 
 
+def open_message(client: int) -> pb.ControlStep:
+    """The ``Control`` stream's first message for robot ``client`` of the built-in arm."""
+    return pb.ControlStep(
+        open=pb.SessionOpen(
+            robot_id=f"robot-{client}",
+            spec_fingerprint=SPEC.fingerprint(),
+            obs_dim=SPEC.obs_dim,
+            act_dim=SPEC.act_dim,
+            joint_names=list(SPEC.joint_names),
+        )
+    )
+
+
 async def _load(address: str, mode: str, clients: int, seconds: float, feed: Feed) -> Measured:
     warmup = min(0.5, seconds / 4)
     channel = grpc.aio.insecure_channel(address)
@@ -549,17 +562,7 @@ async def _load(address: str, mode: str, clients: int, seconds: float, feed: Fee
 
     async def streaming(i: int) -> None:
         call = stub.Control()
-        await call.write(
-            pb.ControlStep(
-                open=pb.SessionOpen(
-                    robot_id=f"robot-{i}",
-                    spec_fingerprint=SPEC.fingerprint(),
-                    obs_dim=SPEC.obs_dim,
-                    act_dim=SPEC.act_dim,
-                    joint_names=list(SPEC.joint_names),
-                )
-            )
-        )
+        await call.write(open_message(i))
         await call.read()
         steps = feed.steps(i)
         while True:
