@@ -58,7 +58,7 @@ from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.policy.action_frame import CommandStepFrame
 from tether.policy.bundle import PolicyBundle, load_bundle
-from tether.policy.networks import Actor
+from tether.policy.networks import Actor, squashed_sample
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.for_spec import supervisor_for
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
@@ -343,7 +343,10 @@ def adapt(
     for step in range(1, args.steps + 1):
         with torch.no_grad():
             x = torch.from_numpy(core.normalize(raw[None, :]))
-            output = deployed.sample(x, generator=generator)[0].numpy()[0]
+            mu, log_std = deployed(x)
+            if args.explore_std > 0:
+                log_std = log_std.clamp(min=math.log(args.explore_std))
+            output = squashed_sample(mu, log_std, generator=generator)[0].numpy()[0]
         proposed, executed = robot.act(raw, output)
         nxt, reward, terminated, truncated, _ = env.step(executed)
         rows.observations[:] = raw
@@ -399,6 +402,13 @@ def main() -> None:
     )
     parser.add_argument("--set", default="", help="LearnerConfig overrides on every recipe")
     parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
+    parser.add_argument(
+        "--explore-std",
+        type=float,
+        default=0.0,
+        help="collect with at least this pre-tanh standard deviation (0: the deployed "
+        "policy's own, as a learning robot of tether run samples)",
+    )
     parser.add_argument(
         "--arm",
         choices=("drifted", "nominal"),
