@@ -221,6 +221,21 @@ def closed_loop_calls(
                 break
 
 
+def random_target_policy(rng: np.random.Generator) -> Callable[[np.ndarray, int], np.ndarray]:
+    """A policy of normalized targets: a new random target every 25 steps with jitter,
+    and every 7th step a uniformly random action (far outside what a trained policy sends)."""
+    target = np.zeros(N, dtype=np.float32)
+
+    def policy(obs: np.ndarray, step: int) -> np.ndarray:
+        nonlocal target
+        if step % 25 == 0:
+            target = rng.uniform(-1.1, 1.1, N).astype(np.float32)
+        jitter = rng.normal(0.0, 0.05, N).astype(np.float32)
+        return target + jitter if step % 7 else rng.uniform(-1.0, 1.0, N).astype(np.float32)
+
+    return policy
+
+
 def all_calls() -> list[Call]:
     import torch
 
@@ -229,14 +244,7 @@ def all_calls() -> list[Call]:
 
     rng = np.random.default_rng(20261202)
     calls = list(random_calls(rng, 0))
-    target = np.zeros(N, dtype=np.float32)
-
-    def random_target(obs: np.ndarray, step: int) -> np.ndarray:
-        nonlocal target
-        if step % 25 == 0:
-            target = rng.uniform(-1.1, 1.1, N).astype(np.float32)
-        jitter = rng.normal(0.0, 0.05, N).astype(np.float32)
-        return target + jitter if step % 7 else rng.uniform(-1.0, 1.0, N).astype(np.float32)
+    random_target = random_target_policy(rng)
 
     torch.set_num_threads(1)
     engine = PolicyEngine(

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.safety.position_corpus import random_target_policy
 from tether.safety import SafetyVerdict
 from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.position import PositionSupervisor, kernel
@@ -235,16 +236,7 @@ def closed_loop(
 
 @pytest.mark.parametrize("limits_factor", [1.0, 0.5])
 def test_random_target_closed_loop_matches(limits_factor: float) -> None:
-    rng = np.random.default_rng(7)
-    target = np.zeros(N, dtype=np.float32)
-
-    def policy(obs: np.ndarray, step: int) -> np.ndarray:
-        nonlocal target
-        if step % 25 == 0:
-            target = rng.uniform(-1.1, 1.1, N).astype(np.float32)
-        jitter = rng.normal(0.0, 0.05, N).astype(np.float32)
-        return target + jitter if step % 7 else rng.uniform(-1.0, 1.0, N).astype(np.float32)
-
+    policy = random_target_policy(np.random.default_rng(7))
     assert closed_loop(policy, episodes=8, limits_factor=limits_factor) > 1000
 
 
