@@ -43,6 +43,7 @@ import argparse
 import math
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib.resources import files
@@ -54,6 +55,7 @@ import torch
 
 from tether.data.columns import TransitionArrays
 from tether.learning.core import LearnerCore
+from tether.learning.hindsight import bundle_for_learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.policy.action_frame import CommandStepFrame
@@ -71,18 +73,26 @@ CONTROL_PERIOD_NS = 20_000_000  # the arm's 50 Hz, as ingress stamps for the rec
 # LearnerConfig() as shipped; the others are measured against it.
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
+    # Hindsight goal relabelling (the default): a bounded goal shift in front of the
+    # frozen actor, regressed on where each finished episode came to rest.
+    "hindsight": {"algorithm": "hindsight"},
+    # SAC fine-tuning of the actor itself, as shipped before hindsight: TD3+BC anchor 0.4,
+    # rates x 0.2; every SAC recipe below is this one with its keys changed.
+    "sac": {"algorithm": "sac"},
     # The fine-tuning default before this benchmark: TD3+BC anchor 0.4, rates x 0.2.
-    "anchor": {"fine_tune_bc_weight": 0.4, "sac.actor_warmup_updates": 0},
+    "anchor": {"algorithm": "sac", "fine_tune_bc_weight": 0.4, "sac.actor_warmup_updates": 0},
     # WSRL: no anchor, critic-only warm-up on the deployed policy's fresh transitions.
-    "wsrl": {"fine_tune_bc_weight": 0.0, "sac.actor_warmup_updates": 2000},
+    "wsrl": {"algorithm": "sac", "fine_tune_bc_weight": 0.0, "sac.actor_warmup_updates": 2000},
     "wsrl_utd4": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 8000,
         "updates_per_transition": 4.0,
     },
-    "wsrl_bc01": {"fine_tune_bc_weight": 0.1, "sac.actor_warmup_updates": 2000},
-    "wsrl_bc25": {"fine_tune_bc_weight": 2.5, "sac.actor_warmup_updates": 2000},
+    "wsrl_bc01": {"algorithm": "sac", "fine_tune_bc_weight": 0.1, "sac.actor_warmup_updates": 2000},
+    "wsrl_bc25": {"algorithm": "sac", "fine_tune_bc_weight": 2.5, "sac.actor_warmup_updates": 2000},
     "wsrl_lr1": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 2000,
@@ -90,12 +100,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     # AWAC: the actor re-weights the likelihood of the data's own actions by advantage,
     # so it only moves toward actions the robots executed.
     "awac": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 2000,
         "sac.actor_objective": "awac",
         "sac.awac_beta": 1.0,
     },
     "awac_b3_lr1": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 2000,
@@ -103,6 +115,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "sac.awac_beta": 3.0,
     },
     "awac_b3_lr1_utd2": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "updates_per_transition": 2.0,
@@ -111,6 +124,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "sac.awac_beta": 3.0,
     },
     "awac_b3_lr1_prior": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 2000,
@@ -119,6 +133,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "prior.episodes": 50,
     },
     "awac_b3_lr1_ln_ens": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 2000,
@@ -130,12 +145,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     # A slow actor: the deployed policy can follow the learner's within the trust
     # region, so the robots' data stays on the learner's policy.
     "slow_actor": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_lr": 3e-6,
         "sac.actor_warmup_updates": 2000,
     },
     "slow_actor_anchor": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.4,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_lr": 3e-6,
@@ -144,35 +161,41 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Dyna: the actor maximizes short imagined rollouts through a dynamics model fitted on
     # the robots' transitions (tether.learning.model); the critics only judge.
     "model": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
     },
     "model_lr1": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "fine_tune_lr_scale": 1.0,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
     },
     "model_h25": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
         "sac.model_horizon": 25,
     },
     "model_bc": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.4,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
     },
     # The 25-step horizon, anchored: the bounded form of the same actor.
     "model_h25_bc": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.4,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
         "sac.model_horizon": 25,
     },
     "model_h25_bc25": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 2.5,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
@@ -181,12 +204,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Model-based value expansion: imagined rewards, then the critics' value of the last
     # imagined state (the horizon alone is myopic for an actor that sets an acceleration).
     "model_mve": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
         "sac.model_terminal_weight": 1.0,
     },
     "model_mve_bc": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.4,
         "sac.actor_warmup_updates": 1000,
         "sac.actor_objective": "model",
@@ -194,6 +219,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     # RLPD's symmetric sampling: half of each batch from the nominal arm.
     "wsrl_prior": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 2000,
         "prior.episodes": 50,
@@ -201,12 +227,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     # RLPD/REDQ critics: LayerNorm, 10 members, targets from the minimum of 2.
     "wsrl_ens": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 2000,
         "sac.critic_ensemble_size": 10,
         "sac.critic_target_subset": 2,
     },
     "wsrl_ln": {
+        "algorithm": "sac",
         "fine_tune_bc_weight": 0.0,
         "sac.actor_warmup_updates": 2000,
         "sac.critic_layer_norm": True,
@@ -214,10 +242,22 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+def shifted_bundle(bundle: PolicyBundle, config: LearnerConfig) -> PolicyBundle:
+    """``bundle`` with a zero goal shift, as ``tether run`` gives it to a hindsight learner."""
+    assert bundle.path is not None
+    where = Path(tempfile.mkdtemp(prefix="tether-bench-"))
+    return load_bundle(bundle_for_learner(bundle.path, config, where))
+
+
 def learner_config(overrides: dict[str, Any], seed: int) -> LearnerConfig:
     """``LearnerConfig()`` with ``overrides`` (dotted keys) and the run's seeds."""
     tree = LearnerConfig().model_dump()
-    merged = {**overrides, "sac.seed": seed, "replay.sampler.seed": seed}
+    merged = {
+        **overrides,
+        "sac.seed": seed,
+        "replay.sampler.seed": seed,
+        "hindsight.seed": seed,
+    }
     for key, value in merged.items():
         node = tree
         *path, leaf = key.split(".")
@@ -267,14 +307,16 @@ class Robot:
     def reset(self) -> None:
         self.supervisor = supervisor_for(self.spec)
         self.previous: np.ndarray | None = None
+        self.checks = 0  # the last step's SafetyCheck bits
 
     def act(self, obs: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(proposed, executed)`` absolute normalized actions for the actor's ``output``."""
         proposed = np.asarray(output, dtype=np.float32)
         if self.frame is not None:
             proposed = self.frame.actions(obs[None, :], proposed[None, :])[0]
-        executed, _ = self.supervisor.filter(obs, proposed, self.previous)
+        executed, verdict = self.supervisor.filter(obs, proposed, self.previous)
         self.previous = executed
+        self.checks = int(verdict.checks)
         return proposed, executed
 
 
@@ -326,12 +368,19 @@ def adapt(
 ) -> Run:
     """One training run: the drifted arm plays the deployed policy; the core learns."""
     start = time.monotonic()
+    if config.algorithm == "hindsight" and bundle.architecture.goal_shift is None:
+        bundle = shifted_bundle(bundle, config)
     core = LearnerCore(bundle, config)
     arch = bundle.architecture
     deployed_state = {k: v.detach().clone() for k, v in bundle.actor_state.items()}
     deployed = Actor(arch).eval().requires_grad_(False)
     deployed.load_state_dict(deployed_state)
     trust_region = TrustRegion(core.sac.actor, config.publication)
+    # Version stamps as the server gives them: the learner labels an episode with the
+    # weights of the version that played it.
+    versions = {1: deployed_state}
+    version = 1
+    core.know_versions(versions.get)
     recent = RecentStates(config.publication.recent_states, arch.obs_dim)
     counts = {outcome.value: 0 for outcome in PublishOutcome}
     generator = torch.Generator().manual_seed(seed)
@@ -355,6 +404,8 @@ def adapt(
         rows.next_observations[:] = nxt
         rows.rewards[0] = reward
         rows.terminated[0], rows.truncated[0] = terminated, truncated
+        rows.policy_versions[0] = version
+        rows.safety_checks[0] = robot.checks
         rows.ingress_ns[0] = step * CONTROL_PERIOD_NS
         rows.next_ingress_ns[0] = (step + 1) * CONTROL_PERIOD_NS
         stored = core.ingest(rows)
@@ -376,6 +427,8 @@ def adapt(
             if candidate is not None:
                 deployed_state = candidate
                 deployed.load_state_dict(deployed_state)
+                version += 1
+                versions[version] = deployed_state
     normalize = core.normalize
     result_deployed = evaluate(deployed, normalize, worn, args.tasks, core.frame)
     result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks, core.frame)
@@ -383,7 +436,7 @@ def adapt(
         result_deployed,
         result_learner,
         args.steps,
-        core.sac.updates,
+        core.updates,
         counts,
         time.monotonic() - start,
         mismatched / args.steps,
@@ -441,7 +494,7 @@ def main() -> None:
         f"final distance {frozen.distance} m"
     )
     print(
-        "| recipe | seed | env steps | updates | publications acc/shrunk/withheld "
+        "| recipe | seed | env steps | updates | publications acc/shrunk/withheld/unchanged "
         "| deployed success | Δ vs frozen | deployed final distance (m) | learner's actor success "
         "| learner's final distance (m) | wall s | stored ≠ output |"
     )
@@ -461,7 +514,8 @@ def main() -> None:
             p = run.publications
             print(
                 f"| {name} | {seed} | {run.env_steps} | {run.updates} | "
-                f"{p['accepted']}/{p['shrunk']}/{p['withheld']} | {run.deployed.success} | "
+                f"{p['accepted']}/{p['shrunk']}/{p['withheld']}/{p['unchanged']} | "
+                f"{run.deployed.success} | "
                 f"{_mean_se(diff, '{:+.2f}')} | {run.deployed.distance} | "
                 f"{run.learner.success} | {run.learner.distance} | {run.wall_s:.0f} | "
                 f"{run.frame_mismatch:.1%} |",

@@ -34,6 +34,7 @@ StateDict = dict[str, torch.Tensor]
 
 def config() -> LearnerConfig:
     return LearnerConfig(
+        algorithm="sac",
         sac=SACConfig(batch_size=32),
         # The trust region is wide here so the gate's own offline thresholds do the judging.
         publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),

@@ -27,6 +27,7 @@ Traffic = Callable[..., TransitionArrays]
 
 def config(**overrides: object) -> LearnerConfig:
     base: dict[str, object] = dict(
+        algorithm="sac",
         sac=SACConfig(batch_size=32),
         publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
         fine_tune=False,

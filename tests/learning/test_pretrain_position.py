@@ -108,7 +108,7 @@ def test_the_position_bundle_steps_from_the_command_and_the_learner_learns_its_s
         rows.actions[i] = rows.proposed_actions[i] = served[0]
         obs, *_ = env.step(served[0])
         rows.next_observations[i] = obs
-    core = LearnerCore(bundle, LearnerConfig())
+    core = LearnerCore(bundle, LearnerConfig(algorithm="sac"))
     stored = core.ingest(rows)
     np.testing.assert_allclose(stored.actions, np.stack(outputs), atol=1e-6)
     assert not np.allclose(stored.actions, rows.actions, atol=1e-3)

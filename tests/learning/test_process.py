@@ -38,6 +38,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
 ) -> None:
     arch = small_bundle.architecture
     config = LearnerConfig(
+        algorithm="sac",
         sac=SACConfig(batch_size=32),
         publication=PublicationConfig(min_interval_s=0.05),
         gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=1)),

@@ -116,7 +116,7 @@ def test_the_gate_reads_the_ensemble_minimum() -> None:
 def test_each_batch_holds_exactly_the_prior_share(
     small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
-    config = LearnerConfig(prior=PriorDataConfig(episodes=1, fraction=0.5))
+    config = LearnerConfig(algorithm="sac", prior=PriorDataConfig(episodes=1, fraction=0.5))
     core = LearnerCore(small_bundle, config)
     assert core.prior is not None
     assert len(core.prior) == 200
@@ -134,7 +134,7 @@ def test_each_batch_holds_exactly_the_prior_share(
 def test_without_prior_data_every_row_is_the_robots(
     small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
-    core = LearnerCore(small_bundle, LearnerConfig())
+    core = LearnerCore(small_bundle, LearnerConfig(algorithm="sac"))
     assert core.prior is None
     core.ingest(traffic(small_bundle, 300))
     assert len(core.sample()) == LearnerConfig().sac.batch_size
@@ -143,7 +143,7 @@ def test_without_prior_data_every_row_is_the_robots(
 def test_updates_follow_the_update_to_data_ratio(
     small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
-    core = LearnerCore(small_bundle, LearnerConfig(updates_per_transition=3.0))
+    core = LearnerCore(small_bundle, LearnerConfig(algorithm="sac", updates_per_transition=3.0))
     core.ingest(traffic(small_bundle, 256))
     assert core.run_updates(10_000) == 768
     assert core.run_updates(10_000) == 0
@@ -153,7 +153,7 @@ def test_fine_tuning_keeps_the_bundles_entropy_coefficient(
     small_bundle: PolicyBundle, traffic: Traffic
 ) -> None:
     assert small_bundle.training is not None
-    config = LearnerConfig(sac=SACConfig(batch_size=32))
+    config = LearnerConfig(algorithm="sac", sac=SACConfig(batch_size=32))
     assert config.effective_sac().autotune_alpha is False
     core = LearnerCore(small_bundle, config)
     core.ingest(traffic(small_bundle, 64))
@@ -189,4 +189,4 @@ def test_prior_data_is_refused_for_a_robot_without_a_simulator(tmp_path: Path) -
 
     bundle = init_bundle(tmp_path / "b", make_spec(), hidden_sizes=(8,), with_training=True)
     with pytest.raises(LearningError, match=r"prior\.episodes"):
-        LearnerCore(bundle, LearnerConfig(prior=PriorDataConfig(episodes=1)))
+        LearnerCore(bundle, LearnerConfig(algorithm="sac", prior=PriorDataConfig(episodes=1)))

@@ -45,8 +45,8 @@ def test_a_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
 
 def test_drift_schedule_scales_with_the_run() -> None:
     schedule = RunConfig().drift.schedule(total_steps=1000)
-    assert min(r.start_step for r in schedule.ramps) == 250
-    assert schedule.last_step == 400
+    assert min(r.start_step for r in schedule.ramps) == 200
+    assert schedule.last_step == 300
     assert RunConfig.build({"drift": {"preset": "none"}}).drift.schedule(1000).ramps == ()
 
 

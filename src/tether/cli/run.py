@@ -28,7 +28,7 @@ def run(
         float | None,
         typer.Option(
             envvar="TETHER_RUN_DURATION",
-            help=f"{_RUN['duration_s'].description} [default: 240]",
+            help=f"{_RUN['duration_s'].description} [default: 300]",
         ),
     ] = None,
     robots: Annotated[

@@ -5,7 +5,11 @@ engine's own function), learns the policy's *proposed* action unless a person ov
 it (mapped into the actor's output space when the bundle has an action frame), stores
 them in the replay buffer (its recent/older mix), mixes prior data into each
 batch when configured (``LearnerConfig.prior``), and runs SAC updates at the
-update-to-data ratio. It knows nothing of processes, shared weights, pacing or the
+update-to-data ratio. With ``LearnerConfig.algorithm == "hindsight"`` the updates are
+instead the goal shift's regression on finished episodes
+(:class:`tether.learning.hindsight.HindsightLearner`, fed the same raw transitions; it
+trains the goal shift of ``sac.actor``, the actor every caller publishes from), and the
+critics are not trained. It knows nothing of processes, shared weights, pacing or the
 gate: :class:`tether.learning.Learner` wraps it for ``tether run``, and
 ``benchmarks/bench_adaptation.py`` drives the same object from a simulated arm, so the
 benchmark measures the recipe ``tether run`` runs.
@@ -17,16 +21,21 @@ robots' transitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tether.data.columns import TransitionArrays
 from tether.data.records import TransitionBatch
 from tether.data.replay.buffer import ReplayBuffer
 from tether.data.step import HUMAN_SOURCE_CODE
+from tether.learning.errors import LearnerConfigError
+from tether.learning.hindsight import HindsightLearner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.prior import PriorData, concat_batches, nominal_arm_transitions
 from tether.learning.sac import SAC, TrainingStats, sac_from_bundle
 from tether.policy.bundle import PolicyBundle
+from tether.policy.tensors import StateDict
 from tether.policy.transforms import ObservationNormalizer
 
 
@@ -46,6 +55,26 @@ class LearnerCore:
             self.prior = PriorData(self._normalized(raw), config.prior)
         self.batch_size = config.sac.batch_size
         self.budget = 0.0  # updates earned by ingested transitions and not yet run
+        self.hindsight: HindsightLearner | None = None
+        if config.algorithm == "hindsight":
+            if bundle.robot_spec is None:
+                raise LearnerConfigError(
+                    "learning.algorithm 'hindsight' needs the bundle's robot spec (its "
+                    "observation layout says where the goal and the end effector are)"
+                )
+            self.hindsight = HindsightLearner(
+                self.sac.actor, config.hindsight, bundle.robot_spec, self.normalize
+            )
+
+    def know_versions(self, weights_of: Callable[[int], StateDict | None]) -> None:
+        """Where the hindsight labels find the weights of the version that acted."""
+        if self.hindsight is not None:
+            self.hindsight.weights_of = weights_of
+
+    @property
+    def updates(self) -> int:
+        """Updates run so far (SAC's, or the goal shift's under hindsight)."""
+        return self.sac.updates if self.hindsight is None else self.hindsight.updates
 
     def _normalized(self, rows: TransitionArrays) -> TransitionArrays:
         # Not ``_replace``: TransitionArrays overrides __len__ (rows), which NamedTuple's
@@ -70,12 +99,18 @@ class LearnerCore:
         """Store raw transitions; returns them normalized (as stored)."""
         normalized = self._normalized(rows)
         self.replay.extend(normalized)
+        if self.hindsight is not None:
+            self.hindsight.observe(rows)
+            return normalized
         if self.config.updates_per_transition is not None:
             self.budget += len(rows) * self.config.updates_per_transition
         return normalized
 
     def ready(self) -> bool:
-        """Whether the replay buffer holds one mini-batch of the robots' data."""
+        """Whether the replay buffer holds one mini-batch of the robots' data (under
+        hindsight: one labelled episode)."""
+        if self.hindsight is not None:
+            return self.hindsight.ready()
         return len(self.replay) >= self.batch_size
 
     def sample(self) -> TransitionBatch:
@@ -89,9 +124,18 @@ class LearnerCore:
     def update(self) -> TrainingStats:
         return self.sac.update(self.sample())
 
+    def earned(self) -> bool:
+        """Whether an update is owed now (the update-to-data ratio's budget, or the
+        labelled episodes' under hindsight)."""
+        if self.hindsight is not None:
+            return self.hindsight.budget >= 1.0
+        return self.config.updates_per_transition is None or self.budget >= 1.0
+
     def run_updates(self, most: int) -> int:
         """Up to ``most`` updates the ratio has earned (``most`` of them when the ratio is
         unlimited); returns how many ran."""
+        if self.hindsight is not None:
+            return self.hindsight.run_updates(most)
         if not self.ready():
             return 0
         unlimited = self.config.updates_per_transition is None

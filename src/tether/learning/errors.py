@@ -3,6 +3,7 @@
 TetherError
 └── LearningError
     ├── CheckpointError     a learner checkpoint that is missing, partial or mismatched
+    ├── LearnerConfigError  a learner configuration the bundle cannot be learned with
     └── LearnerProcessError the learner process could not be started or kept alive
 """
 
@@ -21,3 +22,7 @@ class CheckpointError(LearningError):
 
 class LearnerProcessError(LearningError):
     """The learner process could not be started, or keeps crashing."""
+
+
+class LearnerConfigError(LearningError):
+    """A learner configuration that does not fit the bundle or the robot (says which)."""

@@ -132,6 +132,9 @@ class Learner:
             )
         self.known = KnownWeights(bundle)
         self.known.add(self.progress.deployed_version, self.deployed)
+        self.core.know_versions(self.known.get)
+        if self.core.hindsight is not None:
+            self.core.hindsight.updates = self.progress.updates
         self.judge = CandidateJudge(bundle, config.gate, verdict_dir=verdict_dir)
         self._unknown_live: int | None = None
         self._resume_lineage(verdict_dir)
@@ -216,11 +219,7 @@ class Learner:
         self._follow_live()
         can_update = level < DegradationLevel.PAUSED and self.core.ready()
         unlimited = self.config.updates_per_transition is None
-        wait = (
-            0.0
-            if can_update and (unlimited or self.core.budget >= 1.0)
-            else self.config.idle_poll_s
-        )
+        wait = 0.0 if can_update and self.core.earned() else self.config.idle_poll_s
         rows = self.channel.get(self.config.drain_max_rows, timeout_s=wait)
         if len(rows):
             self.ingest(rows)
@@ -229,7 +228,7 @@ class Learner:
             return 0
         # Bounded per step so draining stays responsive at high update-to-data ratios.
         n = self.core.run_updates(8 if unlimited else 64)
-        self._set("updates", self.sac.updates)
+        self._set("updates", self.core.updates)
         self._maybe_publish(level)
         self._maybe_checkpoint()
         return n
@@ -249,12 +248,17 @@ class Learner:
         decision, candidate = self.trust_region.step(
             self.deployed, self.sac.actor_state(), self.recent.states()
         )
+        if decision.outcome is PublishOutcome.UNCHANGED:
+            return  # nothing worth a trip through the gate yet
         if candidate is None:
             self._add("withheld")
+            d = decision.distance
             logger.info(
-                "publication withheld: action change %.4f, KL %.4f above the trust region",
-                decision.distance.action_change_rms,
-                decision.distance.kl,
+                "publication withheld: action change %.4f, KL %.4f, goal shift change %.4f "
+                "above the trust region",
+                d.action_change_rms,
+                d.kl,
+                d.goal_shift_change,
             )
             return
         self._add("accepted" if decision.outcome is PublishOutcome.ACCEPTED else "shrunk")
@@ -273,9 +277,10 @@ class Learner:
             live_version=p.deployed_version,
             live=self.deployed,
             observations=self.recent_raw.states(),
-            critic=self.sac.gate_critic(),
+            # Under hindsight the critics are not trained: they cannot rate where it reaches.
+            critic=self.sac.gate_critic() if self.core.hindsight is None else None,
         )
-        self.progress = replace(p, updates=self.sac.updates, next_version=version + 1)
+        self.progress = replace(p, updates=self.core.updates, next_version=version + 1)
         if not record.passed:
             self._add("gate_rejected")
             failed = record.verdicts[-1].describe() if record.verdicts else "no stage"
@@ -309,7 +314,7 @@ class Learner:
             return
         self.progress = replace(
             self.progress,
-            updates=self.sac.updates,
+            updates=self.core.updates,
             transitions_ingested=self.counters().transitions,
         )
         save_checkpoint(

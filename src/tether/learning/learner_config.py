@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
 from tether.learning.config import SACConfig
+from tether.learning.hindsight import HindsightConfig
 from tether.learning.prior import PriorDataConfig
 from tether.learning.publication import PublicationConfig
 from tether.versions.learner_gate import LearnerGateConfig
@@ -16,6 +19,17 @@ class LearnerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    algorithm: Literal["sac", "hindsight"] = Field(
+        default="hindsight",
+        description="What learns from the robots' transitions: 'hindsight' trains a bounded "
+        "goal shift in front of the frozen actor from where each episode ended "
+        "(tether.learning.hindsight; the bundle is given a zero shift when it has none); "
+        "'sac' fine-tunes the actor itself with SAC (docs/learning.md) (name)",
+    )
+    hindsight: HindsightConfig = Field(
+        default_factory=HindsightConfig,
+        description="The goal shift and its hindsight relabelling (algorithm 'hindsight')",
+    )
     sac: SACConfig = Field(default_factory=SACConfig, description="SAC hyper-parameters")
     publication: PublicationConfig = Field(
         default_factory=PublicationConfig,

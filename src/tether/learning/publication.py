@@ -8,7 +8,14 @@ the two Gaussian policies (``tether.policy.distance``). Above either threshold t
 ``max_shrink_steps`` times); if no step fits, the publication is withheld. Every
 decision is a :class:`TrustRegionDecision`, counted by the learner.
 
-Invariant: a step this module accepts satisfies both thresholds on the states it was
+An actor with a goal shift (``tether.policy.networks.GoalShift``, trained by
+``tether.learning.hindsight``) changes only where it reaches: its step starts at the whole
+way (``alpha = 1``) and is halved until the largest change of the goal shift on the recent
+states is at most ``max_goal_shift_change`` (the goal's unit); the action and KL bounds,
+which its frozen layers' narrow Gaussian would turn into a bound of millimetres, do not
+apply to it.
+
+Invariant: a step this module accepts satisfies its thresholds on the states it was
 given; the deployed weights it returns are exactly the candidate that was measured.
 """
 
@@ -23,8 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.policy.distance import (
     MAX_ACTION_CHANGE_RMS,
+    MAX_GOAL_SHIFT_CHANGE,
     MAX_KL_NATS,
     PolicyDistance,
+    goal_shift_change,
     policy_distance,
 )
 from tether.policy.networks import Actor
@@ -53,6 +62,19 @@ class PublicationConfig(BaseModel):
         gt=0.0,
         description="Largest mean KL(deployed || candidate) on recent states (nats)",
     )
+    max_goal_shift_change: float = Field(
+        default=MAX_GOAL_SHIFT_CHANGE,
+        gt=0.0,
+        description="Largest change of a goal-shift actor's shift on recent states, in the "
+        "goal's unit (m for the arm); replaces the action and KL bounds for such actors",
+    )
+    min_goal_shift_change: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="A goal-shift actor's candidate that moves its reach by less than this "
+        "(the goal's unit, m for the arm) is not published: it would hold the gate for a "
+        "change the robots cannot tell from live's",
+    )
     max_shrink_steps: int = Field(
         default=3,
         ge=0,
@@ -77,6 +99,7 @@ class PublishOutcome(StrEnum):
     ACCEPTED = "accepted"  # the full alpha step fits the trust region
     SHRUNK = "shrunk"  # a halved step fits
     WITHHELD = "withheld"  # no step fits; nothing is published
+    UNCHANGED = "unchanged"  # a goal-shift step too small to publish (min_goal_shift_change)
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,7 @@ class TrustRegion:
         self._deployed.requires_grad_(False)
         self._candidate.requires_grad_(False)
         self.config = config
+        self._goal = actor_template.arch.goal_shift is not None
 
     def distance(
         self, deployed: StateDict, candidate: StateDict, states: np.ndarray
@@ -118,20 +142,29 @@ class TrustRegion:
         with torch.no_grad():
             mu_d, log_std_d = self._deployed(obs)
             mu_c, log_std_c = self._candidate(obs)
-            return policy_distance(mu_d, log_std_d, mu_c, log_std_c)
+            d = policy_distance(mu_d, log_std_d, mu_c, log_std_c)
+            if not self._goal:
+                return d
+            reach = goal_shift_change(self._deployed, self._candidate, obs)
+            return PolicyDistance(d.action_change_rms, d.kl, reach)
 
     def fits(self, d: PolicyDistance) -> bool:
+        if self._goal:
+            return d.goal_shift_change <= self.config.max_goal_shift_change
         return d.action_change_rms <= self.config.max_action_change and d.kl <= self.config.max_kl
 
     def step(
         self, deployed: StateDict, learner: StateDict, states: np.ndarray
     ) -> tuple[TrustRegionDecision, StateDict | None]:
         """The largest Polyak step (alpha, alpha/2, ...) that fits; None when withheld."""
-        alpha = self.config.polyak_alpha
+        alpha = 1.0 if self._goal else self.config.polyak_alpha
         distance = PolicyDistance(0.0, 0.0)
         for shrink in range(self.config.max_shrink_steps + 1):
             candidate = polyak_blend(deployed, learner, alpha)
             distance = self.distance(deployed, candidate, states)
+            small = distance.goal_shift_change < self.config.min_goal_shift_change
+            if shrink == 0 and self._goal and small:
+                return TrustRegionDecision(PublishOutcome.UNCHANGED, 0.0, distance, 0), None
             if self.fits(distance):
                 outcome = PublishOutcome.ACCEPTED if shrink == 0 else PublishOutcome.SHRUNK
                 return TrustRegionDecision(outcome, alpha, distance, shrink), candidate

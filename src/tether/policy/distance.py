@@ -16,10 +16,17 @@ from dataclasses import dataclass
 
 import torch
 
+from tether.policy.networks import Actor
+
 # The trust region's bounds, by default the same for the learner's publication and the
 # gate's offline stage (each config may set its own).
 MAX_ACTION_CHANGE_RMS = 0.1  # normalized action units
 MAX_KL_NATS = 0.05
+# For an actor with a goal shift: how far where it reaches may move (the goal's unit, m
+# for the arm). Its own layers are frozen and its pre-tanh std is that of the pretrained
+# actor (~0.02 for the shipped arm policy), so any change of where it reaches is many
+# nats of KL: the bound is on the reach itself.
+MAX_GOAL_SHIFT_CHANGE = 0.05
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,7 @@ class PolicyDistance:
 
     action_change_rms: float  # normalized action units
     kl: float  # nats, mean over states
+    goal_shift_change: float = 0.0  # goal's unit, max over states (goal-shift actors only)
 
 
 def gaussian_kl(
@@ -55,3 +63,20 @@ def policy_distance(
     rms = float(change.pow(2).mean().sqrt())
     kl = float(gaussian_kl(mu_ref, log_std_ref, mu_new, log_std_new).mean())
     return PolicyDistance(action_change_rms=rms, kl=kl)
+
+
+def goal_shift_change(reference: Actor, candidate: Actor, states: torch.Tensor) -> float:
+    """The largest change, over ``states`` (normalized) and goal entries, of where two
+    actors with the same goal shift reach, in the goal's own unit (m for the arm).
+
+    An actor with a goal shift moves the goal it reads; its own layers are the same in
+    both, so this is the whole change in what it does. No rows: infinite, as above.
+    """
+    shift = candidate.arch.goal_shift
+    if reference.goal is None or candidate.goal is None or shift is None:
+        raise ValueError("goal_shift_change compares two actors that both carry a goal shift")
+    if states.shape[0] == 0:
+        return float("inf")
+    unit = torch.tensor([s / b for s, b in zip(shift.scale, shift.bound, strict=True)])
+    change = (candidate.goal.shift(states) - reference.goal.shift(states)) / unit
+    return float(change.abs().max())

@@ -46,6 +46,7 @@ from tether.policy.errors import (
     ObservationError,
     WeightSwapError,
 )
+from tether.policy.goal_shift import GoalShiftStage, split_goal_state
 from tether.policy.manifest import InputSpec, VersionInfo
 from tether.policy.networks import ActorArchitecture, ChunkActor, actor_parameter_shapes
 from tether.policy.numerics import require_pinned_blas
@@ -56,6 +57,22 @@ from tether.policy.tensors import StateDict, check_state, state_sha256
 from tether.policy.transforms import ObservationNormalizer, action_arrays
 
 _WARMUP_CALLS = 3  # TorchScript's profiling executor optimizes after its second run
+
+
+class GoalShiftedPath:
+    """An execution path whose observations first get the version's goal shift.
+
+    ``goal`` shifts the host block in place (the engine calls it before moving the block
+    to the device); calling the path runs the actor on the block as it is.
+    """
+
+    def __init__(self, goal: GoalShiftStage, path: ForwardPath) -> None:
+        self.goal = goal
+        self.path = path
+        self.kind: PathKind = path.kind
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.path(x)
 
 
 class EngineOutput(NamedTuple):
@@ -242,6 +259,8 @@ class PolicyEngine:
                     self._to_device(x), [self._image_block(im, padded) for im in images]
                 )
             else:
+                if isinstance(path, GoalShiftedPath):
+                    path.goal(x)  # the goal the actor reads, on the host (goal_shift.py)
                 mu, log_std = path(self._to_device(x))
         mu_np, log_std_np = self._to_host(mu, log_std)
         noise: np.ndarray | None = None
@@ -305,14 +324,18 @@ class PolicyEngine:
                         [self._image_block(im, self._config.row_block) for im in images],
                     )
             return chunk_path
-        path = build_path(
+        shift = self._arch.goal_shift
+        base_state, goal_state = split_goal_state(actor_state)
+        path: ForwardPath | GoalShiftedPath = build_path(
             kind,
-            self._arch,
-            actor_state,
+            self._arch.without_goal_shift(),
+            base_state,
             row_block=self._config.row_block,
             device=self._device,
             num_threads=self._threads,
         )
+        if shift is not None:
+            path = GoalShiftedPath(GoalShiftStage(shift, goal_state, self._config.row_block), path)
         block = torch.zeros((self._config.row_block, self.obs_dim), device=self._device)
         with torch.inference_mode(), self._own_threads():
             for _ in range(_WARMUP_CALLS):

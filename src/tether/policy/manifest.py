@@ -29,7 +29,7 @@ from typing import Any, Literal
 from tether.errors import SpecError
 from tether.policy.action_frame import CommandStepFrame
 from tether.policy.errors import BundleFormatError, BundleSpecError
-from tether.policy.networks import ARCHITECTURE_KINDS, ActorArchitecture
+from tether.policy.networks import ARCHITECTURE_KINDS, ActorArchitecture, GoalShift
 from tether.spec import RobotSpec
 
 FORMAT_NAME = "tether.policy-bundle"
@@ -389,6 +389,19 @@ class BundleManifest:
                         "conv_channels": list(arch.conv_channels),
                     }
                 ),
+                # Only when there is one: a bundle without a goal shift keeps its old document.
+                **(
+                    {}
+                    if arch.goal_shift is None
+                    else {
+                        "goal_shift": {
+                            "goal": list(arch.goal_shift.goal),
+                            "hidden_sizes": list(arch.goal_shift.hidden_sizes),
+                            "bound": list(arch.goal_shift.bound),
+                            "scale": list(arch.goal_shift.scale),
+                        }
+                    }
+                ),
             },
             "weights": _digest_json(self.weights),
             "training": None if self.training is None else _digest_json(self.training),
@@ -426,7 +439,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "architecture": frozenset(
         {
             "kind", "obs_dim", "act_dim", "hidden_sizes", "activation", "horizon",
-            "image_channels", "conv_channels",
+            "image_channels", "conv_channels", "goal_shift",
         }
     ),
     "weights": frozenset({"file", "sha256", "size_bytes"}),
@@ -530,6 +543,12 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
             )
         chunked = kind != "mlp_gaussian"
         try:
+            goal_shift = _goal_shift_from(r, arch.get("goal_shift"))
+        except BundleFormatError:
+            raise
+        except ValueError as exc:
+            raise BundleSpecError(f"{source}: field 'architecture.goal_shift': {exc}") from exc
+        try:
             architecture = ActorArchitecture(
                 obs_dim=r.get(arch, "obs_dim", int, "architecture"),
                 act_dim=r.get(arch, "act_dim", int, "architecture"),
@@ -545,6 +564,7 @@ def manifest_from_json(text: str, source: str = MANIFEST_FILE) -> BundleManifest
                 conv_channels=(
                     tuple(r.get_list(arch, "conv_channels", int, "architecture")) if chunked else ()
                 ),
+                goal_shift=goal_shift,
             )
         except ValueError as exc:
             raise BundleSpecError(f"{source}: field 'architecture': {exc}") from exc
@@ -650,6 +670,28 @@ class _Reader:
         if not isinstance(value, list):
             raise self._fail(path, f"a list of {kind.__name__}", value)
         return [self._one(v, kind, f"{path}[{i}]") for i, v in enumerate(value)]
+
+
+def _goal_shift_from(r: _Reader, doc: Any) -> GoalShift | None:
+    if doc is None:
+        return None
+    path = "architecture.goal_shift"
+    entry = r.obj(doc, path)
+    unknown = sorted(set(entry) - {"goal", "hidden_sizes", "bound", "scale"})
+    if unknown:
+        raise BundleFormatError(
+            f"{r.source}: field '{path}.{unknown[0]}' is not part of {FORMAT_NAME} format "
+            f"{FORMAT_VERSION}; a goal shift has goal, hidden_sizes, bound and scale"
+        )
+    goal = r.get_list(entry, "goal", int, path)
+    if len(goal) != 2:
+        raise r._fail(f"{path}.goal", "a [start, stop] pair", goal)
+    return GoalShift(
+        goal=(goal[0], goal[1]),
+        hidden_sizes=tuple(r.get_list(entry, "hidden_sizes", int, path)),
+        bound=tuple(r.get_list(entry, "bound", float, path)),
+        scale=tuple(r.get_list(entry, "scale", float, path)),
+    )
 
 
 def _inputs_from(r: _Reader, doc: Any) -> tuple[InputSpec, ...]:

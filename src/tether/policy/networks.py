@@ -10,6 +10,13 @@ A bundle with named inputs and an action horizon ``H`` (kind ``cnn_chunk_gaussia
 convolutions, then the mean over the image), whose features join the normalized state
 vector in the same trunk, and a head giving the Gaussian of all ``H * act_dim`` outputs.
 
+An ``mlp_gaussian`` actor may carry a :class:`GoalShift`: a small residual network, zero
+at initialization, that moves the goal the actor reads (the observation's ``target``
+slice, normalized) by a bounded amount before the trunk sees it (``goal.*`` parameters).
+The actor itself stays the policy it was; what can be learned is *where it reaches*, at
+most ``scale`` normalized units (``GoalShift.bound`` in the goal's own unit) away from the
+goal the robot asked for.
+
 Parameter names are part of the bundle format (``trunk.0.weight``, ``head.mu.weight``,
 ...): :func:`actor_parameter_shapes` derives them from the architecture so a loader
 can verify a weights file without building a network.
@@ -17,6 +24,7 @@ can verify a weights file without building a network.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -49,6 +57,39 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 
 @dataclass(frozen=True)
+class GoalShift:
+    """A learned, bounded shift of the goal an ``mlp_gaussian`` actor reads (module docstring)."""
+
+    goal: tuple[int, int]
+    """Observation slice ``(start, stop)`` of the goal the shift moves."""
+    hidden_sizes: tuple[int, ...]
+    """Hidden layers of the residual network (ReLU)."""
+    bound: tuple[float, ...]
+    """The largest shift per goal entry, in the goal's own unit (m for the arm's target)."""
+    scale: tuple[float, ...]
+    """The same bound in normalized units: ``bound * inv_std`` of the goal entries."""
+
+    def __post_init__(self) -> None:
+        start, stop = self.goal
+        width = stop - start
+        if start < 0 or width <= 0:
+            raise ValueError(f"goal_shift.goal must be a non-empty slice, got {self.goal}")
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(
+                f"goal_shift.hidden_sizes must be non-empty and positive, got {self.hidden_sizes}"
+            )
+        for name, values in (("bound", self.bound), ("scale", self.scale)):
+            if len(values) != width or not all(math.isfinite(v) and v > 0 for v in values):
+                raise ValueError(
+                    f"goal_shift.{name} needs {width} positive finite values, got {list(values)}"
+                )
+
+    @property
+    def width(self) -> int:
+        return self.goal[1] - self.goal[0]
+
+
+@dataclass(frozen=True)
 class ActorArchitecture:
     """What the actor looks like; stored in the bundle manifest."""
 
@@ -63,6 +104,8 @@ class ActorArchitecture:
     """Channels of each image input, in the manifest's input order (``cnn_chunk_gaussian``)."""
     conv_channels: tuple[int, ...] = ()
     """Output channels of each convolution of an image encoder (``cnn_chunk_gaussian``)."""
+    goal_shift: GoalShift | None = None
+    """A learned bounded shift of the goal the actor reads (``mlp_gaussian`` only)."""
 
     def __post_init__(self) -> None:
         if self.obs_dim <= 0 or self.act_dim <= 0:
@@ -86,7 +129,14 @@ class ActorArchitecture:
                     f"horizon={self.horizon} image_channels={self.image_channels} "
                     f"conv_channels={self.conv_channels}; use kind 'cnn_chunk_gaussian'"
                 )
+            if self.goal_shift is not None and self.goal_shift.goal[1] > self.obs_dim:
+                raise ValueError(
+                    f"goal_shift.goal {self.goal_shift.goal} lies outside the {self.obs_dim} "
+                    "observation entries"
+                )
             return
+        if self.goal_shift is not None:
+            raise ValueError(f"a goal shift is for 'mlp_gaussian' actors, not {self.kind!r}")
         if not 1 <= self.horizon <= MAX_HORIZON:
             raise ValueError(f"horizon must be between 1 and {MAX_HORIZON}, got {self.horizon}")
         if not self.image_channels or any(c <= 0 for c in self.image_channels):
@@ -98,6 +148,10 @@ class ActorArchitecture:
             raise ValueError(
                 f"conv_channels must be non-empty and positive, got {self.conv_channels}"
             )
+
+    def without_goal_shift(self) -> ActorArchitecture:
+        """The same actor without its goal shift (what reads the shifted observation)."""
+        return dataclasses.replace(self, goal_shift=None)
 
     @property
     def out_dim(self) -> int:
@@ -141,6 +195,40 @@ class GaussianHead(nn.Module):
         return self.mu(features), log_std
 
 
+class GoalShiftNet(nn.Module):
+    """The residual of a :class:`GoalShift`: ``scale * tanh(net(obs))`` added to the goal.
+
+    Its last layer starts at zero, so a fresh shift moves nothing: the actor with it acts
+    exactly as the actor without it.
+    """
+
+    def __init__(self, obs_dim: int, shift: GoalShift) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = obs_dim
+        for h in shift.hidden_sizes:
+            layers += [nn.Linear(last, h), nn.ReLU()]
+            last = h
+        out = nn.Linear(last, shift.width)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+        self.net = nn.Sequential(*layers, out)
+        self.scale: torch.Tensor
+        self.register_buffer(
+            "scale", torch.tensor(shift.scale, dtype=torch.float32), persistent=False
+        )
+        self.start, self.stop = shift.goal
+
+    def shift(self, obs: torch.Tensor) -> torch.Tensor:
+        """The goal's shift ``(B, width)`` in normalized units."""
+        return torch.tanh(self.net(obs)) * self.scale
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` with its goal slice shifted."""
+        goal = obs[:, self.start : self.stop] + self.shift(obs)
+        return torch.cat([obs[:, : self.start], goal, obs[:, self.stop :]], dim=1)
+
+
 class Actor(nn.Module):
     """Tanh-squashed Gaussian policy over normalized observations; actions in [-1, 1]."""
 
@@ -149,9 +237,14 @@ class Actor(nn.Module):
         self.arch = arch
         self.trunk = _mlp(arch.obs_dim, arch.hidden_sizes, arch.activation)
         self.head = GaussianHead(arch.hidden_sizes[-1], arch.act_dim)
+        self.goal: GoalShiftNet | None = None
+        if arch.goal_shift is not None:
+            self.goal = GoalShiftNet(arch.obs_dim, arch.goal_shift)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(mu, log_std)`` of the pre-squash Gaussian."""
+        if self.goal is not None:
+            obs = self.goal(obs)
         return self.head(self.trunk(obs))  # type: ignore[no-any-return]
 
     def sample(
@@ -294,6 +387,22 @@ def actor_parameter_shapes(arch: ActorArchitecture) -> dict[str, tuple[int, ...]
     for part in ("mu", "log_std"):
         shapes[f"head.{part}.weight"] = (arch.out_dim, last)
         shapes[f"head.{part}.bias"] = (arch.out_dim,)
+    if arch.goal_shift is not None:
+        shapes.update(goal_shift_parameter_shapes(arch.obs_dim, arch.goal_shift))
+    return shapes
+
+
+GOAL_PREFIX = "goal."
+
+
+def goal_shift_parameter_shapes(obs_dim: int, shift: GoalShift) -> dict[str, tuple[int, ...]]:
+    """The ``goal.*`` tensors of a :class:`GoalShiftNet` (its ``scale`` is not a weight)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    last = obs_dim
+    for i, h in enumerate((*shift.hidden_sizes, shift.width)):
+        shapes[f"{GOAL_PREFIX}net.{2 * i}.weight"] = (h, last)
+        shapes[f"{GOAL_PREFIX}net.{2 * i}.bias"] = (h,)
+        last = h
     return shapes
 
 

@@ -92,10 +92,10 @@ class DriftConfig(BaseModel):
         "(tether.sim.DriftSchedule.demo); 'none': nominal dynamics throughout",
     )
     start_fraction: float = Field(
-        default=0.25, ge=0.0, lt=1.0, description="Drift starts this far into the run (fraction)"
+        default=0.2, ge=0.0, lt=1.0, description="Drift starts this far into the run (fraction)"
     )
     ramp_fraction: float = Field(
-        default=0.15,
+        default=0.1,
         gt=0.0,
         lt=1.0,
         description="The drift ramps over this part of the run (fraction)",
@@ -115,7 +115,7 @@ class RunConfig(BaseModel):
 
     model_config = _FROZEN
 
-    duration_s: float = Field(default=240.0, gt=0.0, description="How long the run lasts (s)")
+    duration_s: float = Field(default=300.0, gt=0.0, description="How long the run lasts (s)")
     fast: bool = Field(
         default=False,
         description="Robots run unthrottled instead of at control_rate_hz (tests, CI) (flag)",

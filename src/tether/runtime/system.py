@@ -38,6 +38,7 @@ from tether.data.channel import TransitionChannel
 from tether.data.log import ExperienceLog
 from tether.data.recorder import Recorder
 from tether.data.step import StepRecord
+from tether.learning.hindsight import bundle_for_learner
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerProcess
@@ -111,7 +112,10 @@ class RunSystem:
     def __init__(self, config: RunConfig, run_dir: Path) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.bundle_path = config.bundle or pretrained_bundle_path()
+        # A learner that trains a goal shift starts from the same policy with a zero one.
+        self.bundle_path = bundle_for_learner(
+            config.bundle or pretrained_bundle_path(), config.learner, run_dir
+        )
         self.bundle: PolicyBundle = load_bundle(self.bundle_path)
         spec = self.bundle.robot_spec
         if spec is None:

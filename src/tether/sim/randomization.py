@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tether.sim.dynamics import MAX_ACTION_DELAY_STEPS, ArmDynamics
 from tether.sim.errors import SimConfigError
+from tether.sim.geometry import ARM
 
 Range = tuple[float, float]
 
@@ -69,6 +70,23 @@ class DomainRandomization(BaseModel):
             obs_noise_std=(0.0, 0.002),
             obs_bias=(-0.005, 0.005),
             action_delay_steps=(0, 0),
+        )
+
+    @classmethod
+    def rated(cls) -> DomainRandomization:
+        """Every arm the built-in arm is rated to be: the pretraining ranges widened to the
+        rated minimum actuator gain (0.6), up to 4x nominal friction, the rated maximum
+        payload (0.5 kg) and one control step of delay, the envelope the demo drift ends
+        at. The gate's simulation stage judges no harm over it (``SimulationStageConfig``):
+        the real robot is one of these arms, and which one the simulator cannot know."""
+        base = cls.default()
+        return base.model_copy(
+            update={
+                "actuator_gain": (ARM.rated_min_actuator_gain, base.actuator_gain[1]),
+                "joint_friction": (base.joint_friction[0], 4.0),
+                "payload_mass_kg": (0.0, ARM.rated_max_payload_kg),
+                "action_delay_steps": (0, 1),
+            }
         )
 
     def contains(self, dynamics: ArmDynamics) -> bool:

@@ -5,7 +5,9 @@ observations the robots sent most recently: that the candidate's outputs are fin
 that its deterministic action change (RMS) and Gaussian KL from the live policy stay
 inside the trust region (``tether.policy.distance``); and, when the learner's critic is
 given, that the critic's value of the candidate's actions is not below live's by more
-than a margin.
+than a margin. A candidate whose actor carries a goal shift, like live's, is held to the
+largest change of that shift instead of the action and KL bounds (its own layers are
+live's; see ``tether.learning.publication``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.policy.bundle import PolicyBundle
-from tether.policy.distance import MAX_ACTION_CHANGE_RMS, MAX_KL_NATS, policy_distance
+from tether.policy.distance import (
+    MAX_ACTION_CHANGE_RMS,
+    MAX_GOAL_SHIFT_CHANGE,
+    MAX_KL_NATS,
+    goal_shift_change,
+    policy_distance,
+)
 from tether.policy.networks import TwinCritic
 from tether.policy.transforms import ObservationNormalizer
 from tether.versions.records import GateStage, Measurement, StageVerdict
@@ -39,6 +47,12 @@ class OfflineStageConfig(BaseModel):
         default=MAX_KL_NATS,
         gt=0.0,
         description="Largest mean KL(live || candidate) of the Gaussians (nats)",
+    )
+    max_goal_shift_change: float = Field(
+        default=MAX_GOAL_SHIFT_CHANGE,
+        gt=0.0,
+        description="Largest change of a goal-shift actor's shift, in the goal's unit (m for "
+        "the arm); replaces the action and KL bounds when live and candidate carry one",
     )
     value_margin: float = Field(
         default=0.5,
@@ -80,13 +94,19 @@ def offline_stage(
         finite = torch.isfinite(mu_c).all(-1) & torch.isfinite(log_std_c).all(-1)
         non_finite = int((~finite).sum())
         distance = policy_distance(mu_l[finite], log_std_l[finite], mu_c[finite], log_std_c[finite])
-        measurements += [
-            Measurement("non_finite_outputs", float(non_finite), 0.0, "<="),
-            Measurement(
-                "action_change_rms", distance.action_change_rms, config.max_action_change, "<="
-            ),
-            Measurement("action_kl", distance.kl, config.max_kl, "<="),
-        ]
+        measurements.append(Measurement("non_finite_outputs", float(non_finite), 0.0, "<="))
+        if cand_actor.goal is not None and live_actor.goal is not None:
+            reach = goal_shift_change(live_actor, cand_actor, x_live[finite])
+            measurements.append(
+                Measurement("goal_shift_change", reach, config.max_goal_shift_change, "<=")
+            )
+        else:
+            measurements += [
+                Measurement(
+                    "action_change_rms", distance.action_change_rms, config.max_action_change, "<="
+                ),
+                Measurement("action_kl", distance.kl, config.max_kl, "<="),
+            ]
         if critic is not None and bool(finite.any()):
             a_c, a_l = torch.tanh(mu_c[finite]), torch.tanh(mu_l[finite])
             x = x_live[finite]

@@ -1,0 +1,299 @@
+"""Hindsight goal relabelling: learn where the actor should reach from where the robot went.
+
+An actor with a goal shift (``tether.policy.networks.GoalShift``) reaches for the goal
+the robot asked for plus a bounded learned shift. On a robot whose dynamics drifted (an
+actuator that sags, a payload), the same request ends somewhere else. Every finished
+episode says, in hindsight, what to ask for to end there: the arm came to rest at
+``achieved`` while the actor reached for ``asked = goal + shift``, so from any state of
+that episode, *to end at* ``achieved`` *ask* ``asked`` (goal-conditioned supervised
+learning with relabelled goals; Ghosh et al. 2021, "Learning to Reach Goals via
+Iterated Supervised Learning", and hindsight experience replay). The learner relabels
+every state of the episode with ``achieved`` as its goal and regresses the shift onto
+``asked - achieved``; the actor's own layers stay frozen.
+
+What this needs from the data, all of it in every transition the robots send:
+
+- episodes: transitions are chained by observation (a transition's ``next_observation``
+  is its robot's next ``observation``, bit for bit: the recorder pairs them from the same
+  steps), so the robots' interleaved streams come apart without a robot id;
+- the shift the deployed version used at the episode's last step: recomputed from that
+  version's weights (``weights_of``, the learner's known versions; an episode of a
+  version it does not hold is skipped and counted);
+- that the arm came to rest (joint speeds below ``settle_speed`` over the last
+  ``settle_steps``) with no person driving, and that the supervisor did not hold it
+  somewhere else at the end (a position, workspace, obstacle or torque correction, or a
+  backup, over the last ``settle_steps``): such an episode says nothing about where a
+  request ends. A rate correction (velocity, acceleration) only smooths the way there
+  and does not disqualify it.
+
+Invariants: only the goal shift's parameters change; a label is bounded by the shift's
+own bound, so the regression never asks for a shift the actor cannot make; the kept
+episodes are the most recent ``episodes_kept`` (the dynamics drift: older endings are
+stale).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.data.columns import TransitionArrays
+from tether.data.step import HUMAN_SOURCE_CODE
+from tether.learning.errors import LearnerConfigError
+from tether.policy.bundle import load_bundle
+from tether.policy.goal_shift import goal_shift_for, with_goal_shift
+from tether.policy.networks import Actor, GoalShiftNet
+from tether.policy.tensors import StateDict
+from tether.policy.transforms import ObservationNormalizer
+from tether.safety.verdict import REPLACING_CHECKS, SafetyCheck
+from tether.spec import RobotSpec
+
+if TYPE_CHECKING:
+    from tether.learning.learner_config import LearnerConfig
+
+# Corrections that hold the arm away from where it was asked to go (a rate correction only
+# changes how fast it gets there).
+_HOLDING_CHECKS = int(
+    REPLACING_CHECKS
+    | SafetyCheck.POSITION
+    | SafetyCheck.WORKSPACE
+    | SafetyCheck.OBSTACLE
+    | SafetyCheck.TORQUE
+)
+
+# Episodes still being assembled: more than this many open chains is a stream the
+# chaining does not fit (a robot whose observations are not continuous); the oldest go.
+_MAX_OPEN_EPISODES = 256
+
+
+class HindsightConfig(BaseModel):
+    """The goal shift the learner adds and how it learns it from finished episodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    goal: str = Field(
+        default="target", description="Observation layout slice of the goal the shift moves (name)"
+    )
+    achieved: str = Field(
+        default="end_effector",
+        description="Observation layout slice of where the robot is, in the goal's unit (name)",
+    )
+    settle: str = Field(
+        default="joint_velocity",
+        description="Observation layout slice whose magnitude says the robot is at rest (name)",
+    )
+    bound: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="Largest shift of each goal entry, in the goal's unit (m for the arm)",
+    )
+    hidden_sizes: tuple[int, ...] = Field(
+        default=(64, 64), description="Hidden layers of the shift's network (units)"
+    )
+    lr: float = Field(default=1e-3, gt=0.0, description="Adam learning rate of the shift (1)")
+    batch_size: int = Field(default=256, ge=1, description="Relabelled states per update (rows)")
+    episodes_kept: int = Field(
+        default=30,
+        ge=1,
+        description="Most recent labelled episodes the regression draws from (episodes)",
+    )
+    settle_steps: int = Field(
+        default=10, ge=1, description="Final steps that must be at rest for a label (steps)"
+    )
+    settle_speed: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="Largest |settle slice| entry over the final steps at rest (its unit, rad/s)",
+    )
+    updates_per_episode: int = Field(
+        default=200,
+        ge=0,
+        description="Regression steps each labelled episode earns (updates)",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the mini-batch sampling (1)")
+
+
+@dataclass(frozen=True)
+class HindsightStats:
+    """One regression step; ``loss`` in the goal's unit squared."""
+
+    updates: int
+    loss: float
+    episodes: int
+
+
+class HindsightLearner:
+    """Assembles episodes from transitions, labels them in hindsight, trains the shift."""
+
+    def __init__(
+        self,
+        actor: Actor,
+        config: HindsightConfig,
+        spec: RobotSpec,
+        normalize: ObservationNormalizer,
+    ) -> None:
+        if actor.goal is None or actor.arch.goal_shift is None:
+            raise LearnerConfigError(
+                "learning.algorithm 'hindsight' trains a goal shift, but the bundle's actor has "
+                "none; give the bundle one (tether.policy.goal_shift.with_goal_shift)"
+            )
+        if spec.layout is None:
+            raise LearnerConfigError("hindsight learning needs the robot's observation layout")
+        slices = spec.layout.slices()
+        for name in (config.goal, config.achieved, config.settle):
+            if name not in slices:
+                raise LearnerConfigError(
+                    f"hindsight: the observation layout has no {name!r} slice "
+                    f"(it has {sorted(slices)})"
+                )
+        self.goal_slice = slices[config.goal]
+        self.achieved_slice = slices[config.achieved]
+        self.settle_slice = slices[config.settle]
+        shift = actor.arch.goal_shift
+        if (shift.goal[0], shift.goal[1]) != (self.goal_slice.start, self.goal_slice.stop):
+            raise LearnerConfigError(
+                f"hindsight: the actor's goal shift moves entries {shift.goal}, not the "
+                f"{config.goal!r} slice {self.goal_slice}"
+            )
+        self.config = config
+        self.actor = actor
+        self.net: GoalShiftNet = actor.goal
+        self.normalize = normalize
+        # shift (normalized units) / unit = shift in the goal's unit
+        self._unit = torch.tensor(
+            [s / b for s, b in zip(shift.scale, shift.bound, strict=True)], dtype=torch.float32
+        )
+        self._bound = np.asarray(shift.bound, dtype=np.float32)
+        self.optimizer = torch.optim.Adam(self.net.net.parameters(), lr=config.lr)
+        self._generator = torch.Generator().manual_seed(config.seed)
+        self._scratch = Actor(actor.arch).eval().requires_grad_(False)
+        self._open_rows: dict[bytes, list[np.ndarray]] = {}
+        self._kept: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=config.episodes_kept)
+        self.weights_of: Callable[[int], StateDict | None] = lambda _version: None
+        self.budget = 0.0
+        self.updates = 0
+        self.episodes = 0  # labelled
+        self.skipped: dict[str, int] = {"moving": 0, "human": 0, "corrected": 0, "unknown": 0}
+
+    # -- episodes ---------------------------------------------------------------------
+    def observe(self, rows: TransitionArrays) -> None:
+        """Chain raw transitions into episodes; label each one that finishes."""
+        for i in range(len(rows)):
+            key = rows.observations[i].tobytes()
+            chain = self._open_rows.pop(key, None)
+            if chain is None:
+                chain = []
+            chain.append(self._row(rows, i))
+            if bool(rows.terminated[i]) or bool(rows.truncated[i]):
+                self._finish(chain)
+                continue
+            self._open_rows[rows.next_observations[i].tobytes()] = chain
+            if len(self._open_rows) > _MAX_OPEN_EPISODES:
+                del self._open_rows[next(iter(self._open_rows))]
+
+    @staticmethod
+    def _row(rows: TransitionArrays, i: int) -> np.ndarray:
+        # observation, next observation, then source, safety checks, version as floats
+        return np.concatenate(
+            [
+                rows.observations[i],
+                rows.next_observations[i],
+                np.array(
+                    [
+                        rows.action_sources[i],
+                        (int(rows.safety_checks[i]) & _HOLDING_CHECKS) != 0,
+                        rows.policy_versions[i],
+                    ],
+                    dtype=np.float32,
+                ),
+            ]
+        )
+
+    def _finish(self, chain: list[np.ndarray]) -> None:
+        c = self.config
+        table = np.stack(chain)
+        dim = (table.shape[1] - 3) // 2
+        obs, nxt = table[:, :dim], table[:, dim : 2 * dim]
+        source, corrected, version = table[:, -3], table[:, -2], table[:, -1]
+        tail = slice(max(0, len(table) - c.settle_steps), len(table))
+        if len(table) < c.settle_steps or (
+            np.abs(nxt[tail, self.settle_slice]).max() >= c.settle_speed
+        ):
+            self.skipped["moving"] += 1
+            return
+        if (source == HUMAN_SOURCE_CODE).any():
+            self.skipped["human"] += 1
+            return
+        if corrected[tail].any():
+            self.skipped["corrected"] += 1
+            return
+        state = self.weights_of(int(version[-1]))
+        if state is None:
+            self.skipped["unknown"] += 1
+            return
+        self._scratch.load_state_dict(state)
+        last = torch.from_numpy(self.normalize(obs[-1:]))
+        assert self._scratch.goal is not None
+        with torch.no_grad():
+            used = (self._scratch.goal.shift(last) / self._unit)[0].numpy()
+        achieved = nxt[-1, self.achieved_slice]
+        asked = obs[-1, self.goal_slice] + used
+        label = np.clip(asked - achieved, -0.999 * self._bound, 0.999 * self._bound)
+        relabelled = obs.copy()
+        relabelled[:, self.goal_slice] = achieved
+        x = torch.from_numpy(self.normalize(relabelled))
+        y = torch.from_numpy(np.repeat(label[None, :].astype(np.float32), len(x), axis=0))
+        self._kept.append((x, y))
+        self.episodes += 1
+        self.budget += c.updates_per_episode
+
+    # -- learning ---------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether at least one labelled episode is kept."""
+        return len(self._kept) > 0
+
+    def update(self) -> HindsightStats:
+        """One regression step of the shift on relabelled states of the kept episodes."""
+        xs = torch.cat([x for x, _ in self._kept])
+        ys = torch.cat([y for _, y in self._kept])
+        pick = torch.randint(0, len(xs), (self.config.batch_size,), generator=self._generator)
+        predicted = self.net.shift(xs[pick]) / self._unit
+        loss = (predicted - ys[pick]).pow(2).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.optimizer.step()
+        self.updates += 1
+        return HindsightStats(self.updates, float(loss.detach()), len(self._kept))
+
+    def run_updates(self, most: int) -> int:
+        """Up to ``most`` of the updates the labelled episodes have earned."""
+        if not self.ready():
+            return 0
+        n = min(int(self.budget), most)
+        for _ in range(n):
+            self.update()
+        self.budget -= n
+        return n
+
+
+def bundle_for_learner(bundle_path: Path, config: LearnerConfig, directory: Path) -> Path:
+    """The bundle a run serves and learns from: ``bundle_path`` itself, or, when
+    ``config`` learns a goal shift the bundle does not carry, the same version with a
+    zero shift (it acts exactly as ``bundle_path`` does), saved under ``directory``."""
+    if config.algorithm != "hindsight":
+        return bundle_path
+    bundle = load_bundle(bundle_path)
+    if bundle.architecture.goal_shift is not None:
+        return bundle_path
+    h = config.hindsight
+    shift = goal_shift_for(bundle, goal=h.goal, bound=h.bound, hidden_sizes=h.hidden_sizes)
+    target = directory / "start-bundle"
+    with_goal_shift(target, bundle, shift, overwrite=True)
+    return target

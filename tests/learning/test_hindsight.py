@@ -1,0 +1,197 @@
+"""Hindsight goal relabelling: episodes from interleaved streams, labels from the version
+that acted, the skip rules, and a learner that actually moves where the drifted arm ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tether.data.columns import TransitionArrays
+from tether.data.step import HUMAN_SOURCE_CODE
+from tether.learning.core import LearnerCore
+from tether.learning.errors import LearnerConfigError
+from tether.learning.hindsight import HindsightConfig, HindsightLearner, bundle_for_learner
+from tether.learning.learner_config import LearnerConfig
+from tether.policy import PolicyBundle, init_bundle, load_bundle
+from tether.policy.networks import Actor
+from tether.policy.transforms import ObservationNormalizer
+from tether.safety.verdict import SafetyCheck
+from tether.sim.spec import arm_spec
+
+SPEC = arm_spec("position")
+SLICES = SPEC.layout.slices() if SPEC.layout is not None else {}
+TARGET, EE, QD = SLICES["target"], SLICES["end_effector"], SLICES["joint_velocity"]
+
+
+@pytest.fixture
+def shifted(tmp_path: Path) -> PolicyBundle:
+    plain = tmp_path / "plain"
+    init_bundle(plain, SPEC, hidden_sizes=(16, 16), with_training=True)
+    return load_bundle(bundle_for_learner(plain, LearnerConfig(), tmp_path))
+
+
+def _episode(
+    target: np.ndarray, end: np.ndarray, steps: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``steps + 1`` raw observations: the end effector moves to ``end``, at rest at the end."""
+    obs = np.zeros((steps + 1, SPEC.obs_dim), np.float32)
+    for t in range(steps + 1):
+        frac = min(1.0, t / (steps - 12))
+        obs[t, EE] = (1 - frac) * np.array([0.3, 0.0, 0.3]) + frac * end
+        obs[t, TARGET] = target
+        obs[t, QD] = 0.0 if frac >= 1.0 else rng.normal(0, 0.5, QD.stop - QD.start)
+        obs[t, 0:4] = rng.normal(0, 0.1, 4)  # joint positions: distinct rows
+    return obs
+
+
+def _rows(obs: np.ndarray, version: int) -> TransitionArrays:
+    n = len(obs) - 1
+    rows = TransitionArrays.empty(n, SPEC.obs_dim, SPEC.act_dim)
+    rows.observations[:] = obs[:-1]
+    rows.next_observations[:] = obs[1:]
+    rows.truncated[-1] = True
+    rows.policy_versions[:] = version
+    return rows
+
+
+def _interleave(a: TransitionArrays, b: TransitionArrays) -> TransitionArrays:
+    order = np.argsort(np.concatenate([np.arange(len(a)) * 2, np.arange(len(b)) * 2 + 1]))
+    cols = {
+        name: np.concatenate([getattr(a, name), getattr(b, name)])[order]
+        for name in TransitionArrays._fields
+    }
+    return TransitionArrays(**cols)
+
+
+def _learner(bundle: PolicyBundle, **config: object) -> HindsightLearner:
+    actor = bundle.build_actor()
+    learner = HindsightLearner(
+        actor,
+        HindsightConfig(**config),  # type: ignore[arg-type]
+        SPEC,
+        ObservationNormalizer(bundle.manifest.normalizer),
+    )
+    learner.weights_of = {bundle.version.id: dict(bundle.actor_state)}.get
+    return learner
+
+
+def test_interleaved_robots_come_apart_into_their_own_episodes(shifted: PolicyBundle) -> None:
+    rng = np.random.default_rng(0)
+    t1, t2 = np.array([0.4, 0.1, 0.2], np.float32), np.array([0.2, -0.2, 0.3], np.float32)
+    end1, end2 = t1 - [0.0, 0.0, 0.05], t2 - [0.01, 0.0, 0.03]
+    a = _rows(_episode(t1, end1, 40, rng), shifted.version.id)
+    b = _rows(_episode(t2, end2, 40, rng), shifted.version.id)
+    learner = _learner(shifted)
+    both = _interleave(a, b)
+    learner.observe(TransitionArrays(*(c[:30] for c in both)))
+    assert learner.episodes == 0  # neither has finished
+    learner.observe(TransitionArrays(*(c[30:] for c in both)))
+    assert learner.episodes == 2
+    labels = sorted(tuple(float(v) for v in y[0]) for _, y in learner._kept)
+    # zero shift: asked == target, so the label is target - where it ended
+    want = sorted(tuple(float(v) for v in t - e) for t, e in ((t1, end1), (t2, end2)))
+    np.testing.assert_allclose(labels, want, atol=1e-6)
+    x, _ = learner._kept[0]
+    relabelled_goal = x[:, TARGET]
+    assert torch.allclose(relabelled_goal, relabelled_goal[0].expand_as(relabelled_goal))
+
+
+def test_the_label_adds_the_shift_of_the_version_that_acted(shifted: PolicyBundle) -> None:
+    rng = np.random.default_rng(1)
+    target = np.array([0.35, 0.05, 0.25], np.float32)
+    end = target - [0.0, 0.0, 0.04]
+    acted = {k: v.clone() for k, v in shifted.actor_state.items()}
+    acted["goal.net.4.bias"] = torch.tensor([0.0, 0.0, 5.0])  # saturated: +bound in z
+    learner = _learner(shifted)
+    learner.weights_of = {shifted.version.id: dict(shifted.actor_state), 7: acted}.get
+    learner.observe(_rows(_episode(target, end, 40, rng), 7))
+    ((_, y),) = learner._kept
+    bound = HindsightConfig().bound
+    lifted = target + np.array([0.0, 0.0, bound * np.tanh(5.0)], np.float32)
+    want = np.clip(lifted - end, -0.999 * bound, 0.999 * bound)
+    np.testing.assert_allclose(y[0].numpy(), want, atol=1e-5)
+    # a version the learner never held says nothing: skipped, counted
+    learner.observe(_rows(_episode(target, end, 40, rng), 99))
+    assert learner.skipped["unknown"] == 1
+    assert learner.episodes == 1
+
+
+@pytest.mark.parametrize("why", ["moving", "human", "corrected"])
+def test_an_episode_that_says_nothing_about_where_a_request_ends_is_skipped(
+    shifted: PolicyBundle, why: str
+) -> None:
+    rng = np.random.default_rng(2)
+    target = np.array([0.3, 0.0, 0.3], np.float32)
+    obs = _episode(target, target - [0, 0, 0.03], 40, rng)
+    if why == "moving":
+        obs[-5:, QD] = 0.3
+    rows = _rows(obs, shifted.version.id)
+    if why == "human":
+        rows.action_sources[10] = HUMAN_SOURCE_CODE
+    if why == "corrected":
+        rows.safety_checks[-2] = int(SafetyCheck.WORKSPACE)
+    learner = _learner(shifted)
+    learner.observe(rows)
+    assert learner.skipped[why] == 1
+    assert learner.episodes == 0
+    assert not learner.ready()
+
+
+def test_a_rate_correction_at_the_end_still_labels(shifted: PolicyBundle) -> None:
+    rng = np.random.default_rng(2)
+    target = np.array([0.3, 0.0, 0.3], np.float32)
+    rows = _rows(_episode(target, target - [0, 0, 0.03], 40, rng), shifted.version.id)
+    rows.safety_checks[-2] = int(SafetyCheck.ACCELERATION | SafetyCheck.VELOCITY)
+    learner = _learner(shifted)
+    learner.observe(rows)
+    assert learner.episodes == 1
+
+
+def test_the_shift_learns_to_ask_for_what_the_arm_falls_short_of(shifted: PolicyBundle) -> None:
+    rng = np.random.default_rng(3)
+    sag = np.array([0.0, 0.0, 0.04], np.float32)
+    learner = _learner(shifted, updates_per_episode=60, lr=3e-3)
+    for _ in range(10):
+        target = rng.uniform([0.2, -0.2, 0.15], [0.45, 0.2, 0.4]).astype(np.float32)
+        learner.observe(_rows(_episode(target, target - sag, 40, rng), shifted.version.id))
+        learner.run_updates(1000)
+    assert learner.updates == 600
+    x = torch.cat([x for x, _ in learner._kept])
+    assert learner.net is not None
+    with torch.no_grad():
+        reach = (learner.net.shift(x) / learner._unit).numpy()
+    np.testing.assert_allclose(reach.mean(axis=0), sag, atol=0.005)
+    # only the shift moved: the actor's own layers are the bundle's, bit for bit
+    state = learner.actor.state_dict()
+    for name, tensor in shifted.actor_state.items():
+        if not name.startswith("goal."):
+            assert torch.equal(state[name], tensor), name
+
+
+def test_hindsight_refuses_an_actor_without_a_goal_shift(tmp_path: Path) -> None:
+    plain = init_bundle(tmp_path / "plain", SPEC, hidden_sizes=(16, 16), with_training=True)
+    with pytest.raises(LearnerConfigError, match="goal shift"):
+        LearnerCore(plain, LearnerConfig())
+
+
+def test_a_fresh_goal_shift_acts_exactly_as_the_bundle(tmp_path: Path) -> None:
+    plain = init_bundle(tmp_path / "plain", SPEC, hidden_sizes=(16, 16), with_training=True)
+    shifted = load_bundle(bundle_for_learner(tmp_path / "plain", LearnerConfig(), tmp_path))
+    assert shifted.version == plain.version or shifted.version.id == plain.version.id
+    x = torch.from_numpy(
+        ObservationNormalizer(plain.manifest.normalizer)(
+            np.random.default_rng(4).normal(0, 0.3, (32, SPEC.obs_dim)).astype(np.float32)
+        )
+    )
+    with torch.no_grad():
+        a, b = plain.build_actor()(x), shifted.build_actor()(x)
+    assert torch.equal(a[0], b[0])
+    assert torch.equal(a[1], b[1])
+    # SAC runs learn from the bundle as it is
+    assert bundle_for_learner(tmp_path / "plain", LearnerConfig(algorithm="sac"), tmp_path) == (
+        tmp_path / "plain"
+    )
+    assert isinstance(shifted.build_actor(), Actor)
