@@ -74,21 +74,30 @@ def batched(
     actions: bool,
 ) -> Callable[[], None]:
     """A call that filters the next ``len(supervisors)`` triples in one batched call,
-    row ``r`` with its own supervisor."""
+    row ``r`` with its own supervisor. Where a triple has a previous command, row ``r``
+    hands back what its own supervisor returned last (a copy, as a robot's message
+    carries it): what serving hands the batch."""
     index = [0]
     rows = len(supervisors)
     run = filter_actions if actions else filter_commands
+    last: list[np.ndarray | None] = [None] * rows
 
     def call() -> None:
         i = index[0]
         chosen = [items[(i + r) % len(items)] for r in range(rows)]
         proposals = [c for _, c, _ in chosen]
-        run(
+        previous = [
+            None if p is None or last[r] is None else last[r].copy()  # type: ignore[union-attr]
+            for r, (_, _, p) in enumerate(chosen)
+        ]
+        answers = run(
             supervisors,
             [o for o, _, _ in chosen],
             np.stack(proposals) if actions else proposals,
-            [p for _, _, p in chosen],
+            previous,
         )
+        for r, (action, _) in enumerate(answers):
+            last[r] = action
         index[0] = (i + rows) % len(items)
 
     return call
