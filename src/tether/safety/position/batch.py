@@ -185,21 +185,23 @@ def filter_actions(
         center, half = np.array(first._center), np.array(first._half)
         mapped = dict(zip(back, ((executed - center) / half).astype(np.float32), strict=True))
     out: list[Result] = []
+    policy = ActionSource.POLICY
     for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
-        if verdict.source is ActionSource.POLICY:
-            action = _as_action(actions[i], supervisor._n)
+        if verdict.source is policy:
+            # _as_action of a row of a float32 (rows, n) array: the row itself.
+            action = actions[i] if same else _as_action(actions[i], supervisor._n)
         else:
             action = mapped[i] if same else supervisor._to_action(command)
-        out.append((supervisor._remember(action, command), verdict))
+        # supervisor._remember(action, command), inline: it runs for every row
+        supervisor._last_bytes = action.tobytes()
+        supervisor._last_command = command
+        out.append((action, verdict))
     return out
 
 
 def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
-    first = supervisors[0]
-    return all(
-        s._center == first._center and s._half == first._half and s._n == first._n
-        for s in supervisors
-    )
+    key = supervisors[0]._map_key
+    return all(s._map_key == key for s in supervisors)
 
 
 def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.ndarray:
