@@ -213,14 +213,12 @@ def test_auto_mode_runs_lone_requests_inline_and_slow_batches_in_the_thread() ->
 
     def run_batch(items: list[int]) -> list[int | ServingError]:
         if items[0] >= 100:
-            time.sleep(0.002)  # 10x the inline threshold set below: a heavy policy
+            time.sleep(0.002)  # 10x the inline threshold: a heavy policy
         return list(items)
 
     async def scenario() -> None:
         batcher: DynamicBatcher[int, int] = DynamicBatcher(
-            run_batch,
-            BatcherConfig(execution="auto", inline_threshold_s=0.0002),
-            on_batch=stats.append,
+            run_batch, BatcherConfig(execution="auto"), on_batch=stats.append
         )
         batcher.start()
         try:
@@ -305,9 +303,7 @@ def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
 
     async def scenario() -> None:
         batcher: DynamicBatcher[int, int] = DynamicBatcher(
-            slow,
-            BatcherConfig(execution="auto", inline_threshold_s=0.0002),
-            on_batch=stats.append,
+            slow, BatcherConfig(execution="auto"), on_batch=stats.append
         )
         batcher.start()
         try:

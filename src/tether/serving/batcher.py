@@ -17,10 +17,7 @@ Where a batch runs is chosen per batch: a thread hand-off costs tens of microsec
 more than a small MLP's forward, so in ``auto`` mode a lone robot's requests run on the
 event loop, as does any batch whose measured compute time is below
 ``inline_threshold_s``; slower batches of several requests run in a worker thread so the
-loop keeps reading the next requests meanwhile. The threshold is milliseconds, not the
-hand-off's microseconds: a batch thread holds the GIL for the batch's Python while
-grpc's callbacks on the loop wait for it, which made grpc's own per-message work several
-times dearer (docs/benchmarks.md), so only a forward long enough to overlap leaves the loop. Concurrency is judged from evidence:
+loop keeps reading the next requests meanwhile. Concurrency is judged from evidence:
 batches of several, or requests that queued while a threaded batch computed (one lone
 batch in ``_PROBE_EVERY`` runs threaded to look, because unary callers only reach the
 queue once the loop is free). benchmarks/bench_serving.py measures all three choices.

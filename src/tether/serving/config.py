@@ -43,15 +43,9 @@ class BatcherConfig(BaseModel):
         "batch from its measured compute time (mode)",
     )
     inline_threshold_s: float = Field(
-        # A batch in the worker thread holds the GIL for its Python (supervisor, pipeline)
-        # while grpc's callbacks on the loop wait for it, and each hand-off wakes the loop:
-        # grpc's per-message work cost ~3x more per step beside a threaded batch of the
-        # shipped policy (docs/benchmarks.md, Serving, 2026-12-02 evening). Only batches
-        # long enough to be worth overlapping (a heavy network's forward) leave the loop.
-        default=0.002,
+        default=0.0002,
         description="In auto mode, batches expected to compute faster than this run on the "
-        "event loop: a thread hand-off, and the GIL the batch thread holds while grpc's "
-        "callbacks wait for it, cost more than they do (s)",
+        "event loop, since a thread hand-off costs more than they do (s)",
     )
 
     @field_validator("max_batch_size")
