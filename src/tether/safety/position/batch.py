@@ -172,12 +172,13 @@ def filter_actions(
     # The executed commands back in the action space: a passed action is returned as it
     # was proposed, any other mapped back (all rows at once under one map).
     answers: list[Result] = []
-    for result in results:
+    back: list[int] = []
+    policy = ActionSource.POLICY
+    for i, result in enumerate(results):
         assert result is not None
         answers.append(result)
-    back = [
-        i for i, (_, verdict) in enumerate(answers) if verdict.source is not ActionSource.POLICY
-    ]
+        if result[1].source is not policy:
+            back.append(i)
     mapped: dict[int, np.ndarray] = {}
     if back and same:
         first = supervisors[0]
@@ -185,7 +186,6 @@ def filter_actions(
         center, half = np.array(first._center), np.array(first._half)
         mapped = dict(zip(back, ((executed - center) / half).astype(np.float32), strict=True))
     out: list[Result] = []
-    policy = ActionSource.POLICY
     for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
         if verdict.source is policy:
             # _as_action of a row of a float32 (rows, n) array: the row itself.
@@ -323,15 +323,19 @@ def _array_group(
     n = first._n
     reference = q.copy()
     change = v * dt
-    held = np.zeros(rows, dtype=np.bool_)
     chosen = [supervisors[i] for i in members]
-    for k, i in enumerate(members):
-        if previous[i] is not None:
+    # A row with its own previous command steers from it and its last change (_prepare).
+    own = [k for k, i in enumerate(members) if previous[i] is not None]
+    held = np.zeros(rows, dtype=np.bool_)
+    if own:
+        lasts = []
+        for k in own:
             last = chosen[k]._last
-            assert last is not None
-            reference[k] = last[0]
-            change[k] = last[1]
-            held[k] = True
+            assert last is not None  # _is_last checked it
+            lasts.append(last)
+        reference[own] = [last[0] for last in lasts]
+        change[own] = [last[1] for last in lasts]
+        held[own] = True
     inputs = np.concatenate((q, v, reference, change, command), axis=1)
     anchors = np.stack([s._anchors for s in chosen])
     table = kernel.step_batch(
