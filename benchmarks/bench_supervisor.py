@@ -30,6 +30,7 @@ obstacle contacts and joint-limit violations under a uniformly random command po
 
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
         [--physics 10000]
+    python benchmarks/bench_supervisor.py --serving-batch [--episodes 3] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -74,21 +75,30 @@ def batched(
     actions: bool,
 ) -> Callable[[], None]:
     """A call that filters the next ``len(supervisors)`` triples in one batched call,
-    row ``r`` with its own supervisor."""
+    row ``r`` with its own supervisor. Where a triple has a previous command, row ``r``
+    hands back what its own supervisor returned last (a copy, as a robot's message
+    carries it): what serving hands the batch."""
     index = [0]
     rows = len(supervisors)
     run = filter_actions if actions else filter_commands
+    last: list[np.ndarray | None] = [None] * rows
 
     def call() -> None:
         i = index[0]
         chosen = [items[(i + r) % len(items)] for r in range(rows)]
         proposals = [c for _, c, _ in chosen]
-        run(
+        previous = [
+            None if p is None or last[r] is None else last[r].copy()  # type: ignore[union-attr]
+            for r, (_, _, p) in enumerate(chosen)
+        ]
+        answers = run(
             supervisors,
             [o for o, _, _ in chosen],
             np.stack(proposals) if actions else proposals,
-            [p for _, _, p in chosen],
+            previous,
         )
+        for r, (action, _) in enumerate(answers):
+            last[r] = action
         index[0] = (i + rows) % len(items)
 
     return call
@@ -381,8 +391,77 @@ def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list
     return out
 
 
+def serving_batch_us(episodes: int, batches: int, repeats: int) -> tuple[float, float]:
+    """Per row µs (thread CPU time, best of ``repeats``) of one engine batch of 64 robots
+    supervised as serving supervises it, along the shipped policy's closed loop: each robot
+    its own stretch of the loop, handing back its own last action (a copy); first
+    ``filter_actions`` alone, then ``decide_batch`` (sessions from ``SupervisorFactory``,
+    their degradation machine fed every verdict)."""
+    import time
+
+    from tether.safety.degradation import DegradationMachine
+    from tether.safety.levels import DegradationLevel
+    from tether.serving.supervision import SupervisedRow, SupervisorFactory, decide_batch
+
+    spec = arm_spec("position")
+    items = shipped_position_trajectory(episodes)
+
+    def timed(kind: str) -> float:
+        clock = [0.0]
+        machine = DegradationMachine(limits=limits_for(spec), clock=lambda: clock[0])
+        factory = SupervisorFactory(spec, degradation=machine)
+        sessions = [factory(f"robot-{r}") for r in range(BATCH)]
+        last: list[np.ndarray | None] = [None] * BATCH
+        step = [0]
+
+        def one() -> None:
+            i = step[0]
+            chosen = [items[(i + 9 * r) % len(items)] for r in range(BATCH)]
+            proposed = np.stack([c[1] for c in chosen])
+            previous = [
+                None if c[2] is None or last[r] is None else last[r].copy()  # type: ignore[union-attr]
+                for r, c in enumerate(chosen)
+            ]
+            if kind == "filter":
+                got = filter_actions(
+                    [s._base for s in sessions],  # type: ignore[misc]
+                    [c[0] for c in chosen],
+                    proposed,
+                    previous,
+                    [0.001] * BATCH,
+                )
+            else:
+                rows = [
+                    SupervisedRow(sessions[r], c[0], previous[r], 0.001, DegradationLevel.NORMAL)
+                    for r, c in enumerate(chosen)
+                ]
+                got = decide_batch(rows, proposed, 1)
+            for r in range(BATCH):
+                last[r] = got[r][0]
+            step[0] = i + 1
+            clock[0] += 0.01
+
+        for _ in range(30):
+            one()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.thread_time()
+            for _ in range(batches):
+                one()
+            best = min(best, (time.thread_time() - start) / batches / BATCH * 1e6)
+        return best
+
+    return timed("filter"), timed("decide")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--serving-batch",
+        action="store_true",
+        help="only time one engine batch of 64 robots supervised as serving does "
+        "(filter_actions, then decide_batch with the degradation machine), per row",
+    )
     parser.add_argument("--calls", type=int, default=2000, help="filter calls per timed run")
     parser.add_argument(
         "--repeats", type=int, default=25, help="timed runs per case, interleaved; the best is kept"
@@ -406,6 +485,13 @@ def main() -> None:
         "without the position supervisor (0: skip)",
     )
     args = parser.parse_args()
+    if args.serving_batch:
+        filter_us, decide_us = serving_batch_us(args.episodes, 60, args.repeats)
+        print(
+            f"batch of {BATCH} on the shipped loop, per row (thread CPU µs): filter_actions "
+            f"{filter_us:.2f}, decide_batch {decide_us:.2f}"
+        )
+        return
     rng = np.random.default_rng(0)
 
     spec7 = panda_like_spec()

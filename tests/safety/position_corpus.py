@@ -276,16 +276,7 @@ class Results(NamedTuple):
 def run(calls: list[Call], compiled: bool | None) -> Results:
     """The calls through fresh supervisors (one per sequence), each handed back its own
     last output where the call says so."""
-    count = len(calls)
-    out = Results(
-        np.zeros((count, N), np.float32),
-        np.zeros(count, np.int8),
-        np.zeros(count, np.int8),
-        np.zeros(count, np.int64),
-        np.zeros(count),
-        np.zeros(count, np.int8),
-        np.full((count, len(MOVED_ORDER)), np.nan),
-    )
+    out = _empty_results(len(calls))
     supervisor: Supervisor | None = None
     sequence = -1
     last: Any = None
@@ -297,16 +288,85 @@ def run(calls: list[Call], compiled: bool | None) -> Results:
         assert supervisor is not None
         action, verdict = invoke(supervisor, call, last)
         last = action
-        assert action.dtype == np.float32
-        assert action.shape == (N,)
-        out.action[i] = action
-        out.verdict_class[i] = 0 if type(verdict) is SafetyVerdict else 1
-        out.source[i] = SOURCES.index(verdict.source)
-        out.checks[i] = int(verdict.checks)
-        out.correction[i] = verdict.correction_norm
-        out.joints[i] = sum(1 << j for j in verdict.joints)
-        for check, distance in getattr(verdict, "moved_rad", ()):
-            out.moved[i, MOVED_ORDER.index(check)] = distance
+        _store(out, i, action, verdict)
+    return out
+
+
+def _empty_results(count: int) -> Results:
+    return Results(
+        np.zeros((count, N), np.float32),
+        np.zeros(count, np.int8),
+        np.zeros(count, np.int8),
+        np.zeros(count, np.int64),
+        np.zeros(count),
+        np.zeros(count, np.int8),
+        np.full((count, len(MOVED_ORDER)), np.nan),
+    )
+
+
+def _store(out: Results, i: int, action: np.ndarray, verdict: SafetyVerdict) -> None:
+    assert action.dtype == np.float32
+    assert action.shape == (N,)
+    out.action[i] = action
+    out.verdict_class[i] = 0 if type(verdict) is SafetyVerdict else 1
+    out.source[i] = SOURCES.index(verdict.source)
+    out.checks[i] = int(verdict.checks)
+    out.correction[i] = verdict.correction_norm
+    out.joints[i] = sum(1 << j for j in verdict.joints)
+    for check, distance in getattr(verdict, "moved_rad", ()):
+        out.moved[i, MOVED_ORDER.index(check)] = distance
+
+
+def run_batched(calls: list[Call], compiled: bool | None) -> Results:
+    """:func:`run`, with the sequences side by side: round ``t`` is every sequence's
+    ``t``-th call, one ``filter_commands`` call for the command sequences and one
+    ``filter_actions`` call for the action ones (backups as single calls)."""
+    from tether.safety.position.batch import filter_actions, filter_commands
+
+    out = _empty_results(len(calls))
+    by_sequence: dict[int, list[int]] = {}
+    for i, call in enumerate(calls):
+        by_sequence.setdefault(call.sequence, []).append(i)
+    sequences = list(by_sequence.values())
+    supervisors = [
+        make_supervisor(calls[s[0]].kind, calls[s[0]].factor, compiled) for s in sequences
+    ]
+    last: list[Any] = [None] * len(sequences)
+    for t in range(max(len(s) for s in sequences)):
+        rows: dict[int, list[tuple[int, int]]] = {POSITION: [], ACTIONS: []}
+        for r, indices in enumerate(sequences):
+            if t >= len(indices):
+                continue
+            i = indices[t]
+            call = calls[i]
+            if call.backup:
+                action, verdict = invoke(supervisors[r], call, last[r])
+                last[r] = action
+                _store(out, i, action, verdict)
+            else:
+                rows[call.kind].append((r, i))
+        for kind, members in rows.items():
+            if not members:
+                continue
+            chosen = [calls[i] for _, i in members]
+            previous = [
+                {PREV_NONE: None, PREV_LAST: last[r], PREV_GIVEN: c.previous}[c.prev_kind]
+                for (r, _), c in zip(members, chosen, strict=True)
+            ]
+            ages = [None if c.age_s == -1.0 else c.age_s for c in chosen]
+            sups: Any = [supervisors[r] for r, _ in members]
+            observations = [c.observation for c in chosen]
+            if kind == POSITION:
+                got = filter_commands(
+                    sups, observations, [c.command for c in chosen], previous, ages
+                )
+            else:
+                got = filter_actions(
+                    sups, observations, np.stack([c.command for c in chosen]), previous, ages
+                )
+            for (r, i), (action, verdict) in zip(members, got, strict=True):
+                last[r] = action
+                _store(out, i, action, verdict)
     return out
 
 

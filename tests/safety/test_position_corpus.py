@@ -56,3 +56,28 @@ def test_the_python_path_reproduces_the_corpus() -> None:
 def test_the_compiled_path_reproduces_the_corpus() -> None:
     count, bad = corpus.replay(compiled=True)
     assert bad == [], f"{len(bad)} of {count} calls differ, first {bad[:10]}"
+
+
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="numba (the compiled path) is absent")
+def test_the_corpus_in_batches_reproduces_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sequence a row: each round one batched call per kind, mostly on the array
+    path (``batch._array_group``), every call's result as recorded, to the bit."""
+    from tether.safety.position import batch
+
+    calls, want = corpus.load()
+    on_arrays = [0]
+    array_group = batch._array_group
+
+    def counting(*args: object) -> list[int]:
+        refused = array_group(*args)  # type: ignore[arg-type]
+        on_arrays[0] += len(args[1]) - len(refused)  # type: ignore[arg-type]
+        return refused
+
+    monkeypatch.setattr(batch, "_array_group", counting)
+    with np.errstate(over="ignore"):
+        got = corpus.run_batched(calls, compiled=True)
+    bad = corpus.differences(got, want)
+    assert bad == [], f"{len(bad)} of {len(calls)} calls differ, first {bad[:10]}"
+    # The array path answered most calls (the rest: backups, stale or unreadable
+    # inputs, previous commands not the supervisor's own, the Python-path rows).
+    assert on_arrays[0] > len(calls) // 2, (on_arrays[0], len(calls))

@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,8 @@ class PositionActionSupervisor:
         self._center = ((low + high) / 2).tolist()
         self._half = ((high - low) / 2).tolist()
         self._n = spec.n_joints
+        # Equal keys: the same map (tether.safety.position.batch maps such rows at once).
+        self._map_key = _map_key(self._center, self._half)
         # The last action returned, its bytes, and the position supervisor's command it
         # came from (handed back as that supervisor's own previous command).
         self._last_bytes = b""
@@ -149,6 +152,15 @@ class PositionActionSupervisor:
         self._last_bytes = action.tobytes()
         self._last_command = command
         return action
+
+
+_MAP_KEYS: dict[tuple[tuple[float, ...], tuple[float, ...]], int] = {}
+_MAP_KEYS_LOCK = threading.Lock()
+
+
+def _map_key(center: list[float], half: list[float]) -> int:
+    with _MAP_KEYS_LOCK:
+        return _MAP_KEYS.setdefault((tuple(center), tuple(half)), len(_MAP_KEYS) + 1)
 
 
 def _command_range(spec: RobotSpec) -> tuple[np.ndarray, np.ndarray]:

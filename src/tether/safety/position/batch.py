@@ -18,7 +18,7 @@ at most one row (its state is one robot's).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,8 @@ from tether.safety.position.actions import (
     _as_action,
 )
 from tether.safety.position.supervisor import PositionSupervisor, _Step
-from tether.safety.verdict import ActionSource, SafetyVerdict
+from tether.safety.supervisor import _flags
+from tether.safety.verdict import PASSED, ActionSource, SafetyVerdict
 
 Result = tuple[np.ndarray, SafetyVerdict]
 
@@ -56,9 +57,45 @@ def filter_commands(
         )
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
-    steps: list[_Step | None] = [None] * rows
+    stacked = _stacked_commands(supervisors, commands)
+    if stacked is not None:
+        rest = _filter_arrays(supervisors, observations, stacked, commands, previous, ages, results)
+        _filter_rows(supervisors, observations, commands, previous, ages, results, rest)
+    else:
+        _filter_rows(supervisors, observations, commands, previous, ages, results, range(rows))
+    out: list[Result] = []
+    for result in results:
+        assert result is not None
+        out.append(result)
+    return out
+
+
+def _stacked_commands(
+    supervisors: Sequence[PositionSupervisor], commands: Sequence[Any]
+) -> np.ndarray | None:
+    """The commands as one float32 (rows, n) array, when every one is a float32 (n,) array."""
+    n = supervisors[0]._n if supervisors else 0
+    for command in commands:
+        if type(command) is not np.ndarray or command.dtype != np.float32 or command.shape != (n,):
+            return None
+    return np.stack(commands) if commands else None
+
+
+def _filter_rows(
+    supervisors: Sequence[PositionSupervisor],
+    observations: Sequence[Any],
+    commands: Sequence[Any] | np.ndarray,
+    previous: Sequence[Any | None],
+    ages: Sequence[float | None],
+    results: list[Result | None],
+    chosen: Iterable[int],
+) -> None:
+    """The rows ``chosen`` as single calls read and answer them (the kernel's part in one
+    call per group of equal constants)."""
+    steps: list[_Step | None] = [None] * len(supervisors)
     groups: dict[bytes, list[int]] = {}
-    for i, supervisor in enumerate(supervisors):
+    for i in chosen:
+        supervisor = supervisors[i]
         step = supervisor._prepare(observations[i], commands[i], previous[i], ages[i], False)
         if not isinstance(step, _Step):
             results[i] = step
@@ -72,11 +109,6 @@ def filter_commands(
         groups.setdefault(packed.key, []).append(i)
     for members in groups.values():
         _run_group(supervisors, steps, members, results)
-    out: list[Result] = []
-    for result in results:
-        assert result is not None
-        out.append(result)
-    return out
 
 
 def _run_group(
@@ -125,33 +157,51 @@ def filter_actions(
     if rows == 0:
         return []
     same = _same_map(supervisors) and actions.shape[1] == supervisors[0]._n
-    targets = _targets(supervisors[0], actions) if same else None
-    commands: list[Any] = []
-    for i, supervisor in enumerate(supervisors):
-        commands.append(targets[i] if targets is not None else supervisor._to_target(actions[i]))
-    inner = filter_commands(
-        [s.position for s in supervisors],
-        observations,
-        commands,
-        [s._previous(p) for s, p in zip(supervisors, previous, strict=True)],
-        observation_age_s,
-    )
+    positions = [s.position for s in supervisors]
+    prior = [s._previous(p) for s, p in zip(supervisors, previous, strict=True)]
+    ages = observation_age_s if observation_age_s is not None else [None] * rows
+    results: list[Result | None] = [None] * rows
+    if same:
+        targets = _targets(supervisors[0], actions)
+        rest = _filter_arrays(positions, observations, targets, None, prior, ages, results)
+        if rest:
+            _filter_rows(positions, observations, targets, prior, ages, results, rest)
+    else:
+        commands = [s._to_target(actions[i]) for i, s in enumerate(supervisors)]
+        _filter_rows(positions, observations, commands, prior, ages, results, range(rows))
+    # The executed commands back in the action space: a passed action is returned as it
+    # was proposed, any other mapped back (all rows at once under one map).
+    answers: list[Result] = []
+    back: list[int] = []
+    policy = ActionSource.POLICY
+    for i, result in enumerate(results):
+        assert result is not None
+        answers.append(result)
+        if result[1].source is not policy:
+            back.append(i)
+    mapped: dict[int, np.ndarray] = {}
+    if back and same:
+        first = supervisors[0]
+        executed = np.stack([answers[i][0] for i in back]).astype(np.float64)
+        center, half = np.array(first._center), np.array(first._half)
+        mapped = dict(zip(back, ((executed - center) / half).astype(np.float32), strict=True))
     out: list[Result] = []
-    for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, inner, strict=True)):
-        if verdict.source is ActionSource.POLICY:
-            action = _as_action(actions[i], supervisor._n)
+    for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
+        if verdict.source is policy:
+            # _as_action of a row of a float32 (rows, n) array: the row itself.
+            action = actions[i] if same else _as_action(actions[i], supervisor._n)
         else:
-            action = supervisor._to_action(command)
-        out.append((supervisor._remember(action, command), verdict))
+            action = mapped[i] if same else supervisor._to_action(command)
+        # supervisor._remember(action, command), inline: it runs for every row
+        supervisor._last_bytes = action.tobytes()
+        supervisor._last_command = command
+        out.append((action, verdict))
     return out
 
 
 def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
-    first = supervisors[0]
-    return all(
-        s._center == first._center and s._half == first._half and s._n == first._n
-        for s in supervisors
-    )
+    key = supervisors[0]._map_key
+    return all(s._map_key == key for s in supervisors)
 
 
 def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.ndarray:
@@ -162,3 +212,183 @@ def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.nd
     half = np.array(supervisor._half)
     mapped = center + half * np.clip(x, -_ACTION_CLAMP, _ACTION_CLAMP)
     return np.where(np.isfinite(x), mapped, x).astype(np.float32)
+
+
+# -- the array path -------------------------------------------------------------------------
+
+# Per supervisor signature: (joint positions, joint velocities) slices of an observation,
+# the plausible readings as arrays (low, high, -vmax, vmax), and the control period.
+_Reader = tuple[slice, slice, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
+_READERS: dict[int, _Reader] = {}
+
+
+def _reader(supervisor: PositionSupervisor) -> _Reader:
+    reader = _READERS.get(supervisor._signature)
+    if reader is None:
+        low, high, vmax = (np.array(x) for x in zip(*supervisor._plausible, strict=True))
+        reader = (supervisor._q, supervisor._v, low, high, -vmax, vmax, supervisor._dt)
+        _READERS[supervisor._signature] = reader
+    return reader
+
+
+def _filter_arrays(
+    supervisors: Sequence[PositionSupervisor],
+    observations: Sequence[Any],
+    commands: np.ndarray,
+    proposed: Sequence[Any] | None,
+    previous: Sequence[Any | None],
+    ages: Sequence[float | None],
+    results: list[Result | None],
+) -> list[int]:
+    """The common rows, read and answered as arrays; the rows left for the per-row path.
+
+    A row is common when its supervisor runs the kernel, its observation is a float
+    array, its command (row ``i`` of ``commands``, float32; ``proposed[i]`` the object
+    given, returned when it passes) is finite, its observation is neither stale nor
+    unreadable, and its previous command is None or the one this supervisor returned
+    last: then ``_prepare`` reduces to slicing and ``_finish`` to a few array operations,
+    and only a corrected row builds its verdict in Python. Each such row gets, bit for
+    bit, what ``filter`` returns (and leaves the same state).
+    """
+    rest: list[int] = []
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, supervisor in enumerate(supervisors):
+        signature = supervisor._signature
+        obs = observations[i]
+        age = ages[i]
+        prev = previous[i]
+        if (
+            signature
+            and type(obs) is np.ndarray
+            and obs.ndim == 1
+            and obs.dtype.char in "fd"
+            and (age is None or age <= supervisor.limits.command_staleness_s)
+            and (prev is None or _is_last(supervisor, prev))
+        ):
+            length = obs.shape[0]
+            expected = supervisor._obs_dim
+            if length == expected if expected else length >= supervisor._min_obs:
+                groups.setdefault((signature, length), []).append(i)
+                continue
+        rest.append(i)
+    for members in groups.values():
+        rest += _array_group(
+            supervisors, members, observations, commands, proposed, previous, results
+        )
+    return rest
+
+
+def _is_last(supervisor: PositionSupervisor, previous: Any) -> bool:
+    """Whether ``previous`` is the command ``supervisor`` returned last (its own)."""
+    return (
+        type(previous) is np.ndarray
+        and previous.dtype == np.float32
+        and previous.shape == supervisor._shape
+        and supervisor._last is not None
+        and previous.tobytes() == supervisor._last_bytes
+    )
+
+
+def _array_group(
+    supervisors: Sequence[PositionSupervisor],
+    members: list[int],
+    observations: Sequence[Any],
+    commands: np.ndarray,
+    proposed: Sequence[Any] | None,
+    previous: Sequence[Any | None],
+    results: list[Result | None],
+) -> list[int]:
+    """The rows ``members`` (one signature, one observation length) in one kernel call;
+    the rows whose observation is unreadable or command non-finite are returned, untouched."""
+    first = supervisors[members[0]]
+    packed = first._packed
+    assert packed is not None
+    q_at, v_at, low, high, neg_vmax, vmax, dt = _reader(first)
+    obs = np.stack([observations[i] for i in members], dtype=np.float64)
+    q = obs[:, q_at]
+    v = obs[:, v_at]
+    command32 = commands[members]
+    command = command32.astype(np.float64)
+    # What _read_state and _command refuse (NaN fails every comparison).
+    usable = ((q >= low) & (q <= high) & (v >= neg_vmax) & (v <= vmax)).all(axis=1)
+    usable &= np.isfinite(command).all(axis=1)
+    refused: list[int] = []
+    if not usable.all():
+        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
+        members = [members[k] for k in np.flatnonzero(usable).tolist()]
+        if not members:
+            return refused
+        q, v, command32, command = q[usable], v[usable], command32[usable], command[usable]
+    rows = len(members)
+    n = first._n
+    reference = q.copy()
+    change = v * dt
+    chosen = [supervisors[i] for i in members]
+    # A row with its own previous command steers from it and its last change (_prepare).
+    own = [k for k, i in enumerate(members) if previous[i] is not None]
+    held = np.zeros(rows, dtype=np.bool_)
+    if own:
+        lasts = []
+        for k in own:
+            last = chosen[k]._last
+            assert last is not None  # _is_last checked it
+            lasts.append(last)
+        reference[own] = [last[0] for last in lasts]
+        change[own] = [last[1] for last in lasts]
+        held[own] = True
+    inputs = np.concatenate((q, v, reference, change, command), axis=1)
+    anchors = np.stack([s._anchors for s in chosen])
+    table = kernel.step_batch(
+        packed.joints,
+        packed.geo,
+        packed.obstacles,
+        packed.groups,
+        anchors,
+        inputs,
+        np.ones(rows, dtype=np.bool_),
+        held,
+    )
+    # _finish, as arrays: the candidate is the Cartesian stage's command where it moved
+    # one, else the joint stage's; the executed command is the proposal itself where
+    # both left it inside.
+    placed = table[:, :n]
+    extra = table[:, 2 * n :]
+    cartesian = extra[:, kernel.OUT_CARTESIAN].astype(np.int64)
+    moved_cartesian = cartesian != 0
+    candidate = np.where(moved_cartesian[:, None], table[:, n : 2 * n], placed)
+    untouched = (extra[:, kernel.OUT_INSIDE] != 0.0) & ~moved_cartesian
+    out = candidate.astype(np.float32)
+    out[untouched] = command32[untouched]
+    checks = (extra[:, kernel.OUT_JOINT_CHECKS].astype(np.int64) | cartesian).tolist()
+    passed = (candidate == command).all(axis=1).tolist()
+    candidates = candidate.tolist()
+    changes = (candidate - reference).tolist()
+    poses = q.tolist()
+    carried = out.tobytes()
+    width = out.itemsize * n
+    keep = untouched.tolist()
+    for k, (i, supervisor) in enumerate(zip(members, chosen, strict=True)):
+        supervisor._anchors = anchors[k]
+        supervisor._last_pose = poses[k]
+        supervisor._last = (candidates[k], changes[k])
+        supervisor._last_bytes = carried[k * width : (k + 1) * width]
+        executed = proposed[i] if proposed is not None and keep[k] else out[k]
+        bits = checks[k]
+        if passed[k]:
+            if not bits:
+                results[i] = (executed, PASSED)
+            else:
+                results[i] = (executed, SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ()))
+        else:
+            results[i] = (
+                executed,
+                supervisor._corrected(
+                    command[k].tolist(),
+                    placed[k].tolist(),
+                    candidates[k],
+                    bits,
+                    extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
+                    int(cartesian[k]),
+                ),
+            )
+    return refused

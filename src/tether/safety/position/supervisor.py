@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Sequence
 from itertools import compress
 from typing import Any, NamedTuple
@@ -200,10 +201,14 @@ class PositionSupervisor:
         # chain gravity and clearance, or no kinematics at all); else the Python path.
         self._packed: kernel.Packed | None = None
         self._anchors = kernel.new_anchors(n)
+        # Supervisors with equal signatures read their inputs alike and share the
+        # kernel's constants: tether.safety.position.batch runs them as one array.
+        self._signature = 0
         if compiled if compiled is not None else kernel.ENABLED:
             self._packed = _packed_for(self)
             if self._packed is not None:
                 kernel.warm()
+                self._signature = _signature_of(self, self._packed)
 
     def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
         """The same supervisor (gains, kinematics, backup, config) enforcing other
@@ -330,6 +335,18 @@ class PositionSupervisor:
             if not checks:
                 return out, PASSED
             return out, SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
+        return out, self._corrected(values, placed, candidate, checks, joint_moved, cartesian)
+
+    def _corrected(
+        self,
+        values: list[float],
+        placed: list[float],
+        candidate: list[float],
+        checks: int,
+        joint_moved: Sequence[float],
+        cartesian: int,
+    ) -> PositionVerdict:
+        """The verdict on a proposal (``values``) the stages moved to ``candidate``."""
         moved: list[tuple[SafetyCheck, float]] = [
             (check, math.sqrt(squared))
             for check, squared in zip(MOVED_CHECKS, joint_moved, strict=True)
@@ -341,7 +358,7 @@ class PositionSupervisor:
                 if cartesian & int(check):
                     moved.append((check, distance))
         joints = tuple(compress(self._all_joints, map(operator.ne, candidate, values)))
-        return out, PositionVerdict(
+        return PositionVerdict(
             ActionSource.CLIPPED, _flags(checks), _distance(candidate, values), joints, tuple(moved)
         )
 
@@ -592,6 +609,28 @@ def _rounded(values: list[float]) -> list[float]:
 
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
     return math.dist(a, b)
+
+
+_SIGNATURES: dict[tuple[Any, ...], int] = {}
+_SIGNATURES_LOCK = threading.Lock()
+
+
+def _signature_of(supervisor: PositionSupervisor, packed: kernel.Packed) -> int:
+    """A small int, equal for supervisors whose inputs are read alike (layout, plausible
+    readings, period, staleness) under the same kernel constants; never 0."""
+    limits = supervisor.limits
+    key = (
+        packed.key,
+        supervisor._plausible,
+        limits.layout.joint_position,
+        limits.layout.joint_velocity,
+        supervisor._dt,
+        limits.command_staleness_s,
+        supervisor._obs_dim,
+        supervisor._min_obs,
+    )
+    with _SIGNATURES_LOCK:
+        return _SIGNATURES.setdefault(key, len(_SIGNATURES) + 1)
 
 
 def _packed_for(supervisor: PositionSupervisor) -> kernel.Packed | None:
