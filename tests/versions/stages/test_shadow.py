@@ -156,3 +156,46 @@ def test_shadow_compares_deterministic_actions_even_when_live_served_samples(
     assert divergence["with live engine"].value == 0.0
     assert divergence["with live engine"].passed
     assert not divergence["against samples"].passed
+
+
+def test_the_shadow_does_not_count_the_check_it_cannot_judge() -> None:
+    """Two position-arm robots, each with its own supervisor, run the shipped policy; the
+    shadow sees their rows in turn with each one's previous executed command. It cannot
+    know a robot's command before that, so its acceleration check measures the shadow:
+    counted, even the live policy's own actions look corrected on most steps."""
+    from tether.assets import pretrained_bundle_path
+    from tether.policy import load_bundle
+    from tether.safety.for_spec import supervisor_for
+    from tether.safety.verdict import SafetyCheck
+    from tether.sim import ArmEnv, ArmEnvConfig, arm_spec
+
+    spec = arm_spec("position")
+    live = PolicyEngine(load_bundle(pretrained_bundle_path()))
+    envs = [ArmEnv(config=ArmEnvConfig(command_interface="position"), seed=s) for s in (0, 1)]
+    sups = [supervisor_for(spec) for _ in envs]
+    obs = [env.reset(seed=10 + i)[0] for i, env in enumerate(envs)]
+    previous: list[np.ndarray | None] = [None, None]
+    batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for _ in range(150):
+        acts = live.act(np.stack(obs), deterministic=True).actions
+        if previous[0] is not None and previous[1] is not None:
+            batches.append((np.stack(obs), acts, np.stack(previous)))  # type: ignore[arg-type]
+        for i, env in enumerate(envs):
+            executed, _ = sups[i].filter(obs[i], acts[i], previous[i])
+            previous[i] = executed
+            obs[i] = env.step(executed)[0]
+
+    def live_rate(config: ShadowConfig, *, all_checks: bool = False) -> float:
+        supervisor = supervisor_for(spec)
+        if all_checks:  # the guard removed: every check counted
+            supervisor.checks_needing_history = SafetyCheck.NONE  # type: ignore[union-attr]
+        ev = ShadowEvaluator(live, supervisor, baseline=1, config=config, live=live)
+        verdict = None
+        for o, a, p in batches:
+            verdict = ev.observe(o, a, p) or verdict
+        assert verdict is not None
+        return next(m.value for m in verdict.measurements if m.name == "would_intervene_rate")
+
+    steps = 2 * len(batches) - 2
+    assert live_rate(ShadowConfig(steps=steps)) <= 0.05
+    assert live_rate(ShadowConfig(steps=steps), all_checks=True) > 0.2

@@ -33,7 +33,7 @@ import numpy as np
 from tether.errors import SpecError
 from tether.safety.limits import SafetyLimits
 from tether.safety.position.supervisor import PositionSupervisor
-from tether.safety.verdict import ActionSource, SafetyVerdict
+from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
 from tether.spec import RobotSpec
 
 # Actions beyond this are clamped before the map (rad = center + a·half), so the map
@@ -71,6 +71,12 @@ class PositionActionSupervisor:
     @property
     def limits(self) -> SafetyLimits:
         return self.position.limits
+
+    # The acceleration check judges a command's change against the one before; with a
+    # previous command that is not this supervisor's own last, that change is unknown and
+    # the measured velocity stands in for it. A caller that judges rows of many robots
+    # with one supervisor (the gate's shadow stage) cannot count that check.
+    checks_needing_history: SafetyCheck = SafetyCheck.ACCELERATION
 
     def with_limits(self, limits: SafetyLimits) -> PositionActionSupervisor:
         """The same supervisor enforcing ``limits``, with fresh robot state."""

@@ -10,6 +10,17 @@ policy's, and whether any was non-finite decide the verdict. Invariant: nothing 
 candidate computes here leaves this module — the supervisor's corrected action is
 discarded, only its verdict is counted. :class:`ShadowRunner` moves the work off the
 control path (a bounded queue; full → dropped and counted, never blocking a batch).
+
+The shadow sees each robot's previous executed command but not the one before it, and its
+one supervisor judges every robot's rows in turn: a check that needs the command's
+history beyond the previous command (the position supervisor's acceleration check, which
+then falls back to the measured velocity as the previous change) is not judged here
+(its ``checks_needing_history``, plus ``ShadowConfig.unjudged_checks``). Measured on a
+default run's recorded traffic, the
+live policy's own actions would have been "corrected" by it on 64 % of steps before any
+drift (15 % with one supervisor per robot), where the robots' supervisors corrected
+0.5 %: the check measured the shadow, not the policy. The canary runs every check on
+the robots themselves.
 """
 
 from __future__ import annotations
@@ -21,8 +32,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tether.safety.verdict import SafetyCheck
 from tether.versions.protocols import EngineLike, Supervises
 from tether.versions.records import GateStage, Measurement, StageVerdict
 
@@ -49,6 +61,11 @@ class ShadowConfig(BaseModel):
         description="How much more often than the live policy's actions, on the same "
         "observations, the candidate's may need correcting (ratio)",
     )
+    unjudged_checks: tuple[str, ...] = Field(
+        default=(),
+        description="Supervisor checks the shadow does not count (SafetyCheck names), beyond "
+        "the ones the supervisor says need a robot's command history (names)",
+    )
     max_mean_divergence: float = Field(
         default=0.25,
         ge=0.0,
@@ -60,6 +77,15 @@ class ShadowConfig(BaseModel):
         ge=1,
         description="Batches waiting for the shadow thread before new ones drop (batches)",
     )
+
+    @field_validator("unjudged_checks")
+    @classmethod
+    def _known_checks(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        known = {c.name for c in SafetyCheck if c.name}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown SafetyCheck names {unknown}; known: {sorted(known)}")
+        return names
 
 
 class ActingEngine(EngineLike, Protocol):
@@ -89,6 +115,10 @@ class ShadowEvaluator:
         self._non_finite = 0
         self._errors = 0
         self._divergence_sum = 0.0
+        unjudged = int(getattr(supervisor, "checks_needing_history", SafetyCheck.NONE))
+        for name in config.unjudged_checks:
+            unjudged |= int(SafetyCheck[name])
+        self._judged = ~unjudged
 
     @property
     def steps(self) -> int:
@@ -121,11 +151,11 @@ class ShadowEvaluator:
             finite = bool(np.isfinite(proposed[i]).all())
             self._non_finite += int(not finite)
             _, verdict = self._supervisor.filter(observations[i], proposed[i], previous)
-            self._interventions += int(verdict.intervened)
+            self._interventions += self._counts(verdict)
             # The live policy judged on the same observation: a candidate is compared with
             # what is serving now, not with a perfect policy.
             _, live_verdict = self._supervisor.filter(observations[i], live_actions[i], previous)
-            self._live_interventions += int(live_verdict.intervened)
+            self._live_interventions += self._counts(live_verdict)
             if finite:
                 diff = proposed[i].astype(np.float64) - live_actions[i]
                 self._divergence_sum += float(np.sqrt(np.mean(diff * diff)))
@@ -133,6 +163,10 @@ class ShadowEvaluator:
                 self._divergence_sum += float("inf")
             self._steps += 1
         return self.verdict() if self.done else None
+
+    def _counts(self, verdict: Any) -> int:
+        """1 when the supervisor changed the action for a check the shadow judges."""
+        return int(verdict.intervened and bool(int(verdict.checks) & self._judged))
 
     @property
     def done(self) -> bool:
