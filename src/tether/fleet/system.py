@@ -49,6 +49,7 @@ from tether.fleet.version_service import SERVICE_NAME, FleetVersions, VersionSer
 from tether.fleet.weights import decode_weights
 from tether.policy import PolicyBundle, load_bundle, save_derived_bundle
 from tether.runtime.config import RunConfig
+from tether.runtime.dashboard import Dashboard, DashboardConfig
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
@@ -64,6 +65,7 @@ from tether.runtime.records import (
 )
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
+from tether.runtime.system import _NoDashboard
 from tether.serving.client.options import ClientOptions
 from tether.serving.security import bearer_token
 
@@ -190,9 +192,10 @@ class FleetSystem:
         near = on_node(here)
         opts = {"max_restarts": rc.max_restarts, "max_task_retries": 0}
         replay_cls = ray.remote(ReplayService)
-        self.replay = replay_cls.options(
-            name=None, num_cpus=0, scheduling_strategy=near, max_concurrency=8
-        ).remote(spec.obs_dim, spec.act_dim, rc.replay_capacity)
+        # One call at a time: each edge's batches land in the order it sent them.
+        self.replay = replay_cls.options(num_cpus=0, scheduling_strategy=near).remote(
+            spec.obs_dim, spec.act_dim, rc.replay_capacity
+        )
         service_cls = ray.remote(VersionService)
         self.service = service_cls.options(
             name=SERVICE_NAME,
@@ -509,20 +512,25 @@ class FleetSystem:
             self._shutdown(robots, robot_stop, queue)
 
     def _watch(self, robots: list[Any], queue: Any) -> None:
+        mode = self.config.dashboard
         last_snapshot = 0.0
         last_notes = 0.0
-        while not self._stop.is_set():
-            time.sleep(_TICK_S)
-            self._drain(queue)
-            if self.t_s() - last_notes >= _NOTES_EVERY_S:
-                last_notes = self.t_s()
-                self.collect_notes()
-            over = self.t_s() >= self.config.duration_s
-            if over and not any(p.is_alive() for p in robots):
-                break
-            if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
-                last_snapshot = self.t_s()
-                self._snapshots.append(self.snapshot())
+        dashboard = Dashboard(DashboardConfig(plain=(mode == "plain")))
+        with dashboard if mode != "off" else _NoDashboard() as dash:
+            while not self._stop.is_set():
+                time.sleep(_TICK_S)
+                self._drain(queue)
+                if self.t_s() - last_notes >= _NOTES_EVERY_S:
+                    last_notes = self.t_s()
+                    self.collect_notes()
+                over = self.t_s() >= self.config.duration_s
+                if over and not any(p.is_alive() for p in robots):
+                    break
+                if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
+                    last_snapshot = self.t_s()
+                    snap = self.snapshot()
+                    self._snapshots.append(snap)
+                    dash.update(snap, tuple(self._recent))
 
     def _shutdown(self, robots: list[Any], robot_stop: Any, queue: Any) -> None:
         robot_stop.set()

@@ -20,8 +20,8 @@ from tether.data.channel import ChannelConfig
 from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
-from tether.fleet.config import Backend, RayConfig
 from tether.learning.learner_config import LearnerConfig
+from tether.runtime.ray_config import Backend, RayConfig
 from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
 from tether.sim.drift import DriftSchedule

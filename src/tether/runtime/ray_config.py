@@ -1,4 +1,4 @@
-"""The keys of ``tether run --backend ray``: where the fleet runs and how it is split.
+"""The keys of ``tether run --backend ray``: where the fleet runs and how it is split (issue 19).
 
 A plain pydantic model with no Ray import, so ``RunConfig`` can carry it (and
 ``tether config`` document it) on a machine without the ``ray`` extra.
