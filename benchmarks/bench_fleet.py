@@ -7,7 +7,9 @@ Three figures, in one run:
    arm stepping on the actions it gets back), the same seed and the same number of steps,
    alternating rounds so drifts in the machine's load hit both. The edge is an
    ``EdgeServer`` Ray actor; the embedded server is ``build_server`` in a process of its
-   own. Should be equal: the control loop does not cross Ray.
+   own. A third row hosts that same bare server in a Ray actor, which separates what Ray
+   hosting costs (nothing should cross Ray) from what an edge does beside the bare server
+   (recorder, experience log, shipper, policy versions, sync thread).
 2. **Weight broadcast latency**: from a version's publication to the version service
    (``submit``, timestamped) to the last edge serving it (the service stamps the sync in
    which an edge first reports it), for 2 and 4 edges. The figure includes up to one
@@ -55,14 +57,41 @@ from tether.sim import ArmEnv
 
 
 def _config(sync_interval_s: float) -> RunConfig:
-    return RunConfig.build({"backend": "ray", "ray": {"sync_interval_s": sync_interval_s}})
+    # fast: no per-robot rate limit, since the bench's robot steps as fast as it can.
+    return RunConfig.build(
+        {"backend": "ray", "fast": True, "ray": {"sync_interval_s": sync_interval_s}}
+    )
+
+
+def _bare_config(port: int) -> ServerConfig:
+    config = ServerConfig(port=port, metrics_port=None)
+    admission = config.admission.model_copy(update={"rate_limit_hz": 0.0})
+    return config.model_copy(update={"admission": admission})
+
+
+class BareServerActor:
+    """The embedded comparator's exact server, hosted in a Ray actor instead of a process."""
+
+    def __init__(self, bundle: str, port: int) -> None:
+        import threading
+
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        self._server = build_server(Path(bundle), _bare_config(port))
+        asyncio.run_coroutine_threadsafe(self._server.start(), self._loop).result(60)
+
+    def address(self) -> str:
+        return str(self._server.address)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._server.stop(), self._loop).result(30)
 
 
 def _embedded_main(bundle: str, port: int, ready: Any, stop: Any) -> None:
     """A child process: the embedded server (what ``tether serve``/``tether run`` build)."""
 
     async def main() -> None:
-        server = build_server(Path(bundle), ServerConfig(port=port, metrics_port=None))
+        server = build_server(Path(bundle), _bare_config(port))
         await server.start()
         ready.set()
         while not stop.is_set():
@@ -117,23 +146,31 @@ def bench_round_trip(ray: Any, run_dir: Path, steps: int, rounds: int) -> dict[s
     replay = ray.remote(ReplayService).options(num_cpus=0).remote(obs_dim, act_dim, 100_000)
     edge = _edge(ray, cfg, run_dir, "edge-rt", replay, gate=False)
     edge_address = ray.get(edge.address.remote())
+    bare = ray.remote(BareServerActor).options(num_cpus=0).remote(bundle, free_port("127.0.0.1"))
+    bare_address = ray.get(bare.address.remote())
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     port = free_port("127.0.0.1")
     proc = ctx.Process(target=_embedded_main, args=(bundle, port, ready, stop), daemon=True)
     proc.start()
     ready.wait(120)
-    rows: dict[str, list[np.ndarray]] = {"embedded": [], "edge actor": []}
+    targets = {
+        "embedded server (own process)": f"127.0.0.1:{port}",
+        "same server in a Ray actor": bare_address,
+        "edge actor (recorder, versions, shipper)": edge_address,
+    }
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in targets}
     try:
         for r in range(rounds):
-            rows["embedded"].append(control_round_trip(f"127.0.0.1:{port}", steps, seed=r))
-            rows["edge actor"].append(control_round_trip(edge_address, steps, seed=r))
+            for name, address in targets.items():
+                rows[name].append(control_round_trip(address, steps, seed=r))
     finally:
         stop.set()
         proc.join(10)
         ray.get(edge.stop.remote())
-        ray.kill(edge)
-        ray.kill(replay)
+        ray.get(bare.stop.remote())
+        for actor in (edge, bare, replay):
+            ray.kill(actor)
     return {name: _summary(np.concatenate(parts)) for name, parts in rows.items()}
 
 
@@ -318,9 +355,9 @@ def main() -> None:
 
 def _print(r: dict[str, Any]) -> None:
     print(f"\nmachine: {r['machine']}; ray {r['ray']}")
-    print("\ncontrol round trip (one robot, Control stream)   p50 ms   p99 ms   mean ms")
+    print("\ncontrol round trip (one robot, Control stream)       p50 ms   p99 ms   mean ms")
     for name, s in r["round_trip"].items():
-        print(f"  {name:<46} {s['p50_ms']:7.3f}  {s['p99_ms']:7.3f}  {s['mean_ms']:7.3f}")
+        print(f"  {name:<50} {s['p50_ms']:7.3f}  {s['p99_ms']:7.3f}  {s['mean_ms']:7.3f}")
     print("\nweight broadcast, publication -> last edge serving it")
     for b in r["broadcast"]:
         print(
