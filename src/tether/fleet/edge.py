@@ -296,7 +296,11 @@ class EdgeServer:
         self._syncs += 1
         if view.live is not None and (live is None or view.live.version.id != live.id):
             self._make_live(view.live)
-        if view.candidate is not None and view.candidate.version.id != self._gating:
+        if (
+            self.plan.gate
+            and view.candidate is not None
+            and view.candidate.version.id != self._gating
+        ):
             self._gate(view.candidate)
         return True
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from tether.fleet.errors import FleetError
 
@@ -34,6 +34,17 @@ class ActorPlacement:
     pid: int
     resources: dict[str, float]
     address: str | None = None  # an edge's gRPC address
+
+
+def here() -> tuple[str, str, int]:
+    """(node id, node address, pid) of the calling actor's process."""
+    import ray
+
+    return (
+        ray.get_runtime_context().get_node_id(),
+        cast(Any, ray).util.get_node_ip_address(),
+        os.getpid(),
+    )
 
 
 def learner_resources(cluster: dict[str, float], learner_gpus: str) -> dict[str, float]:

@@ -106,3 +106,9 @@ class ReplayService:
 
     def ping(self) -> bool:
         return True
+
+    def location(self) -> tuple[str, str, int]:
+        """Where this actor runs: (node id, node address, pid)."""
+        from tether.fleet.placement import here
+
+        return here()

@@ -289,10 +289,15 @@ class FleetSystem:
                 resources=learner_res,
             )
         )
-        here = ray.get_runtime_context().get_node_id()
-        for name, role in (("replay", "replay"), (SERVICE_NAME, "versions")):
+        for name, role, handle in (
+            ("replay", "replay", self.replay),
+            (SERVICE_NAME, "versions", self.service),
+        ):
+            node_id, node_ip, pid = ray.get(handle.location.remote(), timeout=_START_TIMEOUT_S)
             self.placements.append(
-                ActorPlacement(name=name, role=role, node_id=here, node_ip="", pid=0, resources={})
+                ActorPlacement(
+                    name=name, role=role, node_id=node_id, node_ip=node_ip, pid=pid, resources={}
+                )
             )
         fleet = {
             "backend": "ray",
@@ -448,19 +453,18 @@ class FleetSystem:
 
     def run(self) -> Path:
         """Run to the end of the duration (or a stop request); returns the report's path."""
-        # Only the main thread may set handlers (tests run the system in a thread).
-        main = threading.current_thread() is threading.main_thread()
-        previous = {
-            sig: signal.signal(sig, self._interrupt)
-            for sig in (signal.SIGINT, signal.SIGTERM)
-            if main
-        }
+        previous: dict[signal.Signals, Any] = {}
         try:
             self.connect()
+            # After ray.init, which installs handlers of its own; only the main thread may
+            # set them (tests run the system in a thread).
+            if threading.current_thread() is threading.main_thread():
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    previous[signum] = signal.signal(signum, self._interrupt)
             self._main()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self.close()
         return build_report(self.run_dir)
 

@@ -232,6 +232,12 @@ class VersionService:
     def ping(self) -> bool:
         return True
 
+    def location(self) -> tuple[str, str, int]:
+        """Where this actor runs: (node id, node address, pid)."""
+        from tether.fleet.placement import here
+
+        return here()
+
     # ----------------------------------------------------------------- internals
 
     def _on_gate(self, report: GateReport) -> None:
