@@ -50,7 +50,7 @@ from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
 from tether.versions.errors import VersionError
 from tether.versions.facade import PolicyVersions
-from tether.versions.records import LiveChange, VersionSource, VersionState
+from tether.versions.records import LiveChange, VersionRecord, VersionSource, VersionState
 from tether.versions.server_gate import GateOutcome
 
 log = logging.getLogger(__name__)
@@ -267,9 +267,12 @@ class EdgeServer:
         """One round with the version service; False when it was unreachable."""
         import ray
 
+        # What this edge serves is read before its reports are taken: a local verdict that
+        # lands in between is then in these reports, so the view that comes back already
+        # has it, and the edge never swaps back to the version it just left.
+        live = self._versions.registry.live()
         with self._reports_lock:
             reports, self._reports = self._reports, []
-        live = self._versions.registry.live()
         try:
             view = ray.get(
                 self._service_handle().sync.remote(
@@ -307,6 +310,9 @@ class EdgeServer:
     def _make_live(self, published: PublishedWeights) -> None:
         registry = self._versions.registry
         vid = published.version.id
+        current = registry.live()
+        if current is not None and current.id == vid:
+            return  # this edge's own gate made it live first
         reason = f"fleet: the version service made version {vid} live"
         self._applying = True
         try:
@@ -386,6 +392,10 @@ class EdgeServer:
             | {"dropped_queue_full": rec.dropped_queue_full, "sink_errors": rec.sink_errors},
             shipper=asdict(self._shipper.stats()),
         )
+
+    def versions(self) -> tuple[VersionRecord, ...]:
+        """This edge's own registry: every version it knows and its state here."""
+        return self._versions.registry.records()
 
     def notes_since(self, index: int) -> tuple[int, list[ActorNote]]:
         return self.notes.since(index)
