@@ -107,6 +107,8 @@ class FleetSystem:
         self._last_updates = (time.monotonic(), 0)
         self._updates_per_s = 0.0
         self._started_ray = False
+        # One name per run: two runs on one cluster must not find each other's service.
+        self.service_name = f"{SERVICE_NAME}-{run_dir.name}"
         self.edges: dict[str, Any] = {}
         self.edge_addresses: dict[str, str] = {}
         self.placements: list[ActorPlacement] = []
@@ -198,7 +200,7 @@ class FleetSystem:
         )
         service_cls = ray.remote(VersionService)
         self.service = service_cls.options(
-            name=SERVICE_NAME,
+            name=self.service_name,
             namespace=NAMESPACE,
             num_cpus=0,
             scheduling_strategy=near,
@@ -222,7 +224,7 @@ class FleetSystem:
                 port=cfg.server.port if cfg.server.port else free_port(rc.edge_host),
                 robots=robots,
                 gate=i == 0,
-                service_name=SERVICE_NAME,
+                service_name=self.service_name,
                 namespace=NAMESPACE,
             )
             self.edges[edge_id] = edge_cls.options(
@@ -248,7 +250,7 @@ class FleetSystem:
             channel_config_json=cfg.channel.model_dump_json(),
             checkpoint_dir=str(self.run_dir / "learner"),
             verdict_dir=str(self.run_dir / "gate"),
-            service_name=SERVICE_NAME,
+            service_name=self.service_name,
             namespace=NAMESPACE,
             sync_interval_s=cfg.ray.sync_interval_s,
             torch_threads=cfg.learner.torch_threads or 1,
@@ -291,7 +293,7 @@ class FleetSystem:
         )
         for name, role, handle in (
             ("replay", "replay", self.replay),
-            (SERVICE_NAME, "versions", self.service),
+            (self.service_name, "versions", self.service),
         ):
             node_id, node_ip, pid = ray.get(handle.location.remote(), timeout=_START_TIMEOUT_S)
             self.placements.append(
@@ -405,7 +407,6 @@ class FleetSystem:
             fleet = None
         learner = self.learner_status()
         edges = self.edge_statuses()
-        replay = self.replay_stats()
         updates = learner.counters.updates if learner else self._last_updates[1]
         now = time.monotonic()
         then, before = self._last_updates
@@ -430,7 +431,7 @@ class FleetSystem:
             rollbacks=fleet.rollbacks if fleet else 0,
             learner_updates_per_s=self._updates_per_s,
             learner_updates_total=updates,
-            replay_size=replay.offered if replay else 0,
+            replay_size=learner.counters.transitions if learner else 0,
             experience_log_bytes=log_bytes,
             robots=tuple(self._robots[k] for k in sorted(self._robots)),
         )

@@ -32,7 +32,7 @@ from tether.versions.errors import VersionError
 from tether.versions.records import StageVerdict, VersionSource, VersionState
 from tether.versions.registry import ModelRegistry
 
-SERVICE_NAME = "tether-versions"
+SERVICE_NAME = "tether-versions"  # a run names its service SERVICE_NAME-<run directory>
 
 
 @dataclass(frozen=True)
