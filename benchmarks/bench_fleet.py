@@ -323,6 +323,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     ray.init(
+        address="local",
         num_cpus=os.cpu_count() or 2,
         include_dashboard=False,
         namespace=NAMESPACE,

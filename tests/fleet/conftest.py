@@ -30,6 +30,7 @@ def ray_session() -> Iterator[Any]:
     from tether.fleet.system import NAMESPACE
 
     ray.init(
+        address="local",  # never a cluster another process started on this machine
         num_cpus=2,
         include_dashboard=False,
         namespace=NAMESPACE,

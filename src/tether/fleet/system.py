@@ -172,7 +172,10 @@ class FleetSystem:
         if ray.is_initialized():
             return
         if address is None:
+            # "local": a new instance even where `ray start` left one running (without an
+            # address, ray.init would join that cluster, or the RAY_ADDRESS one, silently).
             ray.init(
+                address="local",
                 num_cpus=local_cpus(),
                 include_dashboard=False,
                 namespace=NAMESPACE,
