@@ -208,7 +208,7 @@ class FleetSystem:
             num_cpus=0,
             scheduling_strategy=near,
             max_concurrency=8,
-        ).remote(self.bundle.version, gate_edge="edge-0")
+        ).remote(self.bundle.version, gate_edge=self.gate_edge())
         self._initial = self.bundle.version.id
         learner_res = learner_resources(ray.cluster_resources(), rc.learner_gpus)
         learner_cls = ray.remote(LearnerActor)
@@ -226,7 +226,7 @@ class FleetSystem:
                 host=rc.edge_host,
                 port=cfg.server.port if cfg.server.port else free_port(rc.edge_host),
                 robots=robots,
-                gate=i == 0,
+                gate=edge_id == self.gate_edge(),
                 service_name=self.service_name,
                 namespace=NAMESPACE,
             )
@@ -262,6 +262,13 @@ class FleetSystem:
     def _edge_robot_counts(self) -> list[int]:
         robots, edges = self.config.fleet.robots, self.config.ray.edges
         return [len(range(i, robots, edges)) for i in range(edges)]
+
+    def gate_edge(self) -> str:
+        """The edge that runs the gate's shadow and canary stages: the first learning
+        robot's (a pinned baseline robot's episodes never go to a canary)."""
+        fleet = self.config.fleet
+        first_learning = 1 if fleet.baseline and fleet.robots > 1 else 0
+        return self.edge_of(first_learning)
 
     def edge_of(self, robot_index: int) -> str:
         return f"edge-{robot_index % self.config.ray.edges}"
