@@ -36,9 +36,6 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = _WAIT_S) ->
             last = exc
         else:
             if last:
-                print(
-                    f"{time.strftime('%H:%M:%S')} {what}: {time.monotonic() - deadline + timeout_s:.1f} s"
-                )
                 return last
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last!r}")
