@@ -1,5 +1,5 @@
 """The layers import downward only: sim, data < policy < safety < versions < learning,
-serving < runtime < cli (docs/architecture.md).
+serving < runtime < fleet < cli (docs/architecture.md).
 
 Every ``import tether.…`` in ``src/tether`` is read from the source (also those inside
 functions and ``TYPE_CHECKING`` blocks, which a run-time check would miss) and held to
@@ -29,6 +29,7 @@ RANK: dict[str, float] = {
     "learning": 5,
     "serving": 5,
     "runtime": 6,
+    "fleet": 6.5,  # the Ray backend: wires runtime's pieces into actors
     "cli": 7,
 }
 V1_RANK = RANK["serving"]  # generated gRPC code: the edge and above

@@ -74,6 +74,22 @@ def run(
             help="Dashboard: auto, live, plain or off [default: auto]",
         ),
     ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_RUN_BACKEND",
+            help="embedded (this machine, processes) or ray (actors; pip install -e '.[ray]') "
+            "[default: embedded]",
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_RUN_RAY_ADDRESS",
+            help="With --backend ray: the cluster to join ('auto' or host:port) "
+            "[default: a local Ray instance]",
+        ),
+    ] = None,
 ) -> None:
     """Serve the pretrained policy to drifting simulated arms while it learns online.
 
@@ -86,6 +102,8 @@ def run(
         ("out_dir", out),
         ("bundle", bundle),
         ("dashboard", dashboard),
+        ("backend", backend),
+        ("ray_address", address),
     ):
         if value is not None:
             overrides[key] = value
@@ -96,7 +114,7 @@ def run(
         cfg = RunConfig.from_yaml(config, **overrides) if config else RunConfig.build(**overrides)
         run_dir = new_run_dir(cfg.out_dir)
         try:
-            system = RunSystem(cfg, run_dir)
+            system = _system_for(cfg, run_dir)
         except BaseException:
             _remove_if_empty(run_dir)
             raise
@@ -112,11 +130,23 @@ def run(
     console.print(headline(summary), markup=False, highlight=False, soft_wrap=True)
     console.print(rich_facts(summary))
     console.print(rich_summary(summary))
+    placement = getattr(system, "placement_text", None)
+    if placement is not None:
+        console.print(f"backend: ray; {placement()}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
     if system.interrupted_by is not None:
         # As shells expect of a program stopped by a signal: 130 for Ctrl-C, 143 for SIGTERM.
         raise typer.Exit(code=128 + system.interrupted_by)
+
+
+def _system_for(cfg: RunConfig, run_dir: Path) -> Any:
+    """The backend's system: the embedded one, or the fleet on Ray (imported only then)."""
+    if cfg.backend == "ray":
+        from tether.fleet.system import FleetSystem
+
+        return FleetSystem(cfg, run_dir)
+    return RunSystem(cfg, run_dir)
 
 
 def _remove_if_empty(run_dir: Path) -> None:

@@ -21,6 +21,7 @@ from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
+from tether.runtime.ray_config import Backend, RayConfig
 from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
 from tether.sim.drift import DriftSchedule
@@ -132,6 +133,12 @@ class RunConfig(BaseModel):
         default="auto",
         description="Terminal dashboard: 'auto' is live on a terminal and plain log lines otherwise",
     )
+    backend: Backend = Field(
+        default="embedded",
+        description="'embedded': everything on this machine as processes; 'ray': edge "
+        "servers, learner, replay and version service as Ray actors (the `ray` extra)",
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend (backend: ray)")
     fleet: FleetConfig = Field(default_factory=FleetConfig, description="Simulated robots")
     drift: DriftConfig = Field(default_factory=DriftConfig, description="Dynamics drift")
     server: ServerConfig = Field(
@@ -170,10 +177,14 @@ class RunConfig(BaseModel):
     def build(cls, raw: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
         data = dict(raw or {})
         fleet = dict(data.pop("fleet", {}) or {})
-        if "robots" in overrides:  # the one CLI option that lives in a section
+        if "robots" in overrides:  # CLI options that live in a section
             fleet["robots"] = overrides.pop("robots")
+        ray = dict(data.pop("ray", {}) or {})
+        if "ray_address" in overrides:
+            ray["address"] = overrides.pop("ray_address")
         data.update(overrides)
         data["fleet"] = fleet
+        data["ray"] = ray
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
