@@ -47,6 +47,7 @@ from tether.fleet.ray_support import require_ray
 from tether.fleet.replay import ReplayService, ReplayStats
 from tether.fleet.version_service import SERVICE_NAME, FleetVersions, VersionService
 from tether.fleet.weights import decode_weights
+from tether.learning.hindsight import bundle_for_learner
 from tether.policy import PolicyBundle, load_bundle, save_derived_bundle
 from tether.runtime.config import RunConfig
 from tether.runtime.dashboard import Dashboard, DashboardConfig
@@ -85,7 +86,10 @@ class FleetSystem:
     def __init__(self, config: RunConfig, run_dir: Path) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.bundle_path = config.bundle or pretrained_bundle_path()
+        # A learner that trains a goal shift starts from the same policy with a zero one.
+        self.bundle_path = bundle_for_learner(
+            config.bundle or pretrained_bundle_path(), config.learner, run_dir
+        )
         self.bundle: PolicyBundle = load_bundle(self.bundle_path)
         if self.bundle.robot_spec is None:
             raise ValueError(

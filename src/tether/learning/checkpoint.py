@@ -124,8 +124,10 @@ def restore_checkpoint(
         raise CheckpointError(
             f"{found}/{PROGRESS_FILE}: format {meta.get('format')!r}, expected {_FORMAT!r}"
         )
-    arch = asdict(sac.arch)
-    stored_arch = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["arch"].items()}
+    # Compared as JSON documents: that is how the checkpoint stored it (tuples became
+    # lists, at any depth: a goal shift's fields too).
+    arch = json.loads(json.dumps(asdict(sac.arch)))
+    stored_arch = meta["arch"]
     if stored_arch != arch:
         raise CheckpointError(
             f"{found}: checkpoint of architecture {stored_arch}, but the learner was built "
