@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
-from tether.learning.config import SACConfig
+from tether.learning.config import PPOConfig, SACConfig
 from tether.learning.prior import PriorDataConfig
 from tether.learning.publication import PublicationConfig
 from tether.versions.learner_gate import LearnerGateConfig
@@ -16,7 +18,14 @@ class LearnerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    algorithm: Literal["sac", "ppo"] = Field(
+        default="sac",
+        description="Learning algorithm: 'sac' (off-policy, replay) or 'ppo' (on-policy rollouts "
+        "of the deployed version only; updates_per_transition, replay and prior do not apply) "
+        "(name)",
+    )
     sac: SACConfig = Field(default_factory=SACConfig, description="SAC hyper-parameters")
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO hyper-parameters")
     publication: PublicationConfig = Field(
         default_factory=PublicationConfig,
         description="Polyak step, trust region and pacing of publications",
@@ -110,6 +119,9 @@ class LearnerConfig(BaseModel):
             return self.sac
         tuned = self.sac.fine_tuning(self.fine_tune_lr_scale, self.fine_tune_bc_weight)
         return tuned.model_copy(update={"autotune_alpha": self.fine_tune_autotune_alpha})
+
+    def effective_ppo(self) -> PPOConfig:
+        return self.ppo.fine_tuning(self.fine_tune_lr_scale) if self.fine_tune else self.ppo
 
     def effective_min_interval_s(self) -> float:
         factor = self.fine_tune_interval_factor if self.fine_tune else 1.0
