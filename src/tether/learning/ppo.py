@@ -111,13 +111,15 @@ def pre_squash(actions: torch.Tensor) -> torch.Tensor:
 
 
 class Rollouts:
-    """On-policy transitions of one behaviour version, ``rollout_length`` at a time.
+    """On-policy transitions of one behaviour version, handed out ``rollout_length`` at
+    a time (rows past a full rollout start the next one of the same version).
 
     Invariant: every row held was stamped with ``version`` and chosen by the policy."""
 
     def __init__(self, obs_dim: int, act_dim: int, rollout_length: int) -> None:
         self.length = rollout_length
-        self._rows = TransitionArrays.empty(rollout_length, obs_dim, act_dim)
+        self._empty = TransitionArrays.empty(0, obs_dim, act_dim)
+        self._parts: list[TransitionArrays] = []
         self._size = 0
         self.version: int | None = None
         self.behaviour: StateDict | None = None
@@ -134,7 +136,7 @@ class Rollouts:
         if version == self.version:
             return
         self.dropped_partial += self._size
-        self._size = 0
+        self._parts, self._size = [], 0
         self.version = version
         self.behaviour = {k: v.detach().clone() for k, v in weights.items()}
 
@@ -147,22 +149,24 @@ class Rollouts:
         human = rows.action_sources == HUMAN_SOURCE_CODE
         self.dropped_other_version += int((~same).sum())
         self.dropped_human += int((same & human).sum())
-        keep = np.flatnonzero(same & ~human)[: self.length - self._size]
-        self._rows.assign(slice(self._size, self._size + len(keep)), rows.take(keep))
-        self._size += len(keep)
+        keep = np.flatnonzero(same & ~human)
+        if len(keep):
+            self._parts.append(rows.take(keep))
+            self._size += len(keep)
 
     def full(self) -> bool:
         return self._size >= self.length
 
     def take(self) -> tuple[int, StateDict, TransitionArrays]:
-        """The full rollout (a copy), with its version and that version's weights; the
-        buffer starts the next rollout of the same version."""
+        """The oldest full rollout, with its version and that version's weights."""
         assert self.full()
         assert self.version is not None
         assert self.behaviour is not None
-        rows = self._rows.take(np.arange(self._size))
-        self._size = 0
-        return self.version, self.behaviour, rows
+        held = TransitionArrays.concat(self._parts)
+        rest = held.take(np.arange(self.length, self._size))
+        self._parts = [rest] if len(rest) else []
+        self._size = len(rest)
+        return self.version, self.behaviour, held.take(np.arange(self.length))
 
 
 def successors(rows: TransitionArrays) -> np.ndarray:
