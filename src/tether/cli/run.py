@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.errors import TetherError
+from tether.learning.learner_config import LearnerConfig
 from tether.runtime.config import RunConfig, config_reference
 from tether.runtime.report import summarize_run
 from tether.runtime.report_summary import headline
@@ -74,6 +75,13 @@ def run(
             help="Dashboard: auto, live, plain or off [default: auto]",
         ),
     ] = None,
+    algorithm: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_RUN_ALGORITHM",
+            help=f"{LearnerConfig.model_fields['algorithm'].description} [default: sac]",
+        ),
+    ] = None,
 ) -> None:
     """Serve the pretrained policy to drifting simulated arms while it learns online.
 
@@ -86,6 +94,7 @@ def run(
         ("out_dir", out),
         ("bundle", bundle),
         ("dashboard", dashboard),
+        ("algorithm", algorithm),
     ):
         if value is not None:
             overrides[key] = value
