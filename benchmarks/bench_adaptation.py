@@ -23,7 +23,7 @@ sampling and initialization; the evaluation tasks are the same for every seed).
 
     python benchmarks/bench_adaptation.py [--recipes default,anchor,...] [--seeds 3]
         [--steps 20000] [--tasks 100] [--publish-every 500] [--set key=value,...]
-        [--arm drifted|nominal]
+        [--arm drifted|nominal] [--algorithm sac|ppo]
 
 A recipe is a named set of ``LearnerConfig`` overrides (``RECIPES`` below; dotted keys
 reach nested models: ``sac.critic_ensemble_size=10``, ``prior.episodes=50``); ``--set``
@@ -217,7 +217,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 def learner_config(overrides: dict[str, Any], seed: int) -> LearnerConfig:
     """``LearnerConfig()`` with ``overrides`` (dotted keys) and the run's seeds."""
     tree = LearnerConfig().model_dump()
-    merged = {**overrides, "sac.seed": seed, "replay.sampler.seed": seed}
+    merged = {**overrides, "sac.seed": seed, "ppo.seed": seed, "replay.sampler.seed": seed}
     for key, value in merged.items():
         node = tree
         *path, leaf = key.split(".")
@@ -331,7 +331,8 @@ def adapt(
     deployed_state = {k: v.detach().clone() for k, v in bundle.actor_state.items()}
     deployed = Actor(arch).eval().requires_grad_(False)
     deployed.load_state_dict(deployed_state)
-    trust_region = TrustRegion(core.sac.actor, config.publication)
+    trust_region = TrustRegion(core.algorithm.actor, config.publication)
+    version = bundle.version.id  # the deployed version stamps its transitions (PPO's purity)
     recent = RecentStates(config.publication.recent_states, arch.obs_dim)
     counts = {outcome.value: 0 for outcome in PublishOutcome}
     generator = torch.Generator().manual_seed(seed)
@@ -357,6 +358,7 @@ def adapt(
         rows.terminated[0], rows.truncated[0] = terminated, truncated
         rows.ingress_ns[0] = step * CONTROL_PERIOD_NS
         rows.next_ingress_ns[0] = (step + 1) * CONTROL_PERIOD_NS
+        rows.policy_versions[0] = version
         stored = core.ingest(rows)
         recent.extend(stored.observations)
         # The learner must learn the output the policy produced in its frame: where the
@@ -370,20 +372,22 @@ def adapt(
             raw = nxt
         if step % args.publish_every == 0:
             decision, candidate = trust_region.step(
-                deployed_state, core.sac.actor_state(), recent.states()
+                deployed_state, core.algorithm.actor_state(), recent.states()
             )
             counts[decision.outcome.value] += 1
             if candidate is not None:
                 deployed_state = candidate
                 deployed.load_state_dict(deployed_state)
+                version += 1
+                core.follow(version, deployed_state)
     normalize = core.normalize
     result_deployed = evaluate(deployed, normalize, worn, args.tasks, core.frame)
-    result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks, core.frame)
+    result_learner = evaluate(core.algorithm.actor, normalize, worn, args.tasks, core.frame)
     return Run(
         result_deployed,
         result_learner,
         args.steps,
-        core.sac.updates,
+        core.algorithm.updates,
         counts,
         time.monotonic() - start,
         mismatched / args.steps,
@@ -402,6 +406,9 @@ def main() -> None:
     )
     parser.add_argument("--set", default="", help="LearnerConfig overrides on every recipe")
     parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
+    parser.add_argument(
+        "--algorithm", choices=("sac", "ppo"), default="sac", help="learning.algorithm"
+    )
     parser.add_argument(
         "--explore-std",
         type=float,
@@ -429,7 +436,7 @@ def main() -> None:
     if args.arm == "drifted":
         worn = DriftSchedule.demo().dynamics_at(10**9, worn)
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
-    extra = parse_set(args.set)
+    extra = {"algorithm": args.algorithm, **parse_set(args.set)}
     print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
     print(f"# {' '.join(sys.argv)}")
     print(f"# {args.arm} arm: {worn}")
