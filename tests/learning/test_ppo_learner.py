@@ -265,3 +265,24 @@ def test_a_sigkilled_ppo_learner_process_restarts_and_resumes(
             assert [e.exitcode for e in crashes] == [-signal.SIGKILL]
         finally:
             learner.stop()
+
+
+def test_ppo_proposes_between_rollouts(small_bundle: PolicyBundle, traffic: Traffic) -> None:
+    """PPO's updates come one rollout at a time; a candidate can be due while the next
+    rollout is still being collected."""
+    arch = small_bundle.architecture
+    v0 = small_bundle.version.id
+    with (
+        TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096)) as channel,
+        SharedWeights.create(arch) as weights,
+    ):
+        learner = Learner(small_bundle, config(), channel=channel, weights=weights)
+        channel.put_arrays(stamped(traffic, small_bundle, 64, version=v0))
+        while learner.step():
+            pass
+        assert weights.pending_version() is not None
+        resolve_pending(weights, promote=False)  # rejected: live stays v0
+        assert weights.pending_version() is None
+        learner.step()  # no new rollout, yet the learner's actor is proposed again
+        assert weights.pending_version() is not None
+        assert learner.counters().publications == 2

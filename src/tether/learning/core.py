@@ -133,6 +133,14 @@ class LearnerCore:
             return self._schedule is not None or self.rollouts.full()
         return len(self.replay) >= self.batch_size
 
+    def may_publish(self) -> bool:
+        """Whether the learner's actor is worth proposing: SAC once its buffer holds a
+        mini-batch; PPO once it has updated, also while it collects the next rollout
+        (its updates come in bursts, one rollout at a time)."""
+        if self.rollouts is not None:
+            return self.algorithm.updates > 0
+        return self.ready()
+
     def has_work(self) -> bool:
         """Whether :meth:`run_updates` would run at least one update now."""
         if self.rollouts is not None:

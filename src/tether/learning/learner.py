@@ -237,7 +237,7 @@ class Learner:
         rows = self.channel.get(self.config.drain_max_rows, timeout_s=wait)
         if len(rows):
             self.ingest(rows)
-        if level >= DegradationLevel.PAUSED or not self.core.ready():
+        if level >= DegradationLevel.PAUSED or not (self.core.ready() or self.core.may_publish()):
             self._maybe_checkpoint()
             return 0
         # Bounded per step so draining stays responsive at high update-to-data ratios.
