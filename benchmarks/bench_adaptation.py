@@ -23,7 +23,7 @@ sampling and initialization; the evaluation tasks are the same for every seed).
 
     python benchmarks/bench_adaptation.py [--recipes default,anchor,...] [--seeds 3]
         [--steps 20000] [--tasks 100] [--publish-every 500] [--set key=value,...]
-        [--arm drifted|nominal]
+        [--arm drifted|nominal] [--algorithm hindsight|sac|ppo]
 
 A recipe is a named set of ``LearnerConfig`` overrides (``RECIPES`` below; dotted keys
 reach nested models: ``sac.critic_ensemble_size=10``, ``prior.episodes=50``); ``--set``
@@ -255,6 +255,7 @@ def learner_config(overrides: dict[str, Any], seed: int) -> LearnerConfig:
     merged = {
         **overrides,
         "sac.seed": seed,
+        "ppo.seed": seed,
         "replay.sampler.seed": seed,
         "hindsight.seed": seed,
     }
@@ -375,11 +376,11 @@ def adapt(
     deployed_state = {k: v.detach().clone() for k, v in bundle.actor_state.items()}
     deployed = Actor(arch).eval().requires_grad_(False)
     deployed.load_state_dict(deployed_state)
-    trust_region = TrustRegion(core.sac.actor, config.publication)
-    # Version stamps as the server gives them: the learner labels an episode with the
-    # weights of the version that played it.
-    versions = {1: deployed_state}
-    version = 1
+    trust_region = TrustRegion(core.algorithm.actor, config.publication)
+    # Version stamps as the server gives them: PPO keeps the deployed version's rows only,
+    # hindsight labels an episode with the weights of the version that played it.
+    version = bundle.version.id
+    versions = {version: deployed_state}
     core.know_versions(versions.get)
     recent = RecentStates(config.publication.recent_states, arch.obs_dim)
     counts = {outcome.value: 0 for outcome in PublishOutcome}
@@ -408,6 +409,7 @@ def adapt(
         rows.safety_checks[0] = robot.checks
         rows.ingress_ns[0] = step * CONTROL_PERIOD_NS
         rows.next_ingress_ns[0] = (step + 1) * CONTROL_PERIOD_NS
+        rows.policy_versions[0] = version
         stored = core.ingest(rows)
         recent.extend(stored.observations)
         # The learner must learn the output the policy produced in its frame: where the
@@ -421,7 +423,7 @@ def adapt(
             raw = nxt
         if step % args.publish_every == 0:
             decision, candidate = trust_region.step(
-                deployed_state, core.sac.actor_state(), recent.states()
+                deployed_state, core.algorithm.actor_state(), recent.states()
             )
             counts[decision.outcome.value] += 1
             if candidate is not None:
@@ -429,14 +431,15 @@ def adapt(
                 deployed.load_state_dict(deployed_state)
                 version += 1
                 versions[version] = deployed_state
+                core.follow(version, deployed_state)
     normalize = core.normalize
     result_deployed = evaluate(deployed, normalize, worn, args.tasks, core.frame)
-    result_learner = evaluate(core.sac.actor, normalize, worn, args.tasks, core.frame)
+    result_learner = evaluate(core.algorithm.actor, normalize, worn, args.tasks, core.frame)
     return Run(
         result_deployed,
         result_learner,
         args.steps,
-        core.updates,
+        core.algorithm.updates,
         counts,
         time.monotonic() - start,
         mismatched / args.steps,
@@ -455,6 +458,12 @@ def main() -> None:
     )
     parser.add_argument("--set", default="", help="LearnerConfig overrides on every recipe")
     parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
+    parser.add_argument(
+        "--algorithm",
+        choices=("hindsight", "sac", "ppo"),
+        default=None,
+        help="learning.algorithm on every recipe (default: each recipe's own)",
+    )
     parser.add_argument(
         "--explore-std",
         type=float,
@@ -483,6 +492,8 @@ def main() -> None:
         worn = DriftSchedule.demo().dynamics_at(10**9, worn)
     normalize = ObservationNormalizer(bundle.manifest.normalizer)
     extra = parse_set(args.set)
+    if args.algorithm is not None:
+        extra = {"algorithm": args.algorithm, **extra}
     print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
     print(f"# {' '.join(sys.argv)}")
     print(f"# {args.arm} arm: {worn}")

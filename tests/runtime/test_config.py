@@ -67,3 +67,13 @@ def test_a_mistyped_key_gets_did_you_mean_and_no_pydantic_url(tmp_path: Path) ->
     assert "(got -5)" in text
     assert "pydantic.dev" not in text
     assert "type=" not in text
+
+
+def test_the_algorithm_option_sets_the_learners_algorithm_over_the_file() -> None:
+    raw = {"learner": {"algorithm": "sac", "ppo": {"rollout_length": 512}}}
+    cfg = RunConfig.build(raw, algorithm="ppo")
+    assert cfg.learner.algorithm == "ppo"
+    assert cfg.learner.ppo.rollout_length == 512  # the rest of the section is kept
+    assert RunConfig.build().learner.algorithm == "hindsight"
+    with pytest.raises(ConfigError, match="algorithm"):
+        RunConfig.build(algorithm="dqn")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "Write a bundle as a self-contained TorchScript / torch.export module."),
     "inspect": ("inspect", "Print a bundle's manifest and verify it (exit 1 on failure)."),
-    "pretrain": ("pretrain", "Pretrain SAC on the built-in arm and write a policy bundle."),
+    "pretrain": ("pretrain", "Pretrain SAC or PPO on the built-in arm and write a policy bundle."),
     "report": ("report", "Regenerate a run's report.html and print its summary."),
     "run": (
         "run",

@@ -1,4 +1,4 @@
-"""``tether pretrain OUT``: train SAC on the built-in arm and write a bundle (thin layer)."""
+"""``tether pretrain OUT``: train SAC or PPO on the built-in arm and write a bundle (thin layer)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tether.errors import TetherError
-from tether.learning.config import SACConfig
+from tether.learning.config import PPOConfig, SACConfig
 from tether.learning.pretrain import EvalPoint, PretrainConfig, pretrain
 
 _F = PretrainConfig.model_fields
 _D = PretrainConfig()
 _S = SACConfig.model_fields
+_P = PPOConfig.model_fields
 _HIDDEN_DEFAULT = ",".join(str(h) for h in _D.sac.hidden_sizes)
 
 
@@ -26,6 +27,16 @@ def _help(field: str) -> str:
 
 def pretrain_command(
     out: Annotated[Path, typer.Argument(help="directory the bundle is written to")],
+    algorithm: Annotated[str, typer.Option(help=_help("algorithm"))] = _D.algorithm,
+    ppo_rollout_length: Annotated[
+        int, typer.Option(help=f"PPO: {_P['rollout_length'].description}")
+    ] = _D.ppo.rollout_length,
+    ppo_epochs: Annotated[int, typer.Option(help=f"PPO: {_P['epochs'].description}")] = (
+        _D.ppo.epochs
+    ),
+    ppo_minibatch_size: Annotated[
+        int, typer.Option(help=f"PPO: {_P['minibatch_size'].description}")
+    ] = _D.ppo.minibatch_size,
     total_env_steps: Annotated[
         int, typer.Option(help=_help("total_env_steps"))
     ] = _D.total_env_steps,
@@ -87,7 +98,7 @@ def pretrain_command(
     threads: Annotated[int, typer.Option(help="torch intra-op threads (threads)")] = 1,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle at OUT")] = False,
 ) -> None:
-    """Train SAC on tether/Arm-v0 with domain randomization and write the best policy as a bundle.
+    """Train SAC (or PPO: --algorithm ppo) on tether/Arm-v0 with domain randomization and write the best policy as a bundle.
 
     For the position interface, --demonstration-episodes starts from a behaviour-cloned
     scripted controller (docs/learning.md has the command that made the shipped bundle).
@@ -99,6 +110,17 @@ def pretrain_command(
     try:
         hidden_sizes = tuple(int(h) for h in hidden.split(","))
         config = PretrainConfig(
+            algorithm=algorithm,  # type: ignore[arg-type]  # validated here
+            ppo=PPOConfig.model_validate(
+                {
+                    **_D.ppo.model_dump(),
+                    "hidden_sizes": hidden_sizes,
+                    "rollout_length": ppo_rollout_length,
+                    "epochs": ppo_epochs,
+                    "minibatch_size": ppo_minibatch_size,
+                    "seed": seed,
+                }
+            ),
             sac=SACConfig(
                 hidden_sizes=hidden_sizes,
                 batch_size=batch_size,
@@ -185,5 +207,5 @@ def pretrain_command(
 
 def register(app: typer.Typer) -> None:
     app.command(
-        name="pretrain", help="Pretrain SAC on the built-in arm and write a policy bundle."
+        name="pretrain", help="Pretrain SAC or PPO on the built-in arm and write a policy bundle."
     )(pretrain_command)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.errors import TetherError
+from tether.learning.learner_config import LearnerConfig
 from tether.runtime.config import RunConfig, config_reference
 from tether.runtime.report import summarize_run
 from tether.runtime.report_summary import headline
@@ -90,6 +91,13 @@ def run(
             "[default: a local Ray instance]",
         ),
     ] = None,
+    algorithm: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_RUN_ALGORITHM",
+            help=f"{LearnerConfig.model_fields['algorithm'].description} [default: hindsight]",
+        ),
+    ] = None,
 ) -> None:
     """Serve the pretrained policy to drifting simulated arms while it learns online.
 
@@ -104,6 +112,7 @@ def run(
         ("dashboard", dashboard),
         ("backend", backend),
         ("ray_address", address),
+        ("algorithm", algorithm),
     ):
         if value is not None:
             overrides[key] = value

@@ -1,12 +1,17 @@
-"""Learner checkpoints: everything SAC needs to resume, as safetensors + JSON (no pickle).
+"""Learner checkpoints: everything the algorithm needs to resume, as safetensors + JSON
+(no pickle).
 
-A checkpoint directory holds ``state.safetensors`` (actor, every critic-ensemble member
-and its target, log alpha, the Adam moments of all three optimizers, and the deployed actor the learner
-publishes from) and ``progress.json`` (update count, version counter, counters). It is
+A checkpoint directory holds ``state.safetensors`` (the algorithm's networks -- SAC: actor,
+every critic-ensemble member and its target; PPO: actor and value network --, its extra
+state -- SAC: log alpha; PPO: rollouts done --, the Adam moments of its optimizers, and
+the deployed actor the learner publishes from) and ``progress.json`` (update count,
+version counter, counters, and what the networks' shape was). Replay and rollout data
+are not checkpointed: a restarted PPO learner collects a fresh rollout of the deployed
+version. It is
 written to a temporary sibling and renamed over the previous one, so a learner killed
 mid-write leaves the last complete checkpoint in place.
 
-Invariant: ``restore_checkpoint(save_checkpoint(sac))`` continues training with
+Invariant: ``restore_checkpoint(save_checkpoint(algorithm))`` continues training with
 bit-identical parameters and optimizer moments; learning rates come from the config,
 never from the file.
 """
@@ -22,8 +27,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from tether.learning.algorithm import Algorithm
 from tether.learning.errors import CheckpointError
-from tether.learning.sac import SAC
 
 STATE_FILE = "state.safetensors"
 PROGRESS_FILE = "progress.json"
@@ -41,25 +46,13 @@ class LearnerProgress:
     publications: int
 
 
-def _optimizers(sac: SAC) -> dict[str, torch.optim.Optimizer]:
-    return {
-        "actor": sac.actor_optimizer,
-        "critic": sac.critic_optimizer,
-        "alpha": sac.alpha_optimizer,
-    }
-
-
-def _collect(sac: SAC, deployed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _collect(algorithm: Algorithm, deployed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
-    for prefix, module in (
-        ("actor.", sac.actor),
-        ("critic.", sac.critic),
-        ("critic_target.", sac.critic_target),
-    ):
-        tensors.update({prefix + k: v.detach() for k, v in module.state_dict().items()})
-    tensors["log_alpha"] = sac.log_alpha.detach().reshape(1)
+    for prefix, module in algorithm.modules().items():
+        tensors.update({f"{prefix}.{k}": v.detach() for k, v in module.state_dict().items()})
+    tensors.update(algorithm.extra_tensors())
     tensors.update({"deployed." + k: v.detach() for k, v in deployed.items()})
-    for name, opt in _optimizers(sac).items():
+    for name, opt in algorithm.optimizers().items():
         for index, slots in opt.state_dict()["state"].items():
             for key, value in slots.items():
                 tensors[f"optim.{name}.{index}.{key}"] = torch.as_tensor(value).reshape(-1)
@@ -68,7 +61,7 @@ def _collect(sac: SAC, deployed: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 def save_checkpoint(
     directory: str | os.PathLike[str],
-    sac: SAC,
+    algorithm: Algorithm,
     *,
     deployed: dict[str, torch.Tensor],
     progress: LearnerProgress,
@@ -80,12 +73,12 @@ def save_checkpoint(
     old = target.with_name(target.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file(_collect(sac, deployed), str(tmp / STATE_FILE))
+    save_file(_collect(algorithm, deployed), str(tmp / STATE_FILE))
     meta = {
         "format": _FORMAT,
         "progress": asdict(progress),
-        "arch": asdict(sac.arch),
-        "critics": _critic_shape(sac),
+        "arch": asdict(algorithm.arch),
+        "critics": algorithm.checkpoint_shape(),
     }
     (tmp / PROGRESS_FILE).write_text(json.dumps(meta, indent=2))
     shutil.rmtree(old, ignore_errors=True)
@@ -94,10 +87,6 @@ def save_checkpoint(
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target
-
-
-def _critic_shape(sac: SAC) -> dict[str, int | bool]:
-    return {"ensemble_size": sac.critic.size, "layer_norm": sac.critic.layer_norm}
 
 
 def find_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
@@ -110,9 +99,9 @@ def find_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
 
 
 def restore_checkpoint(
-    directory: str | os.PathLike[str], sac: SAC
+    directory: str | os.PathLike[str], algorithm: Algorithm
 ) -> tuple[LearnerProgress, dict[str, torch.Tensor]]:
-    """Load a checkpoint into ``sac``; returns the progress and the deployed actor state."""
+    """Load a checkpoint into ``algorithm``; returns the progress and the deployed actor state."""
     found = find_checkpoint(directory)
     if found is None:
         raise CheckpointError(
@@ -126,30 +115,30 @@ def restore_checkpoint(
         )
     # Compared as JSON documents: that is how the checkpoint stored it (tuples became
     # lists, at any depth: a goal shift's fields too).
-    arch = json.loads(json.dumps(asdict(sac.arch)))
+    arch = json.loads(json.dumps(asdict(algorithm.arch)))
     stored_arch = meta["arch"]
     if stored_arch != arch:
         raise CheckpointError(
             f"{found}: checkpoint of architecture {stored_arch}, but the learner was built "
             f"for {arch}; resume with the bundle the checkpoint was trained from"
         )
-    if meta.get("critics") != _critic_shape(sac):
+    networks = algorithm.checkpoint_shape()
+    if meta.get("critics") != networks:
         raise CheckpointError(
-            f"{found}: checkpoint of critics {meta.get('critics')}, but the learner was "
-            f"configured for {_critic_shape(sac)} (SACConfig.critic_ensemble_size, "
-            "critic_layer_norm); resume with the configuration the checkpoint was written with"
+            f"{found}: checkpoint of networks {meta.get('critics')}, but the learner was "
+            f"configured for {networks} (LearnerConfig.algorithm; for SAC "
+            "SACConfig.critic_ensemble_size, critic_layer_norm); resume with the configuration "
+            "the checkpoint was written with"
         )
     tensors = load_file(str(found / STATE_FILE))
 
     def part(prefix: str) -> dict[str, torch.Tensor]:
         return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
-    sac.actor.load_state_dict(part("actor."))
-    sac.critic.load_state_dict(part("critic."))
-    sac.critic_target.load_state_dict(part("critic_target."))
-    with torch.no_grad():
-        sac.log_alpha.copy_(tensors["log_alpha"][0])
-    for name, opt in _optimizers(sac).items():
+    for prefix, module in algorithm.modules().items():
+        module.load_state_dict(part(prefix + "."))
+    algorithm.load_extra_tensors(tensors)
+    for name, opt in algorithm.optimizers().items():
         # Moments have their parameter's shape; ``step`` is a scalar.
         params = [p for group in opt.param_groups for p in group["params"]]
         slots: dict[int, dict[str, torch.Tensor]] = {}
@@ -161,5 +150,5 @@ def restore_checkpoint(
         current["state"] = slots
         opt.load_state_dict(current)
     progress = LearnerProgress(**meta["progress"])
-    sac.updates = progress.updates
+    algorithm.updates = progress.updates
     return progress, part("deployed.")

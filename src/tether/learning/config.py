@@ -1,4 +1,5 @@
-"""Hyper-parameters of SAC, in one validated model (CleanRL-style: read it top to bottom).
+"""Hyper-parameters of SAC and of PPO, one validated model each (CleanRL-style: read
+them top to bottom).
 
 Every field has a default, a unit and a help line; the CLI and YAML loading are built
 from this model, so a hyper-parameter exists in exactly one place.
@@ -174,3 +175,93 @@ class SACConfig(BaseModel):
         if bc_weight is not None:
             update["bc_weight"] = bc_weight
         return self.model_copy(update=update)
+
+
+class PPOConfig(BaseModel):
+    """Proximal Policy Optimization: clipped ratio, GAE, a value network, entropy bonus,
+    KL early stop; on-policy rollouts of exactly one deployed version (docs/learning.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(
+        default=0.99, gt=0.0, le=1.0, description="Discount factor per control step (1)"
+    )
+    gae_lambda: float = Field(
+        default=0.95, ge=0.0, le=1.0, description="GAE's lambda: bias/variance of advantages (1)"
+    )
+    clip_range: float = Field(
+        default=0.2,
+        gt=0.0,
+        lt=1.0,
+        description="Clip of the probability ratio to the behaviour version, 1 ± this (1)",
+    )
+    value_coef: float = Field(
+        default=0.5, ge=0.0, description="Weight of the value loss in the joint loss (1)"
+    )
+    entropy_coef: float = Field(
+        default=0.0, ge=0.0, description="Weight of the Gaussian entropy bonus (1/nats)"
+    )
+    epochs: int = Field(
+        default=10, ge=1, le=1000, description="Passes over each rollout (epochs/rollout)"
+    )
+    minibatch_size: int = Field(
+        default=64, ge=1, le=65536, description="Transitions per gradient step (transitions)"
+    )
+    kl_target: float | None = Field(
+        default=0.02,
+        gt=0.0,
+        description="Stop a rollout's epochs once the approximate KL(behaviour || learner) of a "
+        "mini-batch exceeds this; None never stops early (nats)",
+    )
+    rollout_length: int = Field(
+        default=2048,
+        ge=2,
+        description="On-policy transitions of one version per rollout (transitions)",
+    )
+    learning_rate: float = Field(
+        default=3e-4, gt=0.0, description="Adam rate of actor and value network (1/update)"
+    )
+    max_grad_norm: float = Field(
+        default=0.5, gt=0.0, description="Global gradient-norm clip per update (1)"
+    )
+    normalize_advantages: bool = Field(
+        default=True, description="Standardize advantages per mini-batch (flag)"
+    )
+    value_warmup_rollouts: int = Field(
+        default=1,
+        ge=0,
+        description="First rollouts that train only the value network (a bundle with no value "
+        "network starts it at random; its advantages would steer the actor) (rollouts)",
+    )
+    hidden_sizes: tuple[int, ...] = Field(
+        default=(256, 256),
+        min_length=1,
+        description="Hidden widths of actor and value network when training from scratch; "
+        "fine-tuning takes the bundle's (units)",
+    )
+    activation: Literal["relu", "tanh", "elu", "silu"] = Field(
+        default="relu", description="Hidden activation when training from scratch (name)"
+    )
+    freeze_trunk: bool = Field(
+        default=False,
+        description="Fine-tuning: keep the actor trunk fixed, train head and value (flag)",
+    )
+    lr_scale: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="Multiplier on the learning rate (1)"
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of initialization and shuffling (1)")
+
+    @model_validator(mode="after")
+    def _check(self) -> PPOConfig:
+        if any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must all be positive, got {self.hidden_sizes}")
+        if self.minibatch_size > self.rollout_length:
+            raise ValueError(
+                f"minibatch_size ({self.minibatch_size}) cannot exceed rollout_length "
+                f"({self.rollout_length})"
+            )
+        return self
+
+    def fine_tuning(self, lr_scale: float = 0.2) -> PPOConfig:
+        """The same hyper-parameters for on-robot fine-tuning: frozen trunk, scaled rate."""
+        return self.model_copy(update={"freeze_trunk": True, "lr_scale": lr_scale})

@@ -130,7 +130,14 @@ class HindsightStats:
 
 
 class HindsightLearner:
-    """Assembles episodes from transitions, labels them in hindsight, trains the shift."""
+    """Assembles episodes from transitions, labels them in hindsight, trains the shift.
+
+    It is a learning algorithm behind :class:`tether.learning.algorithm.Algorithm` (the
+    actor whose state is published, its update count, what checkpoints store); its data
+    path is :meth:`observe`, not a replay buffer.
+    """
+
+    name = "hindsight"
 
     def __init__(
         self,
@@ -164,6 +171,9 @@ class HindsightLearner:
             )
         self.config = config
         self.actor = actor
+        self.arch = actor.arch
+        actor.requires_grad_(False)
+        actor.goal.requires_grad_(True)
         self.net: GoalShiftNet = actor.goal
         self.normalize = normalize
         # shift (normalized units) / unit = shift in the goal's unit
@@ -181,6 +191,33 @@ class HindsightLearner:
         self.updates = 0
         self.episodes = 0  # labelled
         self.skipped: dict[str, int] = {"moving": 0, "human": 0, "corrected": 0, "unknown": 0}
+
+    # -- the algorithm interface ------------------------------------------------------
+    def actor_state(self) -> dict[str, torch.Tensor]:
+        """A detached copy of the actor's parameters, named as in the bundle."""
+        return {k: v.detach().clone() for k, v in self.actor.state_dict().items()}
+
+    def load_actor_state(self, state: StateDict) -> None:
+        self.actor.load_state_dict(state, strict=True)
+
+    def gate_critic(self) -> None:
+        """No critics: nothing here rates actions (the gate's offline stage skips the value)."""
+        return None
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"actor": self.actor}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"goal": self.optimizer}
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        del tensors
+
+    def checkpoint_shape(self) -> dict[str, int | bool | str]:
+        return {"algorithm": self.name}
 
     # -- episodes ---------------------------------------------------------------------
     def observe(self, rows: TransitionArrays) -> None:

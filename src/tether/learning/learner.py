@@ -1,12 +1,13 @@
-"""The learner's loop: drain transitions, update SAC, publish candidates, checkpoint.
+"""The learner's loop: drain transitions, update the algorithm, publish candidates, checkpoint.
 
 One :class:`Learner` runs inside the learner process (see :mod:`tether.learning.process`);
 it is an ordinary object so tests and benchmarks can also drive it in-process.
 
 Each :meth:`Learner.step` drains the transition channel into the learner core
-(:class:`tether.learning.core.LearnerCore`: normalization, replay, prior data, SAC),
-runs as many updates as the update-to-data ratio allows (mini-batch streaming: the first
-update happens as soon as the buffer holds one mini-batch), and -- at most once per
+(:class:`tether.learning.core.LearnerCore`: normalization, then SAC's replay and prior
+data or PPO's rollouts of the deployed version), runs the updates the core has
+(SAC: as many as the update-to-data ratio allows, the first as soon as the buffer holds
+one mini-batch; PPO: a full rollout's epochs, a bounded number per step), and -- at most once per
 publication interval -- proposes a candidate: a Polyak step from the live actor toward
 the learner's, held inside the trust region, with a new version id whose parent is the
 live version. The candidate goes through the learner-side gate stages (offline,
@@ -19,7 +20,8 @@ One candidate at a time: after a publication the learner publishes nothing until
 server has resolved that version (``SharedWeights.resolved_version``); then its anchor
 (``deployed``) becomes the weights of whatever version is live
 (``SharedWeights.live_version``) -- the candidate after a promotion, the previous live
-weights after a rejection or a rollback.
+weights after a rejection or a rollback -- and the core follows it (PPO's behaviour
+version: only its transitions are on-policy data).
 
 Invariant: observations are normalized with the bundle's own normalizer, by the same
 function the engine uses, so the learner trains on exactly what the policy sees.
@@ -39,6 +41,7 @@ import torch
 
 from tether.data.channel import TransitionChannel
 from tether.data.columns import TransitionArrays
+from tether.data.replay.buffer import ReplayBuffer
 from tether.learning.candidates import CandidateJudge, KnownWeights
 from tether.learning.checkpoint import (
     LearnerProgress,
@@ -49,6 +52,7 @@ from tether.learning.checkpoint import (
 from tether.learning.core import LearnerCore
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
+from tether.learning.sac import SAC
 from tether.policy.bundle import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
@@ -75,6 +79,7 @@ class LearnerCounters(NamedTuple):
     gate_passed: int  # candidates the learner-side gate passed (then published)
     gate_rejected: int  # candidates it rejected (never published)
     pending_version: int  # published, not yet resolved by the server (-1: none)
+    off_version_rows: int  # PPO: transitions dropped as produced by another version
 
 
 N_COUNTERS = len(LearnerCounters._fields)
@@ -85,7 +90,7 @@ class _Stop(Protocol):
 
 
 class Learner:
-    """SAC fed from a transition channel, publishing into shared weights."""
+    """The configured algorithm fed from a transition channel, publishing into shared weights."""
 
     def __init__(
         self,
@@ -110,8 +115,7 @@ class Learner:
                 bundle.path,
             )
         self.core = LearnerCore(bundle, config)
-        self.sac = self.core.sac
-        self.replay = self.core.replay
+        self.algorithm = self.core.algorithm
         self.normalize = self.core.normalize
         self.deployed: dict[str, torch.Tensor] = {
             k: v.detach().clone() for k, v in bundle.actor_state.items()
@@ -125,7 +129,7 @@ class Learner:
         )
         self._counters = counters if counters is not None else np.zeros(N_COUNTERS, np.int64)
         if resume and checkpoint_dir is not None and find_checkpoint(checkpoint_dir) is not None:
-            self.progress, self.deployed = restore_checkpoint(checkpoint_dir, self.sac)
+            self.progress, self.deployed = restore_checkpoint(checkpoint_dir, self.algorithm)
             self._set("resumed_from_updates", self.progress.updates)
             logger.info(
                 "learner resumed from %s at update %d", checkpoint_dir, self.progress.updates
@@ -133,8 +137,6 @@ class Learner:
         self.known = KnownWeights(bundle)
         self.known.add(self.progress.deployed_version, self.deployed)
         self.core.know_versions(self.known.get)
-        if self.core.hindsight is not None:
-            self.core.hindsight.updates = self.progress.updates
         self.judge = CandidateJudge(bundle, config.gate, verdict_dir=verdict_dir)
         self._unknown_live: int | None = None
         self._resume_lineage(verdict_dir)
@@ -143,12 +145,13 @@ class Learner:
         self._set("pending_version", -1)
         self._follow_live()
         self._set("deployed_version", self.progress.deployed_version)
+        self.core.follow(self.progress.deployed_version, self.deployed)
 
         arch = bundle.architecture
         self.recent = RecentStates(config.publication.recent_states, arch.obs_dim)
         # The gate's offline stage normalizes raw observations itself.
         self.recent_raw = RecentStates(config.publication.recent_states, arch.obs_dim)
-        self.trust_region = TrustRegion(self.sac.actor, config.publication)
+        self.trust_region = TrustRegion(self.algorithm.actor, config.publication)
         self._min_interval_s = config.effective_min_interval_s()
         self._last_publish = time.monotonic()
         self._last_checkpoint = time.monotonic()
@@ -191,6 +194,16 @@ class Learner:
         self.deployed = state
         self.progress = replace(self.progress, deployed_version=live)
         self._set("deployed_version", live)
+        self.core.follow(live, state)
+
+    @property
+    def sac(self) -> SAC:
+        """The SAC algorithm, for SAC-specific callers (:attr:`LearnerCore.sac`)."""
+        return self.core.sac
+
+    @property
+    def replay(self) -> ReplayBuffer:
+        return self.core.replay
 
     # --- counters ---------------------------------------------------------------------
 
@@ -211,24 +224,26 @@ class Learner:
         self.recent.extend(normalized.observations)
         self.recent_raw.extend(rows.observations)
         self._add("transitions", len(rows))
+        if self.core.rollouts is not None:
+            self._set("off_version_rows", self.core.rollouts.dropped_other_version)
 
     def step(self) -> int:
         """Drain, update, maybe publish and checkpoint; returns the number of updates run."""
         level = DegradationLevel(self.weights.degradation_level())
         self._set("degradation_level", int(level))
         self._follow_live()
-        can_update = level < DegradationLevel.PAUSED and self.core.ready()
         unlimited = self.config.updates_per_transition is None
-        wait = 0.0 if can_update and self.core.earned() else self.config.idle_poll_s
+        can_update = level < DegradationLevel.PAUSED and self.core.has_work()
+        wait = 0.0 if can_update else self.config.idle_poll_s
         rows = self.channel.get(self.config.drain_max_rows, timeout_s=wait)
         if len(rows):
             self.ingest(rows)
-        if level >= DegradationLevel.PAUSED or not self.core.ready():
+        if level >= DegradationLevel.PAUSED or not (self.core.ready() or self.core.may_publish()):
             self._maybe_checkpoint()
             return 0
         # Bounded per step so draining stays responsive at high update-to-data ratios.
         n = self.core.run_updates(8 if unlimited else 64)
-        self._set("updates", self.core.updates)
+        self._set("updates", self.algorithm.updates)
         self._maybe_publish(level)
         self._maybe_checkpoint()
         return n
@@ -246,7 +261,7 @@ class Learner:
         if len(self.recent) == 0:
             return
         decision, candidate = self.trust_region.step(
-            self.deployed, self.sac.actor_state(), self.recent.states()
+            self.deployed, self.algorithm.actor_state(), self.recent.states()
         )
         if decision.outcome is PublishOutcome.UNCHANGED:
             return  # nothing worth a trip through the gate yet
@@ -277,10 +292,9 @@ class Learner:
             live_version=p.deployed_version,
             live=self.deployed,
             observations=self.recent_raw.states(),
-            # Under hindsight the critics are not trained: they cannot rate where it reaches.
-            critic=self.sac.gate_critic() if self.core.hindsight is None else None,
+            critic=self.algorithm.gate_critic(),
         )
-        self.progress = replace(p, updates=self.core.updates, next_version=version + 1)
+        self.progress = replace(p, updates=self.algorithm.updates, next_version=version + 1)
         if not record.passed:
             self._add("gate_rejected")
             failed = record.verdicts[-1].describe() if record.verdicts else "no stage"
@@ -314,11 +328,11 @@ class Learner:
             return
         self.progress = replace(
             self.progress,
-            updates=self.core.updates,
+            updates=self.algorithm.updates,
             transitions_ingested=self.counters().transitions,
         )
         save_checkpoint(
-            self.checkpoint_dir, self.sac, deployed=self.deployed, progress=self.progress
+            self.checkpoint_dir, self.algorithm, deployed=self.deployed, progress=self.progress
         )
         self._add("checkpoints")
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.data.replay.buffer import ReplayBufferConfig
-from tether.learning.config import SACConfig
+from tether.learning.config import PPOConfig, SACConfig
 from tether.learning.hindsight import HindsightConfig
 from tether.learning.prior import PriorDataConfig
 from tether.learning.publication import PublicationConfig
@@ -19,18 +19,21 @@ class LearnerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    algorithm: Literal["sac", "hindsight"] = Field(
+    algorithm: Literal["hindsight", "sac", "ppo"] = Field(
         default="hindsight",
         description="What learns from the robots' transitions: 'hindsight' trains a bounded "
         "goal shift in front of the frozen actor from where each episode ended "
         "(tether.learning.hindsight; the bundle is given a zero shift when it has none); "
-        "'sac' fine-tunes the actor itself with SAC (docs/learning.md) (name)",
+        "'sac' fine-tunes the actor itself (off-policy, replay); 'ppo' too, on-policy from "
+        "rollouts of the deployed version only (updates_per_transition, replay and prior "
+        "apply to 'sac' only) (name)",
     )
     hindsight: HindsightConfig = Field(
         default_factory=HindsightConfig,
         description="The goal shift and its hindsight relabelling (algorithm 'hindsight')",
     )
     sac: SACConfig = Field(default_factory=SACConfig, description="SAC hyper-parameters")
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO hyper-parameters")
     publication: PublicationConfig = Field(
         default_factory=PublicationConfig,
         description="Polyak step, trust region and pacing of publications",
@@ -124,6 +127,9 @@ class LearnerConfig(BaseModel):
             return self.sac
         tuned = self.sac.fine_tuning(self.fine_tune_lr_scale, self.fine_tune_bc_weight)
         return tuned.model_copy(update={"autotune_alpha": self.fine_tune_autotune_alpha})
+
+    def effective_ppo(self) -> PPOConfig:
+        return self.ppo.fine_tuning(self.fine_tune_lr_scale) if self.fine_tune else self.ppo
 
     def effective_min_interval_s(self) -> float:
         factor = self.fine_tune_interval_factor if self.fine_tune else 1.0

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ from tether.data.columns import TransitionArrays
 from tether.data.replay.buffer import ReplayBuffer, ReplayBufferConfig
 from tether.data.replay.sampler import SamplerConfig
 from tether.data.replay.storage import StorageConfig
-from tether.learning.config import SACConfig
+from tether.learning.config import PPOConfig, SACConfig
 from tether.learning.errors import LearningError
 from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.sac import SAC, sac_from_bundle
@@ -85,9 +86,18 @@ class PretrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    algorithm: Literal["sac", "ppo"] = Field(
+        default="sac",
+        description="Pretraining algorithm: 'sac' (replay, critics in the bundle) or 'ppo' "
+        "(on-policy rollouts; the bundle has no training section) (name)",
+    )
     sac: SACConfig = Field(
         default_factory=lambda: SACConfig(hidden_sizes=(128, 128)),
         description="SAC hyper-parameters (128x128 networks keep pretraining short on a CPU)",
+    )
+    ppo: PPOConfig = Field(
+        default_factory=lambda: PPOConfig(hidden_sizes=(128, 128)),
+        description="PPO hyper-parameters when algorithm is 'ppo' (networks as for SAC)",
     )
     total_env_steps: int = Field(
         default=150_000, ge=1, description="Environment steps, all arms together (steps)"
@@ -238,7 +248,7 @@ def _snapshot(sac: SAC, success_rate: float) -> _Snapshot:
     )
 
 
-def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
+def pretrain_replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
     # Uniform sampling over everything collected: pretraining has no "recent" to favour.
     return ReplayBuffer(
         obs_dim,
@@ -250,7 +260,7 @@ def _replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> ReplayBuffer:
     )
 
 
-def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
+def pretrain_source(config: PretrainConfig, prior: TrainingMetadata) -> str:
     """How the bundle was made, in words a reader of the manifest can reproduce."""
     parts = [
         f"{config.command_interface} interface",
@@ -266,11 +276,17 @@ def _source(config: PretrainConfig, prior: TrainingMetadata) -> str:
         )
     if config.supervised:
         parts.append(f"supervised, intervention penalty {config.intervention_penalty}")
-    if config.sac.bc_weight:
+    if config.algorithm == "ppo":
+        p = config.ppo
+        parts.append(
+            f"PPO: rollouts of {p.rollout_length}, {p.epochs} epochs of {p.minibatch_size}, "
+            f"clip {p.clip_range}, KL target {p.kl_target}, lr {p.learning_rate}"
+        )
+    elif config.sac.bc_weight:
         parts.append(f"anchored to the initial actor, bc_weight {config.sac.bc_weight}")
-    if config.sac.target_entropy is not None:
+    if config.algorithm == "sac" and config.sac.target_entropy is not None:
         parts.append(f"target entropy {config.sac.target_entropy}")
-    if config.sac.initial_alpha != SACConfig().initial_alpha:
+    if config.algorithm == "sac" and config.sac.initial_alpha != SACConfig().initial_alpha:
         parts.append(f"initial alpha {config.sac.initial_alpha}")
     text = f"tether pretrain (tether/Arm-v0, {', '.join(parts)}, seed {config.seed})"
     if config.init_from is not None:
@@ -298,7 +314,7 @@ def _initial_sac(config: PretrainConfig, arch: ActorArchitecture) -> SAC:
 SupervisorFactory = Callable[[], ActionSupervisor]
 
 
-def _supervisor_factory(
+def supervisor_factory_for(
     config: PretrainConfig, factory: SupervisorFactory | None
 ) -> SupervisorFactory | None:
     """Which supervisor pretraining acts through (None: unsupervised).
@@ -437,7 +453,7 @@ def _behaviour_clone(
     return float(loss.detach())
 
 
-def _cloned_sac(
+def cloned_actor(
     config: PretrainConfig,
     arch: ActorArchitecture,
     envs: list[ArmEnv],
@@ -446,9 +462,9 @@ def _cloned_sac(
     *,
     frame: CommandStepFrame | None,
     make_supervisor: SupervisorFactory | None,
-) -> SAC:
-    """SAC whose actor is the scripted controller's clone (demonstrations, then DAgger
-    rounds) and whose critics have learnt its values; ``replay`` holds all of it."""
+) -> Actor:
+    """The scripted controller's clone (demonstrations, then DAgger rounds); ``replay``
+    holds every demonstration transition."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.sac.seed)
         actor = Actor(arch)
@@ -470,6 +486,24 @@ def _cloned_sac(
         demo_obs = np.concatenate([demo_obs, more_obs])
         demo_act = np.concatenate([demo_act, more_act])
         _behaviour_clone(actor, demo_obs, demo_act, config)
+    return actor
+
+
+def _cloned_sac(
+    config: PretrainConfig,
+    arch: ActorArchitecture,
+    envs: list[ArmEnv],
+    replay: ReplayBuffer,
+    normalize: ObservationNormalizer,
+    *,
+    frame: CommandStepFrame | None,
+    make_supervisor: SupervisorFactory | None,
+) -> SAC:
+    """SAC whose actor is the scripted controller's clone and whose critics have learnt
+    its values; ``replay`` holds the demonstrations."""
+    actor = cloned_actor(
+        config, arch, envs, replay, normalize, frame=frame, make_supervisor=make_supervisor
+    )
     sac = SAC(arch, config.sac, actor=actor)
     _critic_warmup(sac, replay, config)
     return sac
@@ -492,7 +526,17 @@ def pretrain(
     """
     check_bundle_target(out, overwrite=overwrite)  # before the minutes of training, not after
     _check_demonstrations(config)
-    make_supervisor = _supervisor_factory(config, supervisor_factory)
+    if config.algorithm == "ppo":
+        from tether.learning.pretrain_ppo import pretrain_ppo
+
+        return pretrain_ppo(
+            config,
+            out,
+            on_progress=on_progress,
+            overwrite=overwrite,
+            supervisor_factory=supervisor_factory,
+        )
+    make_supervisor = supervisor_factory_for(config, supervisor_factory)
     prior = (
         TrainingMetadata()
         if config.init_from is None
@@ -509,7 +553,7 @@ def pretrain(
         hidden_sizes=config.sac.hidden_sizes,
         activation=config.sac.activation,
     )
-    replay = _replay(config, spec.obs_dim, spec.act_dim)
+    replay = pretrain_replay(config, spec.obs_dim, spec.act_dim)
     randomization = DomainRandomization.default() if config.randomize else None
     envs = [
         ArmEnv(randomization=randomization, seed=config.seed * 1000 + i, config=env_config)
@@ -620,39 +664,72 @@ def pretrain(
     sac.actor.load_state_dict(chosen.actor)
     final = evaluate(sac.actor, config.final_eval_episodes, seed=20_000)
     elapsed = time.monotonic() - start
-    bundle = save_bundle(
-        Path(out),
+    bundle = write_pretrained_bundle(
+        out,
+        config,
         actor_state=chosen.actor,
         architecture=arch,
-        observation=ObservationSpec(spec.observation_names),
-        action=ActionSpec(
-            spec.action_names, (-1.0,) * spec.act_dim, (1.0,) * spec.act_dim, frame=frame
-        ),
-        normalizer=normalizer,
-        version_id=1,
-        version_name=(
-            f"pretrained-arm-seed{config.seed}"
-            if config.command_interface == "torque"
-            else f"pretrained-arm-{config.command_interface}-seed{config.seed}"
-        ),
-        robot_spec=spec,
         training=TrainingState(
             critic=chosen.critic, critic_target=chosen.critic_target, log_alpha=chosen.log_alpha
         ),
+        source=pretrain_source(config, prior),
+        env_steps=steps + prior.env_steps,
+        gradient_updates=sac.updates + prior.gradient_updates,
+        final=final,
+        elapsed_s=elapsed,
+        overwrite=overwrite,
+    )
+    return PretrainResult(bundle, tuple(history), final, steps, episodes, sac.updates, elapsed)
+
+
+def write_pretrained_bundle(
+    out: str | os.PathLike[str],
+    config: PretrainConfig,
+    *,
+    actor_state: dict[str, torch.Tensor],
+    architecture: ActorArchitecture,
+    training: TrainingState | None,
+    source: str,
+    env_steps: int,
+    gradient_updates: int,
+    final: EvaluationResult,
+    elapsed_s: float,
+    overwrite: bool,
+) -> PolicyBundle:
+    """The bundle every pretraining writes: the arm's specs, normalizer and action frame,
+    version 1, and how it was made (``config.algorithm`` names the algorithm)."""
+    spec = arm_spec(config.command_interface)
+    suffix = "" if config.algorithm == "sac" else f"-{config.algorithm}"
+    interface = "" if config.command_interface == "torque" else f"-{config.command_interface}"
+    return save_bundle(
+        Path(out),
+        actor_state=actor_state,
+        architecture=architecture,
+        observation=ObservationSpec(spec.observation_names),
+        action=ActionSpec(
+            spec.action_names,
+            (-1.0,) * spec.act_dim,
+            (1.0,) * spec.act_dim,
+            frame=action_frame_for(spec),
+        ),
+        normalizer=normalizer_from_spec(spec),
+        version_id=1,
+        version_name=f"pretrained-arm{interface}{suffix}-seed{config.seed}",
+        robot_spec=spec,
+        training=training,
         metadata=TrainingMetadata(
-            algorithm="sac",
-            source=_source(config, prior),
-            env_steps=steps + prior.env_steps,
-            gradient_updates=sac.updates + prior.gradient_updates,
+            algorithm=config.algorithm,
+            source=source,
+            env_steps=env_steps,
+            gradient_updates=gradient_updates,
             seed=config.seed,
             metrics=(
                 ("success_rate", final.success_rate),
                 ("mean_return", final.mean_return),
                 ("mean_final_distance_m", final.mean_final_distance_m),
                 ("final_eval_episodes", float(final.episodes)),
-                ("train_seconds", elapsed),
+                ("train_seconds", elapsed_s),
             ),
         ),
         overwrite=overwrite,
     )
-    return PretrainResult(bundle, tuple(history), final, steps, episodes, sac.updates, elapsed)

@@ -78,6 +78,8 @@ def _adam(params: list[nn.Parameter], lr: float) -> torch.optim.Adam:
 class SAC:
     """Soft Actor-Critic over an :class:`ActorArchitecture`; CPU, single process."""
 
+    name = "sac"
+
     def __init__(
         self,
         arch: ActorArchitecture,
@@ -329,6 +331,29 @@ class SAC:
     def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
         """Replace the actor's parameters (names and shapes must match the architecture)."""
         self.actor.load_state_dict(state, strict=True)
+
+    # --- checkpoints (tether.learning.checkpoint) ---------------------------------------
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {
+            "actor": self.actor_optimizer,
+            "critic": self.critic_optimizer,
+            "alpha": self.alpha_optimizer,
+        }
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        return {"log_alpha": self.log_alpha.detach().reshape(1)}
+
+    def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            self.log_alpha.copy_(tensors["log_alpha"][0])
+
+    def checkpoint_shape(self) -> dict[str, int | bool | str]:
+        # No "algorithm" key: checkpoints written before PPO existed stay readable.
+        return {"ensemble_size": self.critic.size, "layer_norm": self.critic.layer_norm}
 
     def act(self, observations: np.ndarray, *, deterministic: bool = False) -> np.ndarray:
         """Actions in [-1, 1] for normalized ``observations`` (B, obs_dim); for data collection."""

@@ -177,11 +177,15 @@ class RunConfig(BaseModel):
     def build(cls, raw: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
         data = dict(raw or {})
         fleet = dict(data.pop("fleet", {}) or {})
-        if "robots" in overrides:  # CLI options that live in a section
+        if "robots" in overrides:  # the CLI options that live in a section
             fleet["robots"] = overrides.pop("robots")
         ray = dict(data.pop("ray", {}) or {})
         if "ray_address" in overrides:
             ray["address"] = overrides.pop("ray_address")
+        if "algorithm" in overrides:
+            learner = dict(data.pop("learner", {}) or {})
+            learner["algorithm"] = overrides.pop("algorithm")
+            data["learner"] = learner
         data.update(overrides)
         data["fleet"] = fleet
         data["ray"] = ray
