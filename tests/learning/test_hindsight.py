@@ -12,7 +12,7 @@ import torch
 from tether.data.columns import TransitionArrays
 from tether.data.step import HUMAN_SOURCE_CODE
 from tether.learning.core import LearnerCore
-from tether.learning.errors import LearnerConfigError
+from tether.learning.errors import CheckpointError, LearnerConfigError
 from tether.learning.hindsight import HindsightConfig, HindsightLearner, bundle_for_learner
 from tether.learning.learner_config import LearnerConfig
 from tether.policy import PolicyBundle, init_bundle, load_bundle
@@ -195,3 +195,50 @@ def test_a_fresh_goal_shift_acts_exactly_as_the_bundle(tmp_path: Path) -> None:
         tmp_path / "plain"
     )
     assert isinstance(shifted.build_actor(), Actor)
+
+
+def test_a_hindsight_learner_checkpoints_and_resumes_its_goal_shift(
+    shifted: PolicyBundle, tmp_path: Path
+) -> None:
+    from tether.data.channel import ChannelConfig, TransitionChannel
+    from tether.learning.learner import Learner
+    from tether.policy.shared_weights import SharedWeights
+
+    rng = np.random.default_rng(5)
+    arch = shifted.architecture
+    config = LearnerConfig(hindsight=HindsightConfig(updates_per_episode=40))
+
+    def learner(resume: bool) -> Learner:
+        channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096))
+        weights = SharedWeights.create(arch)
+        return Learner(
+            shifted,
+            config,
+            channel=channel,
+            weights=weights,
+            checkpoint_dir=tmp_path / "ck",
+            resume=resume,
+        )
+
+    first = learner(False)
+    target = np.array([0.3, 0.1, 0.25], np.float32)
+    first.ingest(_rows(_episode(target, target - [0, 0, 0.04], 40, rng), shifted.version.id))
+    assert first.core.run_updates(100) == 40
+    first.checkpoint()
+    again = learner(True)
+    assert again.core.updates == 40
+    trained, restored = first.algorithm.actor_state(), again.algorithm.actor_state()
+    assert any(not torch.equal(trained[k], shifted.actor_state[k]) for k in trained)
+    for name, tensor in trained.items():
+        assert torch.equal(restored[name], tensor), name
+    # a SAC learner refuses the hindsight checkpoint, by name
+    channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096))
+    with pytest.raises(CheckpointError, match=r"hindsight"):
+        Learner(
+            shifted,
+            LearnerConfig(algorithm="sac"),
+            channel=channel,
+            weights=SharedWeights.create(arch),
+            checkpoint_dir=tmp_path / "ck",
+            resume=True,
+        )
