@@ -193,6 +193,9 @@ def test_the_run_directory_records_the_backend_placement_and_the_faults(
     roles = sorted(a["role"] for a in placement["actors"])
     assert roles == ["edge", "edge", "learner", "replay", "versions"]
     assert (run_dir / "report.html").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["backend"].startswith("ray")
+    assert sorted(a.split(" (")[1].split(")")[0] for a in summary["actors"]) == roles
     stop = events[-1]["details"]
     assert stop["replay"]["offered"] > 0
     assert stop["replay"]["offered"] == (

@@ -56,6 +56,7 @@ from tether.runtime.records import (
     EPISODES_FILE,
     EVENTS_FILE,
     FINAL_BUNDLE_DIR,
+    FLEET_FILE,
     LATENCY_FILE,
     SNAPSHOTS_FILE,
     EpisodeRecord,
@@ -72,7 +73,6 @@ from tether.serving.security import bearer_token
 
 log = logging.getLogger(__name__)
 
-FLEET_FILE = "fleet.json"
 NAMESPACE = "tether"
 _TICK_S = 0.1
 _NOTES_EVERY_S = 0.5

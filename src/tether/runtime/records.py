@@ -35,6 +35,8 @@ EXPERIENCE_DIR = "experience"
 FINAL_BUNDLE_DIR = "final_bundle"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.json"
+# Written by the Ray backend (tether.fleet): the backend, the cluster, where each actor ran.
+FLEET_FILE = "fleet.json"
 PLOTS_DIR = "plots"
 
 

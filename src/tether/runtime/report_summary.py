@@ -13,6 +13,7 @@ Invariant: a number that the run's data cannot support is ``None`` with a line i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tether.runtime.degradation_view import level_style
-from tether.runtime.records import EpisodeRecord, RunEvent
+from tether.runtime.records import FLEET_FILE, EpisodeRecord, RunEvent
 from tether.runtime.report_config import ReportConfig, ReportError
 from tether.runtime.report_data import RunData, load_run
 from tether.runtime.report_stats import mean_and_error, ratio_interval, wilson_interval
@@ -95,6 +96,8 @@ class RunSummary:
     unreadable: tuple[str, ...]
     notes: tuple[str, ...]
     interrupted_by: str | None = None  # the signal that stopped the run early, if one did
+    backend: str = "embedded"  # "ray" when fleet.json says so
+    actors: tuple[str, ...] = ()  # where each actor ran (the Ray backend), one line each
 
     @property
     def duration_s(self) -> float:
@@ -127,6 +130,24 @@ def summarize_run(run_dir: Path, config: ReportConfig | None = None) -> RunSumma
     return summarize(load_run(run_dir), config or ReportConfig())
 
 
+def _placement(run_dir: Path) -> tuple[str, tuple[str, ...]]:
+    """The backend and where each actor ran, from ``fleet.json`` (the embedded backend
+    writes none: one machine, the server here and the learner in its own process)."""
+    try:
+        doc = json.loads((run_dir / FLEET_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "embedded", ()
+    except (OSError, ValueError):
+        return "ray", (f"{FLEET_FILE} unreadable",)
+    actors = tuple(
+        f"{a.get('name')} ({a.get('role')}) on node {a.get('node_ip') or a.get('node_id')}, "
+        f"pid {a.get('pid')}"
+        for a in doc.get("actors", [])
+        if isinstance(a, dict)
+    )
+    return f"{doc.get('backend', 'ray')} ({doc.get('ray_address', 'local')})", actors
+
+
 def summarize(data: RunData, config: ReportConfig) -> RunSummary:
     """Summarize already loaded run data (``build_report`` loads once for summary and plots)."""
     notes: list[str] = []
@@ -151,8 +172,11 @@ def summarize(data: RunData, config: ReportConfig) -> RunSummary:
     gate = [e for e in data.events if e.kind in GATE_EVENT_KINDS]
     levels = [s.degradation_level for s in data.snapshots] + _degradation_targets(data.events)
     latency = data.latency_ms
+    backend, actors = _placement(data.run_dir)
     return RunSummary(
         run_dir=data.run_dir,
+        backend=backend,
+        actors=actors,
         start_s=start,
         end_s=end,
         first_drift_s=first_drift,
@@ -312,6 +336,8 @@ def summary_document(s: RunSummary) -> dict[str, object]:
     return {
         "run_dir": str(s.run_dir),
         "headline": headline(s),
+        "backend": s.backend,
+        "actors": list(s.actors),
         "duration_s": s.duration_s,
         "interrupted_by": s.interrupted_by,
         "first_drift_s": s.first_drift_s,

@@ -93,6 +93,7 @@ def fact_rows(s: RunSummary) -> tuple[tuple[str, str], ...]:
     )
     final = UNDEFINED if s.final_live_version is None else f"v{s.final_live_version}"
     rows = (
+        ("backend", s.backend if not s.actors else f"{s.backend}: " + "; ".join(s.actors)),
         ("run time", f"{s.start_s:.1f} s to {s.end_s:.1f} s ({s.duration_s:.1f} s)"),
         (
             "ended",
