@@ -263,3 +263,30 @@ def test_a_live_version_the_learner_never_held_keeps_the_anchor_and_raises_the_n
         assert same(rig.learner.deployed, small_bundle.actor_state)
     finally:
         rig.close()
+
+
+def test_a_verdict_that_comes_while_the_learner_waits_for_rows_still_anchors_the_next(
+    small_bundle: PolicyBundle, tmp_path: Path, traffic: Traffic
+) -> None:
+    """The server may resolve a candidate after a step has read the live version and
+    while it waits on the channel: the candidate published in that step must still be
+    derived from what is live (it was derived from the version before: a stale parent)."""
+    from tether.safety.levels import DegradationLevel
+
+    rig = Rig(small_bundle, tmp_path, traffic)
+    try:
+        first = rig.publish_one()
+        promoted = rig.weights.read()
+        assert promoted is not None
+        for _ in range(3):  # the learner trains on while the candidate is judged
+            rig.feed_and_step()
+        resolve_pending(rig.weights, promote=True)  # after this step's anchor check
+        rig.learner._last_publish = float("-inf")
+        rig.learner._maybe_publish(DegradationLevel.NORMAL)
+        snap = rig.weights.read()
+        assert snap is not None
+        assert snap.version > first
+        assert snap.parent == first
+        assert same(rig.learner.deployed, promoted.state)
+    finally:
+        rig.close()

@@ -251,6 +251,9 @@ class Learner:
     def _maybe_publish(self, level: DegradationLevel) -> None:
         if self.weights.pending_version() is not None:
             return  # one candidate at a time: wait for the server's verdict
+        # The verdict may have come since this step began (the drain waits for rows):
+        # anchor on what is live now, or the candidate is derived from the version before.
+        self._follow_live()
         now = time.monotonic()
         if now - self._last_publish < self._min_interval_s:
             return
