@@ -70,3 +70,44 @@ def test_any_violation_or_contact_of_the_candidate_fails_the_stage(
         assert len(failed) == 1, verdict.describe()
         assert failed[0].name.endswith("_steps")
         assert (failed[0].threshold, failed[0].direction) == (0.0, "<=")
+
+
+def test_a_candidate_that_only_moves_where_it_reaches_is_held_to_the_reach_margins(
+    tmp_path: Path,
+) -> None:
+    """Only the goal shift changed: success may fall by goal_shift_success_margin and the
+    distance grow by the shift's bound; change anything else and the ordinary margins
+    apply (the same candidate's layers nudged fails them)."""
+    import numpy as np
+    import torch
+
+    from tether.learning.hindsight import bundle_for_learner
+    from tether.learning.learner_config import LearnerConfig
+    from tether.policy import PolicyEngine, init_bundle, load_bundle, save_derived_bundle
+    from tether.sim import arm_spec
+    from tether.versions.stages.simulation import SimulationStageConfig
+
+    spec = arm_spec("position")
+    init_bundle(tmp_path / "plain", spec, hidden_sizes=(16, 16), seed=2)
+    live = load_bundle(bundle_for_learner(tmp_path / "plain", LearnerConfig(), tmp_path))
+    shifted = {k: v.clone() for k, v in live.actor_state.items()}
+    shifted["goal.net.4.bias"] = torch.tensor([0.0, 0.0, float(np.arctanh(0.6))])
+    both = {k: v.clone() for k, v in shifted.items()}
+    both["head.mu.bias"] = both["head.mu.bias"] + 1e-3
+    config = SimulationStageConfig(episodes=2, randomization=None)
+
+    def thresholds(state: dict[str, torch.Tensor], name: str) -> dict[str, float]:
+        cand = save_derived_bundle(
+            tmp_path / name, live, actor_state=state, version_id=2, version_name=name
+        )
+        verdict = simulation_stage(
+            PolicyEngine(cand), PolicyEngine(live), config, randomization=None
+        )
+        return {m.name: m.threshold for m in verdict.measurements}
+
+    reach_only = thresholds(shifted, "reach")
+    assert reach_only["success_diff"] == -config.goal_shift_success_margin
+    assert reach_only["final_distance_diff_m"] == pytest.approx(config.distance_margin_m + 0.1)
+    ordinary = thresholds(both, "both")
+    assert ordinary["success_diff"] == -config.success_margin
+    assert ordinary["final_distance_diff_m"] == config.distance_margin_m
