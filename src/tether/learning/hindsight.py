@@ -176,10 +176,6 @@ class HindsightLearner:
         actor.goal.requires_grad_(True)
         self.net: GoalShiftNet = actor.goal
         self.normalize = normalize
-        # shift (normalized units) / unit = shift in the goal's unit
-        self._unit = torch.tensor(
-            [s / b for s, b in zip(shift.scale, shift.bound, strict=True)], dtype=torch.float32
-        )
         self._bound = np.asarray(shift.bound, dtype=np.float32)
         self.optimizer = torch.optim.Adam(self.net.net.parameters(), lr=config.lr)
         self._generator = torch.Generator().manual_seed(config.seed)
@@ -279,7 +275,7 @@ class HindsightLearner:
         last = torch.from_numpy(self.normalize(obs[-1:]))
         assert self._scratch.goal is not None
         with torch.no_grad():
-            used = (self._scratch.goal.shift(last) / self._unit)[0].numpy()
+            used = self._scratch.goal.reach(last)[0].numpy()
         achieved = nxt[-1, self.achieved_slice]
         asked = obs[-1, self.goal_slice] + used
         label = np.clip(asked - achieved, -0.999 * self._bound, 0.999 * self._bound)
@@ -301,7 +297,7 @@ class HindsightLearner:
         xs = torch.cat([x for x, _ in self._kept])
         ys = torch.cat([y for _, y in self._kept])
         pick = torch.randint(0, len(xs), (self.config.batch_size,), generator=self._generator)
-        predicted = self.net.shift(xs[pick]) / self._unit
+        predicted = self.net.reach(xs[pick])
         loss = (predicted - ys[pick]).pow(2).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]

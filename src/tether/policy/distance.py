@@ -72,11 +72,9 @@ def goal_shift_change(reference: Actor, candidate: Actor, states: torch.Tensor) 
     An actor with a goal shift moves the goal it reads; its own layers are the same in
     both, so this is the whole change in what it does. No rows: infinite, as above.
     """
-    shift = candidate.arch.goal_shift
-    if reference.goal is None or candidate.goal is None or shift is None:
+    if reference.goal is None or candidate.goal is None:
         raise ValueError("goal_shift_change compares two actors that both carry a goal shift")
     if states.shape[0] == 0:
         return float("inf")
-    unit = torch.tensor([s / b for s, b in zip(shift.scale, shift.bound, strict=True)])
-    change = (candidate.goal.shift(states) - reference.goal.shift(states)) / unit
+    change = candidate.goal.reach(states) - reference.goal.reach(states)
     return float(change.abs().max())

@@ -26,14 +26,10 @@ import torch
 from tether.policy.bundle import PolicyBundle, save_bundle
 from tether.policy.errors import BundleSpecError
 from tether.policy.networks import GOAL_PREFIX, Actor, GoalShift
+from tether.policy.paths import NUMPY_ACTIVATIONS
 from tether.policy.tensors import StateDict
 from tether.policy.transforms import ObservationNormalizer
 from tether.policy.uniform import apply_uniform_np
-
-
-def _np_tanh(h: np.ndarray) -> np.ndarray:
-    np.tanh(h, out=h)
-    return h
 
 
 def split_goal_state(state: StateDict) -> tuple[StateDict, StateDict]:
@@ -67,8 +63,8 @@ class GoalShiftStage:
             h = h @ w_t
             h += b
             if i < last:
-                np.maximum(h, np.float32(0.0), out=h)
-        out = apply_uniform_np(_np_tanh, np.ascontiguousarray(h.reshape(-1, h.shape[-1])))
+                NUMPY_ACTIVATIONS["relu"](h)
+        out = apply_uniform_np(NUMPY_ACTIVATIONS["tanh"], h).reshape(-1, h.shape[-1])
         return np.asarray(out * self._scale, dtype=np.float32)
 
     def __call__(self, x: np.ndarray) -> None:

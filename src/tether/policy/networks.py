@@ -204,24 +204,24 @@ class GoalShiftNet(nn.Module):
 
     def __init__(self, obs_dim: int, shift: GoalShift) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        last = obs_dim
-        for h in shift.hidden_sizes:
-            layers += [nn.Linear(last, h), nn.ReLU()]
-            last = h
-        out = nn.Linear(last, shift.width)
+        out = nn.Linear(shift.hidden_sizes[-1], shift.width)
         nn.init.zeros_(out.weight)
         nn.init.zeros_(out.bias)
-        self.net = nn.Sequential(*layers, out)
+        self.net = nn.Sequential(*_mlp(obs_dim, shift.hidden_sizes, "relu"), out)
         self.scale: torch.Tensor
-        self.register_buffer(
-            "scale", torch.tensor(shift.scale, dtype=torch.float32), persistent=False
-        )
+        self.bound: torch.Tensor
+        for name in ("scale", "bound"):
+            values = torch.tensor(getattr(shift, name), dtype=torch.float32)
+            self.register_buffer(name, values, persistent=False)
         self.start, self.stop = shift.goal
 
     def shift(self, obs: torch.Tensor) -> torch.Tensor:
         """The goal's shift ``(B, width)`` in normalized units."""
         return torch.tanh(self.net(obs)) * self.scale
+
+    def reach(self, obs: torch.Tensor) -> torch.Tensor:
+        """The same shift in the goal's own unit (m for the arm's target)."""
+        return torch.tanh(self.net(obs)) * self.bound
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` with its goal slice shifted."""

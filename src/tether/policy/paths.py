@@ -200,7 +200,8 @@ def _np_silu(h: np.ndarray) -> np.ndarray:
     return np.asarray(h / (np.float32(1.0) + np.exp(-h)), dtype=np.float32)
 
 
-_NP_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+# In-place where the ufunc allows; non-exact ones go through apply_uniform_np.
+NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": _np_relu,
     "tanh": _np_tanh,
     "elu": _np_elu,
@@ -218,7 +219,7 @@ class _NumpyPath:
             (w.detach().numpy().T.copy(), b.detach().numpy().copy())
             for w, b in _layers(arch, state)
         ]
-        self._act = _NP_ACTIVATIONS[arch.activation]
+        self._act = NUMPY_ACTIVATIONS[arch.activation]
         self._exact_activation = arch.activation == "relu"
         self._act_dim = arch.act_dim
         self._row_block = row_block
