@@ -40,7 +40,6 @@ from tether.fleet.shipper import ReplayShipper
 from tether.fleet.version_service import GateReport, RollbackReport
 from tether.fleet.weights import PublishedWeights, decode_weights
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle
-from tether.policy.config import EngineConfig
 from tether.runtime.config import RunConfig
 from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for, supervisor_for
@@ -142,7 +141,7 @@ class EdgeServer:
         self._server = build_server(
             Path(plan.bundle_path),
             self._server_config(),
-            engine_config=self._engine_config(),
+            engine_config=self.config.served_engine(),
             degradation=self._degradation,
             limits=limits,
             record_step=self._record_step,
@@ -189,27 +188,18 @@ class EdgeServer:
         return self._recorder.record(step)
 
     def _server_config(self) -> ServerConfig:
-        server = self.config.server.model_copy(
+        return self.config.served_server().model_copy(
             update={"host": self.plan.host, "port": self.plan.port, "metrics_port": None}
-        )
-        if not self.config.fast:
-            return server
-        admission = server.admission.model_copy(update={"rate_limit_hz": 0.0})
-        return server.model_copy(update={"admission": admission})
-
-    def _engine_config(self) -> EngineConfig:
-        return EngineConfig.model_validate(
-            {"max_batch_size": self.config.server.batcher.max_batch_size, "execution": "eager"}
         )
 
     def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
-        return PolicyEngine(bundle, self._engine_config())
+        return PolicyEngine(bundle, self.config.served_engine())
 
     def _engine_for(self, published: PublishedWeights) -> PolicyEngine:
         import ray
 
         payload = ray.get(published.weights, timeout=_SYNC_TIMEOUT_S)
-        engine = PolicyEngine(self.bundle, self._engine_config())
+        engine = PolicyEngine(self.bundle, self.config.served_engine())
         engine.swap_weights(published.version, decode_weights(payload))
         return engine
 

@@ -29,8 +29,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tether.assets import pretrained_bundle_path
 from tether.fleet.edge import EdgePlan, EdgeServer, EdgeStatus
 from tether.fleet.learner import LearnerActor, LearnerPlan, LearnerStatus
@@ -50,24 +48,23 @@ from tether.fleet.weights import decode_weights
 from tether.learning.hindsight import bundle_for_learner
 from tether.policy import PolicyBundle, load_bundle, save_derived_bundle
 from tether.runtime.config import RunConfig
-from tether.runtime.dashboard import Dashboard, DashboardConfig
+from tether.runtime.dashboard import dashboard_for
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
     EVENTS_FILE,
     FINAL_BUNDLE_DIR,
     FLEET_FILE,
-    LATENCY_FILE,
     SNAPSHOTS_FILE,
     EpisodeRecord,
     JsonlWriter,
     RobotSnapshot,
     RunEvent,
     SystemSnapshot,
+    collect_latency,
 )
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
-from tether.runtime.system import _NoDashboard
 from tether.serving.client.options import ClientOptions
 from tether.serving.security import bearer_token
 
@@ -534,8 +531,7 @@ class FleetSystem:
         mode = self.config.dashboard
         last_snapshot = 0.0
         last_notes = 0.0
-        dashboard = Dashboard(DashboardConfig(plain=(mode == "plain")))
-        with dashboard if mode != "off" else _NoDashboard() as dash:
+        with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 time.sleep(_TICK_S)
                 self._drain(queue)
@@ -580,7 +576,7 @@ class FleetSystem:
         self.collect_notes()
         replay = self.replay_stats()
         self._save_final_bundle()
-        self._collect_latency(robots)
+        collect_latency(self.run_dir, (p.name for p in robots))
         how = "finished" if self.interrupted_by is None else "interrupted"
         self.event(
             "stop",
@@ -613,16 +609,6 @@ class FleetSystem:
             version_id=live.version.id,
             version_name=live.version.name,
         )
-
-    def _collect_latency(self, robots: list[Any]) -> None:
-        parts = []
-        for p in robots:
-            path = self.run_dir / f"latency_{p.name}.npy"
-            if path.exists():
-                parts.append(np.load(path, allow_pickle=False))
-                path.unlink()
-        if parts:
-            np.save(self.run_dir / LATENCY_FILE, np.concatenate(parts))
 
     def close(self) -> None:
         """Kill the actors (after their stop) and the local Ray instance this run started."""

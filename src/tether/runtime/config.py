@@ -21,6 +21,7 @@ from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
+from tether.policy.config import EngineConfig
 from tether.runtime.ray_config import Backend, RayConfig
 from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
@@ -198,6 +199,21 @@ class RunConfig(BaseModel):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def served_server(self) -> ServerConfig:
+        """The server the robots talk to; with ``fast`` the per-robot rate limit is off,
+        because unthrottled robots step many times faster than their declared rate."""
+        if not self.fast:
+            return self.server
+        admission = self.server.admission.model_copy(update={"rate_limit_hz": 0.0})
+        return self.server.model_copy(update={"admission": admission})
+
+    def served_engine(self) -> EngineConfig:
+        """Every engine a run builds (the bundle's, each candidate's): eager, because "auto"
+        would time every execution path on each candidate, on the serving cores."""
+        return EngineConfig.model_validate(
+            {"max_batch_size": self.server.batcher.max_batch_size, "execution": "eager"}
+        )
 
 
 def config_reference() -> str:

@@ -148,3 +148,23 @@ class Dashboard:
             exc,
             exc_info=exc,
         )
+
+
+class NoDashboard:
+    """What a run with ``dashboard: off`` shows: nothing."""
+
+    def __enter__(self) -> NoDashboard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, snapshot: SystemSnapshot, events: tuple[RunEvent, ...]) -> None:
+        return None
+
+
+def dashboard_for(mode: str) -> Dashboard | NoDashboard:
+    """The dashboard a run config's ``dashboard`` mode asks for (auto, live, plain, off)."""
+    if mode == "off":
+        return NoDashboard()
+    return Dashboard(DashboardConfig(plain=(mode == "plain")))

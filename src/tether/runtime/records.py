@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 EVENTS_FILE = "events.jsonl"
 EPISODES_FILE = "episodes.jsonl"
@@ -169,3 +171,15 @@ def _build(kind: type[RecordT], raw: dict[str, Any]) -> RecordT:
         robots = tuple(RobotSnapshot(**r) for r in raw.pop("robots", []))
         return SystemSnapshot(robots=robots, **raw)
     return kind(**raw)
+
+
+def collect_latency(run_dir: Path, robots: Iterable[str]) -> None:
+    """Join each robot's ``latency_<name>.npy`` into the run's :data:`LATENCY_FILE`."""
+    parts = []
+    for name in robots:
+        path = run_dir / f"latency_{name}.npy"
+        if path.exists():
+            parts.append(np.load(path, allow_pickle=False))
+            path.unlink()
+    if parts:
+        np.save(run_dir / LATENCY_FILE, np.concatenate(parts))

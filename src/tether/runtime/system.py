@@ -31,8 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tether.assets import pretrained_bundle_path
 from tether.data.channel import TransitionChannel
 from tether.data.log import ExperienceLog
@@ -43,10 +41,9 @@ from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
 from tether.learning.process import LearnerEvent, LearnerEventKind, LearnerProcess
 from tether.policy import PolicyBundle, PolicyEngine, load_bundle, save_derived_bundle
-from tether.policy.config import EngineConfig
 from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
 from tether.runtime.config import RunConfig
-from tether.runtime.dashboard import Dashboard, DashboardConfig
+from tether.runtime.dashboard import dashboard_for
 from tether.runtime.leftovers import forget_processes, record_processes, stop_leftovers
 from tether.runtime.records import (
     CONFIG_FILE,
@@ -54,13 +51,13 @@ from tether.runtime.records import (
     EVENTS_FILE,
     EXPERIENCE_DIR,
     FINAL_BUNDLE_DIR,
-    LATENCY_FILE,
     SNAPSHOTS_FILE,
     EpisodeRecord,
     JsonlWriter,
     RobotSnapshot,
     RunEvent,
     SystemSnapshot,
+    collect_latency,
 )
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
@@ -71,7 +68,6 @@ from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.bundle_check import for_robot
 from tether.serving.client.options import ClientOptions
-from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.security import bearer_token, server_credentials
 from tether.serving.server import PolicyServer
@@ -277,8 +273,8 @@ class RunSystem:
         self._weights.set_live_version(initial.id)
         self._server: PolicyServer = build_server(
             self.bundle_path,
-            self._server_config(),
-            engine_config=self._engine_config(),
+            self.config.served_server(),
+            engine_config=self.config.served_engine(),
             degradation=self._degradation,
             limits=self.limits,
             record_step=self._record_step,
@@ -301,23 +297,8 @@ class RunSystem:
         self._steps_served += 1
         return self._recorder.record(step)
 
-    def _server_config(self) -> ServerConfig:
-        """The configured server; with ``fast`` the per-robot rate limit is off, because
-        unthrottled robots step many times faster than their declared control rate."""
-        server = self.config.server
-        if not self.config.fast:
-            return server
-        admission = server.admission.model_copy(update={"rate_limit_hz": 0.0})
-        return server.model_copy(update={"admission": admission})
-
-    def _engine_config(self) -> EngineConfig:
-        # Eager: "auto" would time every execution path on each candidate, on the serving cores.
-        return EngineConfig.model_validate(
-            {"max_batch_size": self.config.server.batcher.max_batch_size, "execution": "eager"}
-        )
-
     def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
-        return PolicyEngine(bundle, self._engine_config())
+        return PolicyEngine(bundle, self.config.served_engine())
 
     # ------------------------------------------------------------------ candidates
 
@@ -326,7 +307,7 @@ class RunSystem:
         self._intake.run(self._stop, _CANDIDATE_POLL_S)
 
     def _engine_for_snapshot(self, snap: WeightsSnapshot) -> PolicyEngine:
-        engine = PolicyEngine(self.bundle, self._engine_config())
+        engine = PolicyEngine(self.bundle, self.config.served_engine())
         engine.swap_weights(snap.version_info(), snap.state)
         return engine
 
@@ -575,8 +556,7 @@ class RunSystem:
         """Until the duration is over (and every robot done) or a stop request."""
         mode = self.config.dashboard
         last_snapshot = 0.0
-        dashboard = Dashboard(DashboardConfig(plain=(mode == "plain")))
-        with dashboard if mode != "off" else _NoDashboard() as dash:
+        with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 await asyncio.sleep(_TICK_S)
                 self._drain(queue)
@@ -614,7 +594,7 @@ class RunSystem:
         self._log.close()
         self._learner.stop()
         self._save_final_bundle()
-        self._collect_latency(robots)
+        collect_latency(self.run_dir, (p.name for p in robots))
         # Nothing is dropped silently: every counter of the data path goes into the log.
         rec = self._recorder.stats()
         how = "finished" if self.interrupted_by is None else "interrupted"
@@ -655,16 +635,6 @@ class RunSystem:
             version_name=live.version.name,
         )
 
-    def _collect_latency(self, robots: list[Any]) -> None:
-        parts = []
-        for p in robots:
-            path = self.run_dir / f"latency_{p.name}.npy"
-            if path.exists():
-                parts.append(np.load(path, allow_pickle=False))
-                path.unlink()
-        if parts:
-            np.save(self.run_dir / LATENCY_FILE, np.concatenate(parts))
-
 
 @contextlib.contextmanager
 def _children_ignore_sigint() -> Iterator[None]:
@@ -684,14 +654,3 @@ def _children_ignore_sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-class _NoDashboard:
-    def __enter__(self) -> _NoDashboard:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, snapshot: SystemSnapshot, events: tuple[RunEvent, ...]) -> None:
-        return None
