@@ -48,7 +48,7 @@ from tether.policy.bundle import (
 )
 from tether.policy.initialize import normalizer_from_spec
 from tether.policy.manifest import ActionSpec, ObservationSpec, TrainingMetadata
-from tether.policy.networks import Actor, ActorArchitecture
+from tether.policy.networks import Activation, Actor, ActorArchitecture
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.for_spec import supervisor_for
 from tether.safety.presets import arm_supervisor
@@ -509,6 +509,68 @@ def _cloned_sac(
     return sac
 
 
+@dataclass(frozen=True)
+class PretrainSetup:
+    """What every pretraining algorithm starts from: the arm (its spec, action frame and
+    normalization), the training arms under the configured randomization, the
+    supervisor factory, the prior bundle's metadata, and the evaluation."""
+
+    spec: RobotSpec
+    frame: CommandStepFrame | None
+    normalize: ObservationNormalizer
+    envs: list[ArmEnv]
+    eval_env: ArmEnv
+    make_supervisor: Callable[[], ActionSupervisor] | None
+    prior: TrainingMetadata
+
+    @classmethod
+    def build(
+        cls, config: PretrainConfig, supervisor_factory: SupervisorFactory | None
+    ) -> PretrainSetup:
+        spec = arm_spec(config.command_interface)
+        env_config = ArmEnvConfig(command_interface=config.command_interface)
+        randomization = DomainRandomization.default() if config.randomize else None
+        return cls(
+            spec=spec,
+            frame=action_frame_for(spec),
+            normalize=ObservationNormalizer(normalizer_from_spec(spec)),
+            envs=[
+                ArmEnv(randomization=randomization, seed=config.seed * 1000 + i, config=env_config)
+                for i in range(config.n_envs)
+            ],
+            eval_env=ArmEnv(seed=config.seed + 7, config=env_config),
+            make_supervisor=supervisor_factory_for(config, supervisor_factory),
+            prior=(
+                TrainingMetadata()
+                if config.init_from is None
+                else load_bundle(config.init_from).manifest.metadata
+            ),
+        )
+
+    def architecture(
+        self, hidden_sizes: tuple[int, ...], activation: Activation
+    ) -> ActorArchitecture:
+        return ActorArchitecture(
+            obs_dim=self.spec.obs_dim,
+            act_dim=self.spec.act_dim,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+        )
+
+    def evaluate(self, actor: Actor, episodes: int, seed: int = 10_000) -> EvaluationResult:
+        """Deterministic episodes on the nominal arm, through a fresh supervisor if any."""
+        supervisor = None if self.make_supervisor is None else self.make_supervisor()
+        return evaluate_actor(
+            actor,
+            self.normalize,
+            self.eval_env,
+            episodes,
+            seed=seed,
+            supervisor=supervisor,
+            frame=self.frame,
+        )
+
+
 def pretrain(
     config: PretrainConfig,
     out: str | os.PathLike[str],
@@ -536,36 +598,11 @@ def pretrain(
             overwrite=overwrite,
             supervisor_factory=supervisor_factory,
         )
-    make_supervisor = supervisor_factory_for(config, supervisor_factory)
-    prior = (
-        TrainingMetadata()
-        if config.init_from is None
-        else load_bundle(config.init_from).manifest.metadata
-    )
-    spec = arm_spec(config.command_interface)
-    frame = action_frame_for(spec)
-    env_config = ArmEnvConfig(command_interface=config.command_interface)
-    normalizer = normalizer_from_spec(spec)
-    normalize = ObservationNormalizer(normalizer)
-    arch = ActorArchitecture(
-        obs_dim=spec.obs_dim,
-        act_dim=spec.act_dim,
-        hidden_sizes=config.sac.hidden_sizes,
-        activation=config.sac.activation,
-    )
+    setup = PretrainSetup.build(config, supervisor_factory)
+    spec, frame, normalize, envs = setup.spec, setup.frame, setup.normalize, setup.envs
+    make_supervisor, prior, evaluate = setup.make_supervisor, setup.prior, setup.evaluate
+    arch = setup.architecture(config.sac.hidden_sizes, config.sac.activation)
     replay = pretrain_replay(config, spec.obs_dim, spec.act_dim)
-    randomization = DomainRandomization.default() if config.randomize else None
-    envs = [
-        ArmEnv(randomization=randomization, seed=config.seed * 1000 + i, config=env_config)
-        for i in range(config.n_envs)
-    ]
-    eval_env = ArmEnv(seed=config.seed + 7, config=env_config)
-
-    def evaluate(actor: Actor, episodes: int, seed: int = 10_000) -> EvaluationResult:
-        supervisor = None if make_supervisor is None else make_supervisor()
-        return evaluate_actor(
-            actor, normalize, eval_env, episodes, seed=seed, supervisor=supervisor, frame=frame
-        )
 
     start = time.monotonic()
     history: list[EvalPoint] = []

@@ -30,30 +30,24 @@ import torch
 
 from tether.data.columns import TransitionArrays
 from tether.learning.errors import LearningError
-from tether.learning.evaluation import EvaluationResult, evaluate_actor
 from tether.learning.ppo import PPO, Rollouts
 from tether.learning.pretrain import (
     EvalPoint,
     PretrainConfig,
     PretrainResult,
+    PretrainSetup,
     SupervisorFactory,
     action_frame_for,
     cloned_actor,
     pretrain_replay,
     pretrain_source,
-    supervisor_factory_for,
     write_pretrained_bundle,
 )
 from tether.policy.bundle import load_bundle
-from tether.policy.initialize import normalizer_from_spec
-from tether.policy.manifest import TrainingMetadata
 from tether.policy.networks import Actor, ActorArchitecture
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.for_spec import supervisor_for
-from tether.sim.config import ArmEnvConfig
 from tether.sim.env import ArmEnv
-from tether.sim.randomization import DomainRandomization
-from tether.sim.spec import arm_spec
 
 CONTROL_PERIOD_NS = 20_000_000  # the arm's 50 Hz: ingress stamps of one arm's steps
 
@@ -97,34 +91,10 @@ def pretrain_ppo(
     supervisor_factory: SupervisorFactory | None = None,
 ) -> PretrainResult:
     """PPO on the randomized arm; writes the best evaluated actor (see the module doc)."""
-    make_supervisor = supervisor_factory_for(config, supervisor_factory)
-    prior = (
-        TrainingMetadata()
-        if config.init_from is None
-        else load_bundle(config.init_from).manifest.metadata
-    )
-    spec = arm_spec(config.command_interface)
-    frame = action_frame_for(spec)
-    env_config = ArmEnvConfig(command_interface=config.command_interface)
-    normalize = ObservationNormalizer(normalizer_from_spec(spec))
-    arch = ActorArchitecture(
-        obs_dim=spec.obs_dim,
-        act_dim=spec.act_dim,
-        hidden_sizes=config.ppo.hidden_sizes,
-        activation=config.ppo.activation,
-    )
-    randomization = DomainRandomization.default() if config.randomize else None
-    envs = [
-        ArmEnv(randomization=randomization, seed=config.seed * 1000 + i, config=env_config)
-        for i in range(config.n_envs)
-    ]
-    eval_env = ArmEnv(seed=config.seed + 7, config=env_config)
-
-    def evaluate(actor: Actor, episodes: int, seed: int = 10_000) -> EvaluationResult:
-        supervisor = None if make_supervisor is None else make_supervisor()
-        return evaluate_actor(
-            actor, normalize, eval_env, episodes, seed=seed, supervisor=supervisor, frame=frame
-        )
+    setup = PretrainSetup.build(config, supervisor_factory)
+    spec, frame, normalize, envs = setup.spec, setup.frame, setup.normalize, setup.envs
+    make_supervisor, prior, evaluate = setup.make_supervisor, setup.prior, setup.evaluate
+    arch = setup.architecture(config.ppo.hidden_sizes, config.ppo.activation)
 
     start = time.monotonic()
     ppo = PPO(
