@@ -10,9 +10,15 @@ import pytest
 import torch
 
 from tether.data.columns import TransitionArrays
+from tether.learning.config import SACConfig
+from tether.learning.learner_config import LearnerConfig
+from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle, init_bundle
 from tether.policy.shared_weights import SharedWeights
 from tether.sim.spec import arm_spec
+from tether.versions.learner_gate import LearnerGateConfig
+from tether.versions.stages.offline import OfflineStageConfig
+from tether.versions.stages.simulation import SimulationStageConfig
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +66,22 @@ def resolve_pending(weights: SharedWeights, *, promote: bool) -> int:
         weights.set_live_version(pending)
     weights.set_resolved_version(pending)
     return pending
+
+
+def loop_config(**overrides: object) -> LearnerConfig:
+    """A learner config for tests of the loop, not of the gate
+    (tests/learning/test_gated_publication.py): SAC on small batches, every publication
+    admitted, the simulation stage off; ``overrides`` replace whole fields."""
+    base: dict[str, object] = dict(
+        algorithm="sac",
+        sac=SACConfig(batch_size=32),
+        publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
+        fine_tune=False,
+        idle_poll_s=0.001,
+        gate=LearnerGateConfig(
+            offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
+            simulation=SimulationStageConfig(enabled=False),
+        ),
+    )
+    base.update(overrides)
+    return LearnerConfig.model_validate(base)

@@ -8,38 +8,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.learning.conftest import loop_config
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.data.step import ACTION_SOURCES
-from tether.learning.config import SACConfig
 from tether.learning.learner import Learner
 from tether.learning.learner_config import LearnerConfig
-from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.safety.levels import DegradationLevel
-from tether.versions.learner_gate import LearnerGateConfig
-from tether.versions.stages.offline import OfflineStageConfig
-from tether.versions.stages.simulation import SimulationStageConfig
 
 Traffic = Callable[..., TransitionArrays]
 
 
-def config(**overrides: object) -> LearnerConfig:
-    base: dict[str, object] = dict(
-        algorithm="sac",
-        sac=SACConfig(batch_size=32),
-        publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
-        fine_tune=False,
-        idle_poll_s=0.001,
-        # These tests are about the loop, not the gate (tests/learning/test_gated_publication.py).
-        gate=LearnerGateConfig(
-            offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
-            simulation=SimulationStageConfig(enabled=False),
-        ),
-    )
-    base.update(overrides)
-    return LearnerConfig.model_validate(base)
+config = loop_config
 
 
 def make(

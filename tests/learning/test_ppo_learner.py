@@ -25,11 +25,8 @@ from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.networks import Actor, gaussian_log_prob
 from tether.policy.shared_weights import SharedWeights
-from tether.versions.learner_gate import LearnerGateConfig
-from tether.versions.stages.offline import OfflineStageConfig
-from tether.versions.stages.simulation import SimulationStageConfig
 
-from .conftest import resolve_pending
+from .conftest import loop_config, resolve_pending
 from .test_process import wait_for
 
 Traffic = Callable[..., TransitionArrays]
@@ -39,19 +36,7 @@ PPO_SMALL = PPOConfig(
 
 
 def config(**overrides: object) -> LearnerConfig:
-    base: dict[str, object] = dict(
-        algorithm="ppo",
-        ppo=PPO_SMALL,
-        publication=PublicationConfig(min_interval_s=0.0, max_action_change=10.0, max_kl=1e3),
-        fine_tune=False,
-        idle_poll_s=0.001,
-        gate=LearnerGateConfig(
-            offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
-            simulation=SimulationStageConfig(enabled=False),
-        ),
-    )
-    base.update(overrides)
-    return LearnerConfig.model_validate(base)
+    return loop_config(**{"algorithm": "ppo", "ppo": PPO_SMALL, **overrides})
 
 
 def stamped(
