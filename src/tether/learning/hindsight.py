@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -120,6 +120,16 @@ class HindsightConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Seed of the mini-batch sampling (1)")
 
 
+class _Step(NamedTuple):
+    """What a finished episode's label needs of one of its transitions."""
+
+    observation: np.ndarray
+    next_observation: np.ndarray
+    human: bool  # a person drove this step
+    holding: bool  # the supervisor held the arm away from where it was asked to go
+    version: int  # the policy version that acted
+
+
 @dataclass(frozen=True)
 class HindsightStats:
     """One regression step; ``loss`` in the goal's unit squared."""
@@ -180,7 +190,7 @@ class HindsightLearner:
         self.optimizer = torch.optim.Adam(self.net.net.parameters(), lr=config.lr)
         self._generator = torch.Generator().manual_seed(config.seed)
         self._scratch = Actor(actor.arch).eval().requires_grad_(False)
-        self._open_rows: dict[bytes, list[np.ndarray]] = {}
+        self._open_rows: dict[bytes, list[_Step]] = {}
         self._kept: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=config.episodes_kept)
         self.weights_of: Callable[[int], StateDict | None] = lambda _version: None
         self.budget = 0.0
@@ -219,11 +229,16 @@ class HindsightLearner:
     def observe(self, rows: TransitionArrays) -> None:
         """Chain raw transitions into episodes; label each one that finishes."""
         for i in range(len(rows)):
-            key = rows.observations[i].tobytes()
-            chain = self._open_rows.pop(key, None)
-            if chain is None:
-                chain = []
-            chain.append(self._row(rows, i))
+            chain = self._open_rows.pop(rows.observations[i].tobytes(), [])
+            chain.append(
+                _Step(
+                    rows.observations[i].copy(),  # the caller may reuse its buffers
+                    rows.next_observations[i].copy(),
+                    int(rows.action_sources[i]) == HUMAN_SOURCE_CODE,
+                    bool(int(rows.safety_checks[i]) & _HOLDING_CHECKS),
+                    int(rows.policy_versions[i]),
+                )
+            )
             if bool(rows.terminated[i]) or bool(rows.truncated[i]):
                 self._finish(chain)
                 continue
@@ -231,52 +246,32 @@ class HindsightLearner:
             if len(self._open_rows) > _MAX_OPEN_EPISODES:
                 del self._open_rows[next(iter(self._open_rows))]
 
-    @staticmethod
-    def _row(rows: TransitionArrays, i: int) -> np.ndarray:
-        # observation, next observation, then source, safety checks, version as floats
-        return np.concatenate(
-            [
-                rows.observations[i],
-                rows.next_observations[i],
-                np.array(
-                    [
-                        rows.action_sources[i],
-                        (int(rows.safety_checks[i]) & _HOLDING_CHECKS) != 0,
-                        rows.policy_versions[i],
-                    ],
-                    dtype=np.float32,
-                ),
-            ]
-        )
-
-    def _finish(self, chain: list[np.ndarray]) -> None:
+    def _finish(self, chain: list[_Step]) -> None:
         c = self.config
-        table = np.stack(chain)
-        dim = (table.shape[1] - 3) // 2
-        obs, nxt = table[:, :dim], table[:, dim : 2 * dim]
-        source, corrected, version = table[:, -3], table[:, -2], table[:, -1]
-        tail = slice(max(0, len(table) - c.settle_steps), len(table))
-        if len(table) < c.settle_steps or (
-            np.abs(nxt[tail, self.settle_slice]).max() >= c.settle_speed
+        tail = chain[-c.settle_steps :]
+        if len(chain) < c.settle_steps or (
+            max(float(np.abs(step.next_observation[self.settle_slice]).max()) for step in tail)
+            >= c.settle_speed
         ):
             self.skipped["moving"] += 1
             return
-        if (source == HUMAN_SOURCE_CODE).any():
+        if any(step.human for step in chain):
             self.skipped["human"] += 1
             return
-        if corrected[tail].any():
+        if any(step.holding for step in tail):
             self.skipped["corrected"] += 1
             return
-        state = self.weights_of(int(version[-1]))
+        state = self.weights_of(chain[-1].version)
         if state is None:
             self.skipped["unknown"] += 1
             return
+        obs = np.stack([step.observation for step in chain])
         self._scratch.load_state_dict(state)
         last = torch.from_numpy(self.normalize(obs[-1:]))
         assert self._scratch.goal is not None
         with torch.no_grad():
             used = self._scratch.goal.reach(last)[0].numpy()
-        achieved = nxt[-1, self.achieved_slice]
+        achieved = chain[-1].next_observation[self.achieved_slice]
         asked = obs[-1, self.goal_slice] + used
         label = np.clip(asked - achieved, -0.999 * self._bound, 0.999 * self._bound)
         relabelled = obs.copy()
