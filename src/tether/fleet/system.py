@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import multiprocessing as mp
-import os
 import signal
 import threading
 import time
@@ -49,6 +48,7 @@ from tether.learning.hindsight import bundle_for_learner
 from tether.policy import PolicyBundle, load_bundle, save_derived_bundle
 from tether.runtime.config import RunConfig
 from tether.runtime.dashboard import dashboard_for
+from tether.runtime.plans import robot_plans
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
@@ -65,8 +65,6 @@ from tether.runtime.records import (
 )
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
-from tether.serving.client.options import ClientOptions
-from tether.serving.security import bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -335,36 +333,12 @@ class FleetSystem:
     # ------------------------------------------------------------------ robots
 
     def robot_plans(self) -> list[RobotPlan]:
-        cfg = self.config
-        fleet = cfg.fleet
-        total_steps = int(cfg.duration_s * fleet.control_rate_hz)
-        drift = cfg.drift.schedule(total_steps)
-        security = cfg.server.security
-        client = ClientOptions(
-            bearer_token=bearer_token(security), tls_root_cert_file=security.tls_cert_file
+        return robot_plans(
+            self.config,
+            self.run_dir,
+            pin_version=self._initial,
+            address_of=lambda i: self.edge_addresses[self.edge_of(i)],
         )
-        plans = []
-        for i in range(fleet.robots):
-            baseline = fleet.baseline and i == 0 and fleet.robots > 1
-            plans.append(
-                RobotPlan(
-                    robot_id=f"robot-{i}",
-                    role="baseline" if baseline else "learning",
-                    address=self.edge_addresses[self.edge_of(i)],
-                    run_dir=self.run_dir,
-                    seed=fleet.seed + i,
-                    task_seeds=fleet.task_seeds(),
-                    control_rate_hz=fleet.control_rate_hz,
-                    fast=cfg.fast,
-                    deterministic=fleet.deterministic,
-                    duration_s=cfg.duration_s,
-                    drift=drift,
-                    pin_version=self._initial if baseline else None,
-                    client=client,
-                    parent_pid=os.getpid(),
-                )
-            )
-        return plans
 
     def _drain(self, queue: Any) -> None:
         while True:

@@ -45,6 +45,7 @@ from tether.policy.shared_weights import SharedWeights, WeightsSnapshot
 from tether.runtime.config import RunConfig
 from tether.runtime.dashboard import dashboard_for
 from tether.runtime.leftovers import forget_processes, record_processes, stop_leftovers
+from tether.runtime.plans import robot_plans
 from tether.runtime.records import (
     CONFIG_FILE,
     EPISODES_FILE,
@@ -67,9 +68,8 @@ from tether.safety.levels import DegradationTransition
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.bundle_check import for_robot
-from tether.serving.client.options import ClientOptions
 from tether.serving.launch import build_server, freeze_startup_heap
-from tether.serving.security import bearer_token, server_credentials
+from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
 from tether.versions.facade import PolicyVersions
 from tether.versions.intake import (
@@ -342,35 +342,9 @@ class RunSystem:
     # ------------------------------------------------------------------ robots
 
     def _robot_plans(self, address: str) -> list[RobotPlan]:
-        fleet = self.config.fleet
-        total_steps = int(self.config.duration_s * fleet.control_rate_hz)
-        drift = self.config.drift.schedule(total_steps)
-        security = self.config.server.security
-        client = ClientOptions(
-            bearer_token=bearer_token(security), tls_root_cert_file=security.tls_cert_file
+        return robot_plans(
+            self.config, self.run_dir, pin_version=self._initial, address_of=lambda _: address
         )
-        plans = []
-        for i in range(fleet.robots):
-            baseline = fleet.baseline and i == 0 and fleet.robots > 1
-            plans.append(
-                RobotPlan(
-                    robot_id=f"robot-{i}",
-                    role="baseline" if baseline else "learning",
-                    address=address,
-                    run_dir=self.run_dir,
-                    seed=fleet.seed + i,
-                    task_seeds=fleet.task_seeds(),
-                    control_rate_hz=fleet.control_rate_hz,
-                    fast=self.config.fast,
-                    deterministic=fleet.deterministic,
-                    duration_s=self.config.duration_s,
-                    drift=drift,
-                    pin_version=self._initial if baseline else None,
-                    client=client,
-                    parent_pid=os.getpid(),
-                )
-            )
-        return plans
 
     def _drain(self, queue: Any) -> None:
         while True:
