@@ -115,3 +115,28 @@ def test_an_existing_output_is_refused_before_any_training(tmp_path: Path) -> No
     with pytest.raises(BundleExists, match="already exists"):
         pretrain(TINY, tmp_path / "taken", on_progress=lambda steps, _: seen.append(steps))
     assert seen == []
+
+
+@pytest.mark.parametrize("ranges", ["default", "rated"])
+def test_pretraining_arms_draw_from_the_chosen_randomization(ranges: str) -> None:
+    """``randomization: rated`` trains on every arm the built-in arm is rated to be; the
+    default stays on the healthy arm's ranges (the demo drift's end lies outside them)."""
+    from tether.learning.pretrain import PretrainSetup
+    from tether.sim import ArmDynamics, DomainRandomization, DriftSchedule
+
+    config = PretrainConfig.model_validate(
+        {"command_interface": "position", "randomization": ranges, "n_envs": 2}
+    )
+    setup = PretrainSetup.build(config, None)
+    chosen = getattr(DomainRandomization, ranges)()
+    draws = []
+    for env in setup.envs:
+        for seed in range(20):
+            env.reset(seed=seed)
+            draws.append(env.dynamics)
+    assert all(chosen.contains(d) for d in draws)
+    worn = DriftSchedule.demo().dynamics_at(10**9, ArmDynamics.nominal())
+    assert DomainRandomization.rated().contains(worn)
+    assert DomainRandomization.default().contains(worn) is False
+    # The rated arms reach outside the healthy ranges (a weaker actuator than 0.9).
+    assert (min(d.actuator_gain for d in draws) < 0.9) is (ranges == "rated")

@@ -55,6 +55,7 @@ def pretrain_command(
         int, typer.Option(help=str(_S["batch_size"].description))
     ] = _D.sac.batch_size,
     randomize: Annotated[bool, typer.Option(help=_help("randomize"))] = _D.randomize,
+    randomization: Annotated[str, typer.Option(help=_help("randomization"))] = _D.randomization,
     eval_interval_steps: Annotated[
         int, typer.Option(help=_help("eval_interval_steps"))
     ] = _D.eval_interval_steps,
@@ -135,6 +136,7 @@ def pretrain_command(
             learning_starts=learning_starts,
             updates_per_step=updates_per_step,
             randomize=randomize,
+            randomization=randomization,
             eval_interval_steps=eval_interval_steps,
             eval_episodes=eval_episodes,
             final_eval_episodes=final_eval_episodes,

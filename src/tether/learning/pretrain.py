@@ -117,7 +117,12 @@ class PretrainConfig(BaseModel):
     )
     randomize: bool = Field(
         default=True,
-        description="Draw arm dynamics per episode from DomainRandomization.default() (flag)",
+        description="Draw arm dynamics per episode from the randomization ranges (flag)",
+    )
+    randomization: Literal["default", "rated"] = Field(
+        default="default",
+        description="The ranges randomize draws from: DomainRandomization.default() (a "
+        "healthy arm) or .rated() (every arm the built-in arm is rated to be) (name)",
     )
     eval_interval_steps: int = Field(
         default=10_000, ge=1, description="Environment steps between evaluations (steps)"
@@ -260,11 +265,19 @@ def pretrain_replay(config: PretrainConfig, obs_dim: int, act_dim: int) -> Repla
     )
 
 
+def _randomization_words(config: PretrainConfig) -> str:
+    if not config.randomize:
+        return "nominal dynamics"
+    if config.randomization == "default":
+        return "domain randomization"
+    return f"{config.randomization} domain randomization"
+
+
 def pretrain_source(config: PretrainConfig, prior: TrainingMetadata) -> str:
     """How the bundle was made, in words a reader of the manifest can reproduce."""
     parts = [
         f"{config.command_interface} interface",
-        "domain randomization" if config.randomize else "nominal dynamics",
+        _randomization_words(config),
     ]
     if config.demonstration_episodes:
         parts.append(
@@ -529,7 +542,9 @@ class PretrainSetup:
     ) -> PretrainSetup:
         spec = arm_spec(config.command_interface)
         env_config = ArmEnvConfig(command_interface=config.command_interface)
-        randomization = DomainRandomization.default() if config.randomize else None
+        randomization = (
+            getattr(DomainRandomization, config.randomization)() if config.randomize else None
+        )
         return cls(
             spec=spec,
             frame=action_frame_for(spec),

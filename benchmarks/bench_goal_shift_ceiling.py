@@ -1,0 +1,158 @@
+"""How far can a goal shift take a frozen actor on the drifted arm? The per-task ceiling.
+
+The hindsight learner (``learning.algorithm: hindsight``) moves the goal a frozen actor
+reads by a learned, bounded shift. This bench asks what the *best* shift per task could
+reach, with no learning in the way: on each of ``--tasks`` paired fixed tasks (episode
+seeds 0..N-1, the drifted arm of ``bench_adaptation.py``: ``DriftSchedule.demo()`` at its
+end) it repeats the same episode ``--iterations`` times, each time moving the shift by
+the error the previous episode ended with (iterative learning control on one task:
+``shift += target - where the arm came to rest``), through the bundle's action frame and
+a fresh position supervisor per episode, deterministic actions. A shift learned across
+tasks can do no better than what this finds for each task separately.
+
+Rows: the bundle's actor, and the scripted reaching controller with the nominal model
+(``tether.sim.controllers.ReachController``: the teacher the shipped actor was cloned
+from) under the same shifts. Columns: success of the unshifted episode (the frozen
+policy), of the episode after one correction, after the last, and in any corrected
+episode (the optimistic ceiling), with the shift bound the hindsight learner uses
+counted separately (a task whose best shift lies outside ``--bound`` on some axis).
+
+    python benchmarks/bench_goal_shift_ceiling.py [--tasks 40] [--iterations 5]
+        [--bundle PATH] [--bound 0.1]
+
+Numbers are in docs/benchmarks.md ("Adaptation on the position arm").
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tether.policy.bundle import load_bundle
+from tether.policy.networks import Actor
+from tether.policy.transforms import ObservationNormalizer
+from tether.safety.for_spec import supervisor_for
+from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.sim.controllers import ReachController
+
+POSITION = ArmEnvConfig(command_interface="position")
+SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
+
+# obs -> normalized absolute command, given the observation whose goal is shifted
+Controller = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    unshifted: float
+    first: float
+    last: float
+    any_corrected: float
+    outside_bound: int
+
+
+def actor_controller(bundle_path: Path) -> tuple[Controller, Callable[[], None]]:
+    """The bundle's actor, deterministic, through its action frame."""
+    bundle = load_bundle(bundle_path)
+    actor = Actor(bundle.architecture).eval().requires_grad_(False)
+    actor.load_state_dict(bundle.actor_state)
+    normalize = ObservationNormalizer(bundle.manifest.normalizer)
+    frame = bundle.manifest.action.frame
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(normalize(obs[None, :]))
+            out = actor.sample(x, deterministic=True)[0].numpy()
+        return out[0] if frame is None else frame.actions(obs[None, :], out)[0]
+
+    return act, lambda: None
+
+
+def teacher_controller() -> tuple[Controller, Callable[[], None]]:
+    teacher = ReachController(arm_spec("position"))
+    return teacher.act, teacher.reset
+
+
+def ceiling(
+    act: Controller, reset: Callable[[], None], tasks: int, iterations: int, bound: float
+) -> Ceiling:
+    spec = arm_spec("position")
+    lay = spec.layout.slices() if spec.layout is not None else {}
+    goal, reached = lay["target"], lay["end_effector"]
+    worn = DriftSchedule.demo().dynamics_at(DriftSchedule.demo().last_step, ArmDynamics.nominal())
+    env = ArmEnv(dynamics=worn, seed=0, config=POSITION)
+    rows = []
+    outside = 0
+    for task in range(tasks):
+        shift = np.zeros(goal.stop - goal.start)
+        successes = []
+        best: np.ndarray | None = None
+        for _ in range(iterations + 1):
+            obs, _ = env.reset(seed=task)
+            reset()
+            supervisor, previous = supervisor_for(spec), None
+            target = obs[goal].astype(np.float64)
+            done = False
+            while not done:
+                seen = obs.copy()
+                seen[goal] = target + shift
+                executed, _ = supervisor.filter(obs, act(seen), previous)
+                previous = executed
+                obs, _, terminated, truncated, _ = env.step(executed)
+                done = terminated or truncated
+            success = env.episode_outcome().success
+            if success and best is None and successes:
+                best = shift.copy()
+            successes.append(success)
+            shift = shift + (target - obs[reached])
+        outside += best is not None and bool(np.abs(best).max() > bound)
+        rows.append(successes)
+    s = np.array(rows, dtype=float)
+    return Ceiling(
+        unshifted=float(s[:, 0].mean()),
+        first=float(s[:, 1].mean()),
+        last=float(s[:, -1].mean()),
+        any_corrected=float(s[:, 1:].max(axis=1).mean()),
+        outside_bound=outside,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=40, help="paired fixed tasks (episodes)")
+    parser.add_argument("--iterations", type=int, default=5, help="corrections per task")
+    parser.add_argument("--bundle", type=Path, default=SHIPPED, help="position-arm bundle")
+    parser.add_argument("--bound", type=float, default=0.1, help="the learner's shift bound (m)")
+    args = parser.parse_args()
+    if args.tasks < 1 or args.iterations < 1:
+        raise SystemExit("--tasks and --iterations must be at least 1")
+    torch.set_num_threads(1)
+    print(f"# {platform.machine()}, python {platform.python_version()}, torch {torch.__version__}")
+    print(f"# {args.tasks} tasks, {args.iterations} corrections each, bundle {args.bundle}")
+    print(
+        "| controller | unshifted | after 1 correction | after the last | any corrected "
+        f"| best shift outside ±{args.bound} m | wall s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, (act, reset) in (
+        (f"actor ({args.bundle.name})", actor_controller(args.bundle)),
+        ("scripted controller (nominal model)", teacher_controller()),
+    ):
+        start = time.monotonic()
+        c = ceiling(act, reset, args.tasks, args.iterations, args.bound)
+        print(
+            f"| {name} | {c.unshifted:.2f} | {c.first:.2f} | {c.last:.2f} | "
+            f"{c.any_corrected:.2f} | {c.outside_bound} | {time.monotonic() - start:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
