@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tether.policy import EngineConfig, PolicyBundle, PolicyEngine
+from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, load_bundle
 from tether.policy.errors import ExportError
 from tether.policy.export import export_policy
 from tether.policy.selection import probe_observations
@@ -42,6 +43,21 @@ print(json.dumps({"tether_imported": any(m.startswith("tether") for m in sys.mod
 def test_export_loads_without_tether_and_matches_engine(
     tmp_path: Path, bundle: PolicyBundle, fmt: str
 ) -> None:
+    _exported_matches_engine(tmp_path, bundle, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "pt2"])
+def test_the_shipped_position_bundle_exports_with_its_action_frame(
+    tmp_path: Path, fmt: str
+) -> None:
+    """The frame (one step from the observed command) is inside the module: without it
+    the exported actions are the actor's tanh outputs, not the commands the engine serves."""
+    shipped = load_bundle(Path(str(files("tether.assets") / "pretrained-position" / "arm")))
+    assert shipped.manifest.action.frame is not None
+    _exported_matches_engine(tmp_path, shipped, fmt)
+
+
+def _exported_matches_engine(tmp_path: Path, bundle: PolicyBundle, fmt: str) -> None:
     out = tmp_path / f"policy.{fmt}"
     result = export_policy(bundle, out, format=fmt)  # type: ignore[arg-type]
     assert out.is_file()

@@ -2,7 +2,9 @@
 
 The exported module takes raw observations ``(B, obs_dim)`` float32 and returns
 ``(actions, log_probs)`` for the deterministic (mean) action, with the bundle's
-normalization and action scaling inside, so nothing from tether is needed to run it.
+normalization, goal shift, action scaling and action frame (the absolute command one
+step from the observed previous command) inside, so nothing from tether is needed to
+run it.
 Two formats: ``torchscript`` (``torch.jit.load``) and ``pt2`` (``torch.export`` archive,
 ``torch.export.load(...).module()``); both carry ``manifest.json`` as an extra file.
 Invariant: the export is checked against the engine's eager path on a probe batch
@@ -60,6 +62,10 @@ class ExportedPolicy(nn.Module):
     low: torch.Tensor
     half_range: torch.Tensor
     high: torch.Tensor
+    velocity_step: torch.Tensor
+    acceleration_step: torch.Tensor
+    center: torch.Tensor
+    command_half_range: torch.Tensor
 
     def __init__(self, bundle: PolicyBundle) -> None:
         super().__init__()
@@ -74,13 +80,37 @@ class ExportedPolicy(nn.Module):
         self.register_buffer("high", torch.from_numpy(high))
         self.clip = float(m.normalizer.clip)
         self.obs_dim = m.architecture.obs_dim
+        # The action frame (tether.policy.action_frame.CommandStepFrame.actions), in
+        # float64 as the engine computes it; empty and unused without one.
+        frame = m.action.frame
+        self.framed = frame is not None
+        self.command_start, self.command_stop = frame.command if frame else (0, 0)
+        self.change_start, self.change_stop = frame.command_change if frame else (0, 0)
+        for name, values in (
+            ("velocity_step", frame.velocity_step_rad if frame else ()),
+            ("acceleration_step", frame.acceleration_step_rad if frame else ()),
+            ("center", frame.center_rad if frame else ()),
+            ("command_half_range", frame.half_range_rad if frame else ()),
+        ):
+            self.register_buffer(name, torch.tensor(values, dtype=torch.float64))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = normalize_observation(obs, self.mean, self.inv_std, self.clip)
         mu, log_std = self.actor(x)
         log_prob = ordered_row_sum(log_prob_terms(mu, mu, log_std))
         actions = scale_action(torch.tanh(mu), self.low, self.half_range, self.high)
+        if self.framed:
+            actions = self._step_from_command(obs, actions)
         return actions, log_prob
+
+    def _step_from_command(self, obs: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
+        o = obs.to(torch.float64)
+        previous = o[:, self.command_start : self.command_stop]
+        before = o[:, self.change_start : self.change_stop]
+        change = before + self.acceleration_step * outputs.to(torch.float64)
+        step = torch.minimum(torch.maximum(change, -self.velocity_step), self.velocity_step)
+        action = (previous + step - self.center) / self.command_half_range
+        return torch.clamp(action, -1.0, 1.0).to(torch.float32)
 
 
 def export_policy(
