@@ -22,7 +22,7 @@ from tether.policy import (
 from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
 
-PATHS = ["eager", "jit", "int8", "numpy"]
+PATHS = ["eager", "jit", "int8", "numpy", "compiled"]
 
 
 @pytest.mark.parametrize("execution", PATHS)

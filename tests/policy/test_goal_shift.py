@@ -93,7 +93,7 @@ def test_a_damaged_goal_shift_field_is_refused_by_name(shifted: Path, tmp_path: 
             load_bundle(target)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "eager", "jit", "int8"])
+@pytest.mark.parametrize("kind", ["numpy", "eager", "jit", "int8", "compiled"])
 def test_a_zero_shift_serves_exactly_the_plain_actions(
     plain: Path, shifted: Path, kind: str
 ) -> None:
@@ -104,7 +104,7 @@ def test_a_zero_shift_serves_exactly_the_plain_actions(
     assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "eager"])
+@pytest.mark.parametrize("kind", ["numpy", "eager", "compiled"])
 def test_the_engine_serves_the_networks_shift_bit_identically_at_any_batch(
     shifted: Path, kind: str
 ) -> None:
