@@ -308,6 +308,11 @@ class CompiledPath:
             ),
         )
 
+    @property
+    def packed(self) -> kernel.Packed:
+        """The version's constants as the kernel reads them."""
+        return self._packed
+
     def act(
         self, observations: np.ndarray, noise: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
