@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,56 @@ def test_the_machine_code_has_no_fused_multiply_add(tmp_path: Path) -> None:
     assert "mulps" in asm, "the layers' loop over output units is not vectorised"
     for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
         assert fused not in asm
+
+
+_TARGET = """
+import sys
+import numpy as np
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyEngine, kernel
+from tether.policy.selection import probe_observations
+bundle = load_pretrained_bundle(command_interface="position")
+engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
+obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
+out = engine.act(obs, np.arange(65) % 3 == 0)
+np.savez(sys.argv[1], actions=out.actions, log_probs=out.log_probs)
+print(kernel.act_rows.inspect_asm(kernel.act_rows.signatures[0]))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 code generation targets")
+@pytest.mark.parametrize(
+    ("cpu", "features", "register"),
+    [
+        ("x86-64", "+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
+        ("haswell", "+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
+    ],
+)
+def test_other_x86_64_targets_compute_the_same_bits(
+    tmp_path: Path, cpu: str, features: str, register: str
+) -> None:
+    """The kernel compiled for another x86_64 CPU (other vector widths, FMA on offer)
+    gives this CPU's bits for the same rows, sampled and deterministic."""
+    env = {
+        **os.environ,
+        "NUMBA_CPU_NAME": cpu,
+        "NUMBA_CPU_FEATURES": features,
+        "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _TARGET, str(tmp_path / "out.npz")],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert register in out.stdout
+    assert "zmm" not in out.stdout, "the target's vector width was not applied"
+    bundle = load_pretrained_bundle(command_interface="position")
+    engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
+    obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
+    here = engine.act(obs, np.arange(65) % 3 == 0)
+    there = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(here.actions, there["actions"])
+    np.testing.assert_array_equal(here.log_probs, there["log_probs"])
 
 
 _TWIN = """

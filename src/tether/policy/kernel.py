@@ -30,6 +30,10 @@ the same sequence of IEEE operations.
   inputs; only the layers' summation order and the transcendentals' last bit differ
   from them.
 
+``tests/policy/test_compiled_path.py`` holds the compiled code to its Python twin bit for
+bit, and to itself compiled for other x86_64 targets (the SSE2 baseline; AVX2 with FMA
+on offer).
+
 The compiled path is used where numba imports and ``TETHER_POLICY_COMPILED`` is not
 ``0`` (:data:`AVAILABLE`); without it these functions are plain Python over numpy
 float32 scalars and compute the same bits, far too slowly to serve (the engine refuses
