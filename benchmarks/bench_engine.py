@@ -6,13 +6,15 @@ path (``compiled`` included where numba imports), plus two references measured i
 same rounds: a plain numpy forward (normalize, three matmuls, tanh, scale: no
 validation, no log-prob, no frame) and the plain ``Actor`` module in torch (one GEMM per
 batch, so not batch-invariant). Calls are interleaved round-robin so every path sees the
-same machine noise. The policy is the shipped position arm policy (22 -> 256 -> 256 ->
+same machine noise (and each call finds the other paths' weights in the cache); a second
+table times hot loops (one path called back to back). The policy is the shipped position arm policy (22 -> 256 -> 256 ->
 2 x 4, relu, command-step frame) or, with ``--policy random``, a fresh (``--hidden``)
 actor for the torque arm. Also reports each path's largest action difference from eager
 on 256 rows, and a summary: per action at batch 1, per row at batch 64, each against
 the plain numpy forward.
 
     python benchmarks/bench_engine.py [--rounds 400] [--threads 1] [--policy shipped|random]
+        [--loops 200] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--hidden", default="256,256", help="hidden sizes of --policy random")
     parser.add_argument("--policy", choices=("shipped", "random"), default="shipped")
+    parser.add_argument("--loops", type=int, default=200, help="calls per hot loop")
+    parser.add_argument("--repeats", type=int, default=7, help="hot loops per path and batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.policy == "shipped":
@@ -168,8 +172,41 @@ def main() -> None:
             f"| {name} | {one:.1f} | {one / (floor[1] * 1e6):.2f} | {row:.2f} | "
             f"{row / (floor[64] * 1e6 / 64):.2f} |"
         )
+    hot = _hot_loops(calls, obs, args.loops, args.repeats)
+    print(
+        f"\nHot loops ({args.loops} consecutive calls of one path, its weights in cache; the "
+        f"median of {args.repeats} repeats, paths alternating):\n"
+    )
+    print(
+        "| path | batch 1, µs per action | × plain numpy | batch 64, µs per row | × plain numpy |"
+    )
+    print("|---|---|---|---|---|")
+    for name in calls:
+        one, row = hot[(name, 1)], hot[(name, 64)] / 64
+        print(
+            f"| {name} | {one:.1f} | {one / hot[('plain numpy forward', 1)]:.2f} | {row:.2f} | "
+            f"{row / (hot[('plain numpy forward', 64)] / 64):.2f} |"
+        )
     auto = PolicyEngine(bundle, EngineConfig(num_threads=args.threads))
     print(f"\n'auto' picks: {auto.execution}")
+
+
+def _hot_loops(
+    calls: dict[str, Callable[[np.ndarray], object]],
+    obs: dict[int, np.ndarray],
+    loops: int,
+    repeats: int,
+) -> dict[tuple[str, int], float]:
+    """Median µs per call of ``loops`` back-to-back calls, per path and batch (1 and 64)."""
+    samples: dict[tuple[str, int], list[float]] = {(n, b): [] for n in calls for b in (1, 64)}
+    for _ in range(repeats):
+        for b in (1, 64):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                for _ in range(loops):
+                    fn(obs[b])
+                samples[(name, b)].append((time.perf_counter() - t0) / loops * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 if __name__ == "__main__":
