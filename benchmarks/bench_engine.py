@@ -1,14 +1,20 @@
 """PolicyEngine latency per execution path, beside a plain numpy forward of the same network.
 
-For the built-in arm's dimensions and a (256, 256) actor, times ``engine.act(obs,
-deterministic=True)`` (validation, normalization, forward, squash, scaling, copies out)
-at batch 1, 8 and 64 for every execution path, plus two references measured in the same
-rounds: a plain numpy forward (normalize, three matmuls, tanh, scale: no validation, no
-log-prob) and the plain ``Actor`` module in torch (one GEMM per batch, so not
-batch-invariant). Calls are interleaved round-robin so every path sees the same machine
-noise. Also reports each path's largest action difference from eager on 256 rows.
+Times ``engine.act(obs, deterministic=True)`` (validation, normalization, forward,
+squash, scaling, the bundle's frame, copies out) at batch 1, 8 and 64 for every execution
+path (``compiled`` included where numba imports), plus two references measured in the
+same rounds: a plain numpy forward (normalize, three matmuls, tanh, scale: no
+validation, no log-prob, no frame) and the plain ``Actor`` module in torch (one GEMM per
+batch, so not batch-invariant). Calls are interleaved round-robin so every path sees the
+same machine noise (and each call finds the other paths' weights in the cache); a second
+table times hot loops (one path called back to back). The policy is the shipped position arm policy (22 -> 256 -> 256 ->
+2 x 4, relu, command-step frame) or, with ``--policy random``, a fresh (``--hidden``)
+actor for the torque arm. Also reports each path's largest action difference from eager
+on 256 rows, and a summary: per action at batch 1, per row at batch 64, each against
+the plain numpy forward.
 
-    python benchmarks/bench_engine.py [--rounds 400] [--threads 1]
+    python benchmarks/bench_engine.py [--rounds 400] [--threads 1] [--policy shipped|random]
+        [--loops 200] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle, kernel
 from tether.policy.paths import PATH_KINDS
 from tether.policy.selection import probe_observations
 from tether.policy.transforms import action_arrays, normalizer_arrays
@@ -80,16 +87,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="timed calls per path and batch")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--hidden", default="256,256", help="actor hidden sizes")
+    parser.add_argument("--hidden", default="256,256", help="hidden sizes of --policy random")
+    parser.add_argument("--policy", choices=("shipped", "random"), default="shipped")
+    parser.add_argument("--loops", type=int, default=200, help="calls per hot loop")
+    parser.add_argument("--repeats", type=int, default=7, help="hot loops per path and batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    hidden = tuple(int(h) for h in args.hidden.split(","))
-    spec = arm_spec()
-    with tempfile.TemporaryDirectory() as tmp:
-        bundle = init_bundle(f"{tmp}/b", spec, hidden_sizes=hidden, seed=0)
+    if args.policy == "shipped":
+        bundle = load_pretrained_bundle(command_interface="position")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            hidden_sizes = tuple(int(h) for h in args.hidden.split(","))
+            bundle = init_bundle(f"{tmp}/b", arm_spec(), hidden_sizes=hidden_sizes, seed=0)
+    hidden = bundle.architecture.hidden_sizes
+    kinds = [k for k in PATH_KINDS if k != "compiled" or kernel.AVAILABLE]
     engines = {
-        k: PolicyEngine(bundle, EngineConfig(execution=k, num_threads=args.threads))
-        for k in PATH_KINDS
+        k: PolicyEngine(bundle, EngineConfig(execution=k, num_threads=args.threads)) for k in kinds
     }
     probe = probe_observations(bundle.manifest.normalizer, rows=256, seed=1)
     reference = engines["eager"].act(probe, True).actions
@@ -119,10 +132,14 @@ def main() -> None:
                 t0 = time.perf_counter()
                 fn(obs[b])
                 times[(name, b)].append(time.perf_counter() - t0)
+    arch = bundle.architecture
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
-        f"machine: {platform.machine()}, nproc {os.cpu_count()}, python {platform.python_version()}, "
-        f"torch {torch.__version__}, numpy {np.__version__}, threads {args.threads}; "
-        f"obs {spec.obs_dim}, act {spec.act_dim}, hidden {hidden}, {args.rounds} rounds"
+        f"machine: {platform.machine()}, nproc {os.cpu_count()}, load {load}, python "
+        f"{platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"threads {args.threads}; policy {args.policy}: obs {arch.obs_dim}, act {arch.act_dim}, "
+        f"hidden {hidden}, {arch.activation}, frame {bundle.manifest.action.frame is not None}; "
+        f"{args.rounds} rounds"
     )
     print()
     header = " | ".join(f"batch {b} median / p99 (µs)" for b in BATCHES)
@@ -143,8 +160,53 @@ def main() -> None:
             f"b{b} {statistics.median(times[(name, b)]) / floor[b]:.2f}x" for b in BATCHES
         )
         print(f"{name}: {ratios} of the plain numpy forward")
+    print()
+    print(
+        "| path | batch 1, µs per action | × plain numpy | batch 64, µs per row | × plain numpy |"
+    )
+    print("|---|---|---|---|---|")
+    for name in calls:
+        one = statistics.median(times[(name, 1)]) * 1e6
+        row = statistics.median(times[(name, 64)]) * 1e6 / 64
+        print(
+            f"| {name} | {one:.1f} | {one / (floor[1] * 1e6):.2f} | {row:.2f} | "
+            f"{row / (floor[64] * 1e6 / 64):.2f} |"
+        )
+    hot = _hot_loops(calls, obs, args.loops, args.repeats)
+    print(
+        f"\nHot loops ({args.loops} consecutive calls of one path, its weights in cache; the "
+        f"median of {args.repeats} repeats, paths alternating):\n"
+    )
+    print(
+        "| path | batch 1, µs per action | × plain numpy | batch 64, µs per row | × plain numpy |"
+    )
+    print("|---|---|---|---|---|")
+    for name in calls:
+        one, row = hot[(name, 1)], hot[(name, 64)] / 64
+        print(
+            f"| {name} | {one:.1f} | {one / hot[('plain numpy forward', 1)]:.2f} | {row:.2f} | "
+            f"{row / (hot[('plain numpy forward', 64)] / 64):.2f} |"
+        )
     auto = PolicyEngine(bundle, EngineConfig(num_threads=args.threads))
     print(f"\n'auto' picks: {auto.execution}")
+
+
+def _hot_loops(
+    calls: dict[str, Callable[[np.ndarray], object]],
+    obs: dict[int, np.ndarray],
+    loops: int,
+    repeats: int,
+) -> dict[tuple[str, int], float]:
+    """Median µs per call of ``loops`` back-to-back calls, per path and batch (1 and 64)."""
+    samples: dict[tuple[str, int], list[float]] = {(n, b): [] for n in calls for b in (1, 64)}
+    for _ in range(repeats):
+        for b in (1, 64):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                for _ in range(loops):
+                    fn(obs[b])
+                samples[(name, b)].append((time.perf_counter() - t0) / loops * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 if __name__ == "__main__":

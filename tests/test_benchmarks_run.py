@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_RUNS = {
     "bench_versions.py": (["--rounds", "50"], "route(), canary share"),
     "bench_sim.py": (["--steps", "200", "--repeats", "1"], "gravity_torque"),
-    "bench_engine.py": (["--rounds", "20"], "'auto' picks"),
+    "bench_engine.py": (["--rounds", "20", "--loops", "5", "--repeats", "1"], "'auto' picks"),
     "bench_supervisor.py": (
         ["--calls", "20", "--repeats", "1", "--episodes", "1"],
         "NaN -> backup",

@@ -18,11 +18,15 @@ from tether.policy import (
     PolicyEngine,
     blas_pin,
     init_bundle,
+    kernel,
 )
 from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
 
-PATHS = ["eager", "jit", "int8", "numpy"]
+COMPILED = pytest.param(
+    "compiled", marks=pytest.mark.skipif(not kernel.AVAILABLE, reason="no numba")
+)
+PATHS = ["eager", "jit", "int8", "numpy", COMPILED]
 
 
 @pytest.mark.parametrize("execution", PATHS)

@@ -17,10 +17,15 @@ from tether.policy import (
     VersionInfo,
     WeightSwapError,
     init_bundle,
+    kernel,
     state_sha256,
 )
 from tether.policy.selection import probe_observations
 from tether.spec import RobotSpec
+
+COMPILED = pytest.param(
+    "compiled", marks=pytest.mark.skipif(not kernel.AVAILABLE, reason="no numba")
+)
 
 
 def _reference(bundle: PolicyBundle, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +42,7 @@ def _reference(bundle: PolicyBundle, obs: np.ndarray) -> tuple[np.ndarray, np.nd
     return low + (a.numpy() + 1) * (high - low) / 2, logp.numpy()
 
 
-@pytest.mark.parametrize("execution", ["eager", "jit", "numpy"])
+@pytest.mark.parametrize("execution", ["eager", "jit", "numpy", COMPILED])
 def test_exact_paths_match_the_actor(bundle: PolicyBundle, execution: str) -> None:
     engine = PolicyEngine(bundle, EngineConfig(execution=execution))  # type: ignore[arg-type]
     obs = probe_observations(bundle.manifest.normalizer, 50, spread=2.0)
@@ -216,7 +221,7 @@ def test_numpy_blas_runs_at_the_engines_thread_count(bundle: PolicyBundle) -> No
 def test_auto_picks_an_exact_path_and_reports_all(bundle: PolicyBundle) -> None:
     engine = PolicyEngine(bundle, EngineConfig(auto_repeats=3))
     kinds = [m.kind for m in engine.measurements]
-    assert kinds == ["eager", "jit", "numpy"]
+    assert kinds == ["eager", "jit", "numpy"] + (["compiled"] if kernel.AVAILABLE else [])
     chosen = next(m for m in engine.measurements if m.kind == engine.execution)
     assert chosen.eligible
     assert chosen.max_action_diff_from_eager <= 1e-5

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tether.policy import PolicyEngine, init_bundle, load_bundle
+from tether.policy import PolicyEngine, init_bundle, kernel, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.errors import BundleFormatError, BundleSpecError
 from tether.policy.goal_shift import goal_shift_for, with_goal_shift
@@ -20,6 +20,10 @@ from tether.policy.tensors import state_sha256
 from tether.policy.transforms import ObservationNormalizer
 from tether.sim import ArmEnv, ArmEnvConfig
 from tether.sim.spec import arm_spec
+
+COMPILED = pytest.param(
+    "compiled", marks=pytest.mark.skipif(not kernel.AVAILABLE, reason="no numba")
+)
 
 SPEC = arm_spec("position")
 BOUND = 0.1
@@ -93,7 +97,7 @@ def test_a_damaged_goal_shift_field_is_refused_by_name(shifted: Path, tmp_path: 
             load_bundle(target)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "eager", "jit", "int8"])
+@pytest.mark.parametrize("kind", ["numpy", "eager", "jit", "int8", COMPILED])
 def test_a_zero_shift_serves_exactly_the_plain_actions(
     plain: Path, shifted: Path, kind: str
 ) -> None:
@@ -104,7 +108,7 @@ def test_a_zero_shift_serves_exactly_the_plain_actions(
     assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "eager"])
+@pytest.mark.parametrize("kind", ["numpy", "eager", COMPILED])
 def test_the_engine_serves_the_networks_shift_bit_identically_at_any_batch(
     shifted: Path, kind: str
 ) -> None:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-Execution = Literal["auto", "eager", "jit", "int8", "numpy"]
+Execution = Literal["auto", "eager", "jit", "int8", "numpy", "compiled"]
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
@@ -21,7 +21,8 @@ class EngineConfig(BaseModel):
         default="auto",
         description=(
             "execution path: 'auto' measures the exact candidates at load and keeps the "
-            "fastest; or one of 'eager', 'jit', 'int8', 'numpy' (name)"
+            "fastest; or one of 'eager', 'jit', 'int8', 'numpy', 'compiled' (the whole row "
+            "in one numba call; cpu, vector bundles) (name)"
         ),
     )
     device: str = Field(
@@ -46,9 +47,10 @@ class EngineConfig(BaseModel):
         default=0,
         description="seed of the sampling generator; null seeds from OS entropy (integer)",
     )
-    auto_candidates: tuple[Literal["eager", "jit", "int8", "numpy"], ...] = Field(
-        default=("eager", "jit", "numpy"),
-        description="paths 'auto' may pick; int8 is opt-in because it is not exact (names)",
+    auto_candidates: tuple[Literal["eager", "jit", "int8", "numpy", "compiled"], ...] = Field(
+        default=("eager", "jit", "numpy", "compiled"),
+        description="paths 'auto' may pick; int8 is opt-in because it is not exact; "
+        "compiled is measured on cpu where numba imports (names)",
     )
     auto_tolerance: float = Field(
         default=1e-5,

@@ -25,6 +25,11 @@ returns ``(B, H, act_dim)`` actions; its network runs eagerly, in blocks of exac
 either. With an action frame, step ``k`` of a chunk steps from step ``k - 1``'s command
 (:meth:`CommandStepFrame.chunk_actions`). A vector bundle (one input, ``H = 1``) is
 served exactly as before: ``act(array)``, ``(B, act_dim)`` actions.
+
+On CPU an ``mlp_gaussian`` bundle can run ``execution="compiled"``: normalization, goal
+shift, forward, squash, scaling and frame in one numba call per batch
+(:mod:`tether.policy.kernel`), with no torch and no BLAS on the way; ``auto`` measures
+it beside the others where numba is installed.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from tether.policy import kernel
 from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.errors import (
@@ -50,7 +56,7 @@ from tether.policy.goal_shift import GoalShiftStage, split_goal_state
 from tether.policy.manifest import InputSpec, VersionInfo
 from tether.policy.networks import ActorArchitecture, ChunkActor, actor_parameter_shapes
 from tether.policy.numerics import require_pinned_blas
-from tether.policy.paths import ForwardPath, PathKind, build_path
+from tether.policy.paths import CompiledPath, ForwardPath, PathKind, RowStages, build_path
 from tether.policy.selection import PathMeasurement, choose_path
 from tether.policy.squash import squash
 from tether.policy.tensors import StateDict, check_state, state_sha256
@@ -130,13 +136,18 @@ class PolicyEngine:
             kind, self._measurements = choose_path(self, bundle.actor_state)
         else:
             kind = cfg.execution
-            if self._device.type != "cpu" and kind in ("int8", "numpy"):
+            if self._device.type != "cpu" and kind in ("int8", "numpy", "compiled"):
                 raise EngineConfigError(
                     f"execution {kind!r} runs on cpu only, but device is {cfg.device!r}; "
                     "use 'eager' or 'jit' on cuda"
                 )
+            if kind == "compiled" and not kernel.AVAILABLE:
+                raise EngineConfigError(
+                    "execution 'compiled' needs numba, which is not importable here (or "
+                    "TETHER_POLICY_COMPILED=0 turned it off); install numba or use 'numpy'"
+                )
         self._kind: PathKind = kind
-        self._live: tuple[ForwardPath | ChunkPath, VersionInfo] = (
+        self._live: tuple[ServedPath, VersionInfo] = (
             self.build_path(kind, bundle.actor_state),
             bundle.version,
         )
@@ -218,8 +229,12 @@ class PolicyEngine:
         self._check_images(images, n)
         det = self._check_deterministic(deterministic, n)
         path, version = self._live  # read once: this whole batch uses this version
-        with self._lock, torch.inference_mode():
-            actions, log_probs = self.run(path, state, det, images)
+        if isinstance(path, CompiledPath):  # no torch inside: no inference mode to enter
+            with self._lock:
+                actions, log_probs = self.run(path, state, det)
+        else:
+            with self._lock, torch.inference_mode():
+                actions, log_probs = self.run(path, state, det, images)
         return EngineOutput(actions, log_probs, version)
 
     @property
@@ -242,7 +257,7 @@ class PolicyEngine:
 
     def run(
         self,
-        path: ForwardPath | ChunkPath,
+        path: ServedPath,
         observations: np.ndarray,
         deterministic: np.ndarray | bool,
         images: Sequence[np.ndarray] = (),
@@ -250,6 +265,8 @@ class PolicyEngine:
         """One unchecked pass of ``observations`` (and a chunk actor's ``images``, in
         input order) through ``path`` (callers hold the lock)."""
         n = observations.shape[0]
+        if isinstance(path, CompiledPath):  # the whole row, frame included, in one call
+            return path.act(observations, self._noise(n, deterministic))
         padded = _padded(n, self._config.row_block)
         x = np.zeros((padded, self.obs_dim), dtype=np.float32)
         self._normalize(observations, out=x[:n])
@@ -263,11 +280,7 @@ class PolicyEngine:
                     path.goal(x)  # the goal the actor reads, on the host (goal_shift.py)
                 mu, log_std = path(self._to_device(x))
         mu_np, log_std_np = self._to_host(mu, log_std)
-        noise: np.ndarray | None = None
-        if not (isinstance(deterministic, bool) and deterministic):
-            noise = torch.randn((n, self._arch.out_dim), generator=self._generator).numpy()
-            if not isinstance(deterministic, bool):
-                noise[deterministic] = 0.0
+        noise = self._noise(n, deterministic)
         actions, log_probs = squash(mu_np, log_std_np, noise, n, *self._squash_bounds)
         if not self._chunked:
             if self._frame is not None:
@@ -277,6 +290,16 @@ class PolicyEngine:
         if self._frame is not None:
             chunk = self._frame.chunk_actions(observations, chunk)
         return chunk, log_probs
+
+    def _noise(self, n: int, deterministic: np.ndarray | bool) -> np.ndarray | None:
+        """Standard normal ``(n, out_dim)`` from the engine's generator, zero on the
+        deterministic rows; ``None`` when every row is deterministic."""
+        if isinstance(deterministic, bool) and deterministic:
+            return None
+        noise: np.ndarray = torch.randn((n, self._arch.out_dim), generator=self._generator).numpy()
+        if not isinstance(deterministic, bool):
+            noise[deterministic] = 0.0
+        return noise
 
     def _image_block(self, images: np.ndarray, padded: int) -> torch.Tensor:
         """uint8 ``(n, H, W, C)`` images as float ``(padded, C, H, W)`` in [0, 1]."""
@@ -304,12 +327,12 @@ class PolicyEngine:
         path = self.build_path(self._kind, cpu_state)
         self._live = (path, version)  # one assignment: readers see old or new pair, never a mix
 
-    def build_path(self, kind: PathKind, actor_state: StateDict) -> ForwardPath | ChunkPath:
+    def build_path(self, kind: PathKind, actor_state: StateDict) -> ServedPath:
         """An execution path for ``actor_state``, already run a few times.
 
         The warm-up happens here, in the caller's thread (the one swapping weights), so the
-        first served batch after a swap does not pay for allocation or TorchScript's
-        profiling runs.
+        first served batch after a swap does not pay for allocation, TorchScript's
+        profiling runs or numba's compilation (or loading it from numba's cache).
         """
         if self._device.type == "cpu" and kind in ("eager", "jit"):
             require_pinned_blas(kind)
@@ -326,14 +349,29 @@ class PolicyEngine:
             return chunk_path
         shift = self._arch.goal_shift
         base_state, goal_state = split_goal_state(actor_state)
-        path: ForwardPath | GoalShiftedPath = build_path(
+        built = build_path(
             kind,
             self._arch.without_goal_shift(),
             base_state,
             row_block=self._config.row_block,
             device=self._device,
             num_threads=self._threads,
+            stages=RowStages(
+                self._normalize,
+                self._low,
+                self._half_range,
+                self._high,
+                goal_shift=None if shift is None else (shift, goal_state),
+                frame=self._frame,
+            ),
         )
+        if isinstance(built, CompiledPath):
+            kernel.warm()
+            zeros = np.zeros((self._config.row_block, self.obs_dim), dtype=np.float32)
+            for _ in range(_WARMUP_CALLS):
+                built.act(zeros, None)
+            return built
+        path: ForwardPath | GoalShiftedPath = built
         if shift is not None:
             path = GoalShiftedPath(GoalShiftStage(shift, goal_state, self._config.row_block), path)
         block = torch.zeros((self._config.row_block, self.obs_dim), device=self._device)
@@ -465,6 +503,11 @@ class ChunkPath:
             mus.append(mu)
             log_stds.append(log_std)
         return torch.cat(mus), torch.cat(log_stds)
+
+
+# What ``act`` runs: a forward path (the engine squashes around it), a chunk actor's, or
+# the compiled path that does the whole row itself.
+ServedPath: TypeAlias = ForwardPath | GoalShiftedPath | ChunkPath | CompiledPath
 
 
 def _limit_numpy_blas(threads: int) -> None:

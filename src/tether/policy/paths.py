@@ -4,7 +4,9 @@ Every path takes a *normalized, padded* observation block ``(n * row_block, obs_
 returns ``(mu, log_std)`` for every row. Paths: ``eager`` (torch), ``jit`` (TorchScript,
 frozen, ``optimize_for_inference``), ``int8`` (dynamic int8: per-row activation scales,
 per-channel weight scales, exact int32 accumulation) and ``numpy`` (a hand float32
-forward).
+forward). ``compiled`` (:class:`CompiledPath`) is not a :class:`ForwardPath`: it takes
+the raw observations and does the engine's whole row (normalization, goal shift,
+forward, squash, scaling, frame) in one numba call (:mod:`tether.policy.kernel`).
 
 Invariant: a row's result never depends on the other rows in the batch, bit for bit.
 BLAS picks different kernels (and summation orders) for different matrix shapes -- at
@@ -12,26 +14,33 @@ batch 1 MKL's result differs from batch 64 in the last bits -- so the float path
 multiply a matrix whose row count depends on the batch: rows go through GEMMs of exactly
 ``row_block`` rows (a batched matmul over blocks on CPU, one GEMM per block on CUDA).
 The int8 path needs no blocking: integer accumulation is exact in any order. Non-exact
-activations go through :mod:`tether.policy.uniform` for the same reason.
+activations go through :mod:`tether.policy.uniform` for the same reason. The compiled
+path needs neither: it computes each row alone in a fixed order (see its kernel).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from tether.policy import kernel
+from tether.policy.action_frame import CommandStepFrame
 from tether.policy.networks import (
+    GOAL_PREFIX,
     LOG_STD_MAX,
     LOG_STD_MIN,
     ActorArchitecture,
+    GoalShift,
     activation_module,
 )
 from tether.policy.tensors import StateDict
+from tether.policy.transforms import ObservationNormalizer
 from tether.policy.uniform import (
     PARALLEL_GRAIN,
     SIMD_MULTIPLE,
@@ -40,8 +49,8 @@ from tether.policy.uniform import (
     parallel_multiple,
 )
 
-PathKind = Literal["eager", "jit", "int8", "numpy"]
-PATH_KINDS: tuple[PathKind, ...] = ("eager", "jit", "int8", "numpy")
+PathKind = Literal["eager", "jit", "int8", "numpy", "compiled"]
+PATH_KINDS: tuple[PathKind, ...] = ("eager", "jit", "int8", "numpy", "compiled")
 
 
 class ForwardPath(Protocol):
@@ -238,6 +247,84 @@ class _NumpyPath:
         return torch.from_numpy(out[:, : self._act_dim]), torch.from_numpy(log_std)
 
 
+@dataclass(frozen=True)
+class RowStages:
+    """What the engine does around an ``mlp_gaussian`` network for every row, which the
+    compiled path does in its one call: the normalizer, the version's goal shift (with
+    its ``goal.*`` weights) if it has one, the action bounds and the bundle's frame."""
+
+    normalizer: ObservationNormalizer
+    low: np.ndarray
+    half_range: np.ndarray
+    high: np.ndarray
+    goal_shift: tuple[GoalShift, StateDict] | None = None
+    frame: CommandStepFrame | None = None
+
+
+class CompiledPath:
+    """Raw observations to bounded actions and log-probs, each row in one fixed order
+    (:func:`tether.policy.kernel.act_rows`); CPU only, numba or its Python twin."""
+
+    kind: PathKind = "compiled"
+
+    def __init__(self, arch: ActorArchitecture, state: StateDict, stages: RowStages) -> None:
+        goal_layers: list[tuple[np.ndarray, np.ndarray]] = []
+        goal: tuple[int, int] = (0, 0)
+        scale = np.zeros(0, dtype=np.float32)
+        if stages.goal_shift is not None:
+            shift, goal_state = stages.goal_shift
+            goal, scale = shift.goal, np.asarray(shift.scale, dtype=np.float32)
+            goal_layers = [
+                (
+                    _host(goal_state[f"{GOAL_PREFIX}net.{2 * i}.weight"]),
+                    _host(goal_state[f"{GOAL_PREFIX}net.{2 * i}.bias"]),
+                )
+                for i in range(len(shift.hidden_sizes) + 1)
+            ]
+        f = stages.frame
+        norm = stages.normalizer
+        self._packed = kernel.pack(
+            layers=[(_host(w), _host(b)) for w, b in _layers(arch, state)],
+            goal_layers=goal_layers,
+            goal=goal,
+            goal_scale=scale,
+            activation=arch.activation,
+            mean=norm.mean,
+            inv_std=norm.inv_std,
+            clip=float(norm.clip),
+            low=stages.low,
+            half_range=stages.half_range,
+            high=stages.high,
+            log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX),
+            frame=None
+            if f is None
+            else kernel.FrameConstants(
+                f.command[0],
+                f.command_change[0],
+                f.center_rad,
+                f.half_range_rad,
+                f.acceleration_step_rad,
+                f.velocity_step_rad,
+            ),
+        )
+
+    @property
+    def packed(self) -> kernel.Packed:
+        """The version's constants as the kernel reads them."""
+        return self._packed
+
+    def act(
+        self, observations: np.ndarray, noise: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Actions ``(n, act_dim)`` (framed, in bounds) and log-probs ``(n,)`` for raw
+        float32 observations; ``noise`` as :func:`tether.policy.squash.squash` takes it."""
+        return kernel.run(self._packed, np.ascontiguousarray(observations), noise)
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    return np.asarray(t.detach().to("cpu").numpy(), dtype=np.float32)
+
+
 def build_path(
     kind: PathKind,
     arch: ActorArchitecture,
@@ -246,8 +333,10 @@ def build_path(
     row_block: int,
     device: torch.device,
     num_threads: int,
-) -> ForwardPath:
-    """Build the ``kind`` path for ``state`` on ``device`` (int8 and numpy are CPU-only)."""
+    stages: RowStages | None = None,
+) -> ForwardPath | CompiledPath:
+    """Build the ``kind`` path for ``state`` on ``device`` (int8, numpy and compiled are
+    CPU-only; compiled needs the engine's ``stages``)."""
     if kind in ("eager", "jit"):
         block = BlockActor(
             arch,
@@ -262,4 +351,8 @@ def build_path(
         raise ValueError(f"execution path {kind!r} runs on cpu only, not {device}")
     if kind == "int8":
         return _Int8Path(arch, state, num_threads)
+    if kind == "compiled":
+        if stages is None:
+            raise ValueError("the compiled path does the engine's stages too: pass stages")
+        return CompiledPath(arch, dict(state), stages)
     return _NumpyPath(arch, state, row_block)

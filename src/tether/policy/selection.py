@@ -4,7 +4,8 @@ Candidates run the engine's full pipeline (normalize, forward, squash, scale) on
 probe drawn around the bundle's normalizer mean. A candidate is eligible only if its
 deterministic actions stay within ``auto_tolerance`` of eager on that probe; among those,
 the lowest median latency summed over batch 1 and batch 8 wins. Eager is always
-eligible, so a choice always exists.
+eligible, so a choice always exists. The CPU-only paths (int8, numpy, compiled) are
+candidates on CPU only, and compiled only where numba imports.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tether.policy import kernel
 from tether.policy.manifest import Normalizer
 from tether.policy.paths import PathKind
 from tether.policy.tensors import StateDict
@@ -56,7 +58,11 @@ def choose_path(
     probe = probe_observations(engine.bundle.manifest.normalizer)
     on_cpu = engine.device.type == "cpu"
     kinds: list[PathKind] = ["eager"]
-    kinds += [k for k in cfg.auto_candidates if k != "eager" and (on_cpu or k in ("jit",))]
+    kinds += [
+        k
+        for k in cfg.auto_candidates
+        if k != "eager" and (on_cpu or k == "jit") and (k != "compiled" or kernel.AVAILABLE)
+    ]
     results: list[PathMeasurement] = []
     reference: np.ndarray | None = None
     with torch.inference_mode():

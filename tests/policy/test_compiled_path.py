@@ -1,0 +1,301 @@
+"""The compiled path (``execution="compiled"``, :mod:`tether.policy.kernel`): each row
+alone in a fixed order, so bit-identical at any batch size; close to eager; the same bits
+as its own Python twin; and absent cleanly where numba is."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle, kernel
+from tether.policy.action_frame import CommandStepFrame
+from tether.policy.goal_shift import goal_shift_for, split_goal_state, with_goal_shift
+from tether.policy.manifest import VersionInfo
+from tether.policy.paths import CompiledPath, RowStages
+from tether.policy.selection import probe_observations
+from tether.policy.tensors import state_sha256
+from tether.policy.transforms import ObservationNormalizer, action_arrays
+from tether.sim.spec import arm_spec
+from tether.spec import RobotSpec
+
+pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="numba (the compiled path) is absent")
+
+SIZES = (1, 2, 3, 7, 8, 33, 64)
+
+
+@pytest.fixture(scope="module")
+def arm() -> PolicyBundle:
+    """The shipped position policy: 256 x 256 relu, a command-step frame."""
+    return load_pretrained_bundle(command_interface="position")
+
+
+@pytest.fixture(scope="module")
+def shifted_engine(tmp_path_factory: pytest.TempPathFactory) -> PolicyEngine:
+    """A compiled engine serving a version whose goal shift moves the goal (random weights)."""
+    root = tmp_path_factory.mktemp("compiled")
+    plain = init_bundle(root / "plain", arm_spec(), hidden_sizes=(40, 24), seed=2)
+    shift = goal_shift_for(plain, goal="target", bound=0.05, hidden_sizes=(12, 6))
+    bundle = with_goal_shift(root / "shifted", plain, shift)
+    gen = torch.Generator().manual_seed(4)
+    state = {
+        k: (torch.randn(v.shape, generator=gen) * 0.7 if k.startswith("goal.") else v.clone())
+        for k, v in bundle.actor_state.items()
+    }
+    engine = PolicyEngine(bundle, EngineConfig(execution="compiled"))
+    engine.swap_weights(VersionInfo(2, "moved", state_sha256(state), 1), state)
+    return engine
+
+
+def _assert_rows_independent(engine: PolicyEngine, obs: np.ndarray) -> None:
+    whole = engine.act(obs, True)
+    for n in SIZES:
+        parts = [engine.act(obs[i : i + n], True) for i in range(0, len(obs), n)]
+        np.testing.assert_array_equal(np.concatenate([p.actions for p in parts]), whole.actions)
+        np.testing.assert_array_equal(np.concatenate([p.log_probs for p in parts]), whole.log_probs)
+
+
+def test_rows_are_bit_identical_at_any_batch_size(arm: PolicyBundle) -> None:
+    engine = PolicyEngine(arm, EngineConfig(execution="compiled"))
+    _assert_rows_independent(engine, probe_observations(arm.manifest.normalizer, 64, spread=2.0))
+
+
+def test_rows_with_a_goal_shift_are_bit_identical_at_any_batch_size(
+    shifted_engine: PolicyEngine,
+) -> None:
+    obs = probe_observations(shifted_engine.bundle.manifest.normalizer, 64, seed=3, spread=2.0)
+    _assert_rows_independent(shifted_engine, obs)
+    plain = PolicyEngine(shifted_engine.bundle, EngineConfig(execution="compiled"))
+    assert not np.array_equal(plain.act(obs, True).actions, shifted_engine.act(obs, True).actions)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "elu", "silu"])
+def test_transcendental_activations_are_bit_identical_at_any_batch_size(
+    tmp_path: Path, spec: RobotSpec, activation: str
+) -> None:
+    bundle = init_bundle(tmp_path / "b", spec, hidden_sizes=(37, 19), activation=activation, seed=4)  # type: ignore[arg-type]
+    engine = PolicyEngine(bundle, EngineConfig(execution="compiled"))
+    _assert_rows_independent(engine, probe_observations(bundle.manifest.normalizer, 70, spread=2.0))
+
+
+def test_a_deterministic_row_in_a_sampled_batch_is_its_deterministic_action(
+    arm: PolicyBundle,
+) -> None:
+    engine = PolicyEngine(arm, EngineConfig(execution="compiled", seed=5))
+    obs = probe_observations(arm.manifest.normalizer, 9, seed=2)
+    mask = np.array([True, False] * 4 + [True])
+    mixed = engine.act(obs, mask)
+    for i in np.flatnonzero(mask):
+        alone = engine.act(obs[i : i + 1], True)
+        np.testing.assert_array_equal(mixed.actions[i], alone.actions[0])
+        np.testing.assert_array_equal(mixed.log_probs[i], alone.log_probs[0])
+    assert not np.array_equal(mixed.actions[~mask], engine.act(obs[~mask], True).actions)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_compiled_path_agrees_with_eager(arm: PolicyBundle, deterministic: bool) -> None:
+    """Same seed, same noise: only the summation order and the transcendentals' last bit
+    differ, so actions agree to float32 rounding."""
+    obs = probe_observations(arm.manifest.normalizer, 200, seed=4)
+    eager = PolicyEngine(arm, EngineConfig(execution="eager", seed=8)).act(obs, deterministic)
+    compiled = PolicyEngine(arm, EngineConfig(execution="compiled", seed=8)).act(obs, deterministic)
+    np.testing.assert_allclose(compiled.actions, eager.actions, atol=2e-6)
+    np.testing.assert_allclose(compiled.log_probs, eager.log_probs, atol=5e-5, rtol=2e-6)
+    assert compiled.version == eager.version
+
+
+def test_the_compiled_frame_is_the_bundles_frame_bit_for_bit(arm: PolicyBundle) -> None:
+    """The frame stage repeats CommandStepFrame.actions' float64 operations exactly."""
+    frame = arm.manifest.action.frame
+    assert frame is not None
+    low, half, high = action_arrays(arm.manifest.action)
+    norm = ObservationNormalizer(arm.manifest.normalizer)
+    framed = CompiledPath(
+        arm.architecture, arm.actor_state, RowStages(norm, low, half, high, frame=frame)
+    )
+    bare = CompiledPath(arm.architecture, arm.actor_state, RowStages(norm, low, half, high))
+    obs = probe_observations(arm.manifest.normalizer, 64, seed=6, spread=2.0)
+    noise = np.random.default_rng(1).standard_normal((64, arm.architecture.act_dim))
+    noise = noise.astype(np.float32)
+    for z in (None, noise):
+        outputs, log_probs = bare.act(obs, z)
+        actions, framed_log_probs = framed.act(obs, z)
+        np.testing.assert_array_equal(actions, frame.actions(obs, outputs))
+        np.testing.assert_array_equal(framed_log_probs, log_probs)
+
+
+def test_the_double_precision_functions_are_accurate() -> None:
+    xs = np.concatenate(
+        [np.random.default_rng(0).standard_normal(3000) * s for s in (1e-6, 0.1, 1.0, 8.0, 40.0)]
+    )
+    for x in (float(v) for v in xs):
+        assert kernel.exp64(x) == pytest.approx(math.exp(x), rel=1e-15)
+        assert kernel.expm1_64(x) == pytest.approx(math.expm1(x), rel=1e-15)
+        assert kernel.tanh64(x) == pytest.approx(math.tanh(x), rel=1e-15)
+        reference = max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+        assert kernel.softplus64(x) == pytest.approx(reference, rel=1e-15)
+    assert kernel.exp64(800.0) == math.inf
+    assert kernel.exp64(-800.0) == 0.0
+    assert kernel.tanh64(30.0) == 1.0
+    assert kernel.tanh64(-30.0) == -1.0
+
+
+_ASM = """
+from tether.policy import kernel
+kernel.warm()
+asm = kernel.act_rows.inspect_asm(kernel.act_rows.signatures[0])
+print(asm)
+"""
+
+
+def test_the_machine_code_has_no_fused_multiply_add(tmp_path: Path) -> None:
+    """A fused multiply-add rounds once where the Python twin rounds twice, and exists on
+    some x86_64 CPUs only. Compiled afresh (numba shows no code loaded from its cache)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", _ASM],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    asm = out.stdout.lower()
+    assert "mulps" in asm, "the layers' loop over output units is not vectorised"
+    for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
+        assert fused not in asm
+
+
+_TARGET = """
+import sys
+import numpy as np
+from tether.assets import load_pretrained_bundle
+from tether.policy import EngineConfig, PolicyEngine, kernel
+from tether.policy.selection import probe_observations
+bundle = load_pretrained_bundle(command_interface="position")
+engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
+obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
+out = engine.act(obs, np.arange(65) % 3 == 0)
+np.savez(sys.argv[1], actions=out.actions, log_probs=out.log_probs)
+print(kernel.act_rows.inspect_asm(kernel.act_rows.signatures[0]))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 code generation targets")
+@pytest.mark.parametrize(
+    ("cpu", "features", "register"),
+    [
+        ("x86-64", "+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
+        ("haswell", "+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
+    ],
+)
+def test_other_x86_64_targets_compute_the_same_bits(
+    tmp_path: Path, cpu: str, features: str, register: str
+) -> None:
+    """The kernel compiled for another x86_64 CPU (other vector widths, FMA on offer)
+    gives this CPU's bits for the same rows, sampled and deterministic."""
+    env = {
+        **os.environ,
+        "NUMBA_CPU_NAME": cpu,
+        "NUMBA_CPU_FEATURES": features,
+        "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _TARGET, str(tmp_path / "out.npz")],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert register in out.stdout
+    assert "zmm" not in out.stdout, "the target's vector width was not applied"
+    bundle = load_pretrained_bundle(command_interface="position")
+    engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
+    obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
+    here = engine.act(obs, np.arange(65) % 3 == 0)
+    there = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(here.actions, there["actions"])
+    np.testing.assert_array_equal(here.log_probs, there["log_probs"])
+
+
+_TWIN = """
+import sys
+import numpy as np
+from tether.policy import EngineConfig, EngineConfigError, PolicyEngine, kernel, load_bundle
+assert not kernel.AVAILABLE
+bundle = load_bundle(sys.argv[1])
+try:
+    PolicyEngine(bundle, EngineConfig(execution="compiled"))
+except EngineConfigError as exc:
+    assert "numba" in str(exc), exc
+else:
+    raise SystemExit("'compiled' was built without numba")
+auto = PolicyEngine(bundle, EngineConfig(auto_repeats=2))
+assert "compiled" not in [m.kind for m in auto.measurements], auto.measurements
+data = np.load(sys.argv[2])
+packed = kernel.Packed(*(data[k] for k in ("weights", "layout", "consts", "frame")))
+actions, log_probs = kernel.run(packed, data["obs"], data["noise"])
+np.savez(sys.argv[3], actions=actions, log_probs=log_probs)
+print(auto.execution)
+"""
+
+
+def test_the_python_twin_computes_the_same_bits(tmp_path: Path, spec: RobotSpec) -> None:
+    """Without numba the kernel's functions run as Python over numpy float32 scalars
+    (every operation rounded on its own, in source order); the compiled code must give
+    the same bits: no contraction, no reassociation, no SIMD math. There the engine
+    refuses 'compiled' and 'auto' leaves it out."""
+    path = tmp_path / "b"
+    bundle = init_bundle(path, spec, hidden_sizes=(9, 6), activation="tanh", seed=7)
+    shift = goal_shift_for(bundle, goal="target", bound=0.05, hidden_sizes=(5,))
+    shifted = with_goal_shift(tmp_path / "s", bundle, shift)
+    gen = torch.Generator().manual_seed(1)
+    state = {k: torch.randn(v.shape, generator=gen) for k, v in shifted.actor_state.items()}
+    low, half, high = action_arrays(bundle.manifest.action)
+    norm = ObservationNormalizer(bundle.manifest.normalizer)
+    frame = CommandStepFrame(
+        (0, 3), (3, 6), (0.1, -0.2, 0.0), (2.0, 1.5, 1.0), (0.4,) * 3, (0.3,) * 3
+    )
+    base, goal = split_goal_state(state)
+    stages = RowStages(norm, low, half, high, goal_shift=(shift, goal), frame=frame)
+    packed = CompiledPath(shifted.architecture.without_goal_shift(), base, stages).packed
+    obs = probe_observations(bundle.manifest.normalizer, 5, seed=2, spread=3.0)
+    noise = np.random.default_rng(3).standard_normal((5, spec.act_dim)).astype(np.float32)
+    noise[2] = 0.0
+    np.savez(tmp_path / "in.npz", obs=obs, noise=noise, **packed._asdict())
+    env = {**os.environ, "TETHER_POLICY_COMPILED": "0", "PYTHONWARNINGS": "error"}
+    out = subprocess.run(
+        [sys.executable, "-c", _TWIN, str(path), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("eager", "jit", "numpy")
+    twin = np.load(tmp_path / "out.npz")
+    actions, log_probs = kernel.run(packed, obs, noise)
+    np.testing.assert_array_equal(actions, twin["actions"])
+    np.testing.assert_array_equal(log_probs, twin["log_probs"])
+    assert np.all(np.abs(actions) <= 1.0)
+
+
+def test_a_swap_serves_the_new_weights(arm: PolicyBundle) -> None:
+    engine = PolicyEngine(arm, EngineConfig(execution="compiled"))
+    obs = probe_observations(arm.manifest.normalizer, 4)
+    before = engine.act(obs, True)
+    state = {k: v * 1.01 for k, v in arm.actor_state.items()}
+    engine.swap_weights(VersionInfo(7, "scaled", state_sha256(state), 1), state)
+    after = engine.act(obs, True)
+    assert after.version.id == 7
+    # the frame scales the outputs' change down to below float32 steps; the log-prob shows it
+    assert not np.array_equal(after.log_probs, before.log_probs)
+    reference = PolicyEngine(arm, EngineConfig(execution="eager"))
+    reference.swap_weights(VersionInfo(7, "scaled", state_sha256(state), 1), state)
+    served = reference.act(obs, True)
+    np.testing.assert_allclose(after.actions, served.actions, atol=2e-6)
+    np.testing.assert_allclose(after.log_probs, served.log_probs, atol=5e-5, rtol=2e-6)
