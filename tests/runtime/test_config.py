@@ -77,3 +77,35 @@ def test_the_algorithm_option_sets_the_learners_algorithm_over_the_file() -> Non
     assert RunConfig.build().learner.algorithm == "hindsight"
     with pytest.raises(ConfigError, match="algorithm"):
         RunConfig.build(algorithm="dqn")
+
+
+def test_a_run_serves_the_compiled_path_where_it_can_and_eager_where_not(
+    tmp_path: Path,
+) -> None:
+    """The run's engines: the compiled row path for the shipped vector policy (numba is a
+    dependency), eager for a chunk policy (which the compiled path does not serve); each
+    config builds an engine."""
+    from tether.assets import load_pretrained_bundle
+    from tether.policy import PolicyEngine, kernel as policy_kernel
+    from tether.policy.initialize import init_bundle
+    from tether.sim import arm_spec
+
+    config = RunConfig()
+    shipped = load_pretrained_bundle()
+    served = config.served_engine(shipped.architecture)
+    assert policy_kernel.AVAILABLE
+    assert served.execution == "compiled"
+    assert PolicyEngine(shipped, served).execution == "compiled"
+    chunk = init_bundle(
+        tmp_path / "chunk",
+        arm_spec("position"),
+        hidden_sizes=(16,),
+        seed=1,
+        images=[("wrist", (8, 8, 3))],
+        horizon=2,
+        conv_channels=(2,),
+        state_input="state",
+    )
+    served = config.served_engine(chunk.architecture)
+    assert served.execution == "eager"
+    assert PolicyEngine(chunk, served).execution == "eager"

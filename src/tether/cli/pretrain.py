@@ -136,7 +136,7 @@ def pretrain_command(
             learning_starts=learning_starts,
             updates_per_step=updates_per_step,
             randomize=randomize,
-            randomization=randomization,
+            randomization=randomization,  # type: ignore[arg-type]  # validated here
             eval_interval_steps=eval_interval_steps,
             eval_episodes=eval_episodes,
             final_eval_episodes=final_eval_episodes,

@@ -141,7 +141,7 @@ class EdgeServer:
         self._server = build_server(
             Path(plan.bundle_path),
             self._server_config(),
-            engine_config=self.config.served_engine(),
+            engine_config=self.config.served_engine(self.bundle.architecture),
             degradation=self._degradation,
             limits=limits,
             record_step=self._record_step,
@@ -193,13 +193,13 @@ class EdgeServer:
         )
 
     def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
-        return PolicyEngine(bundle, self.config.served_engine())
+        return PolicyEngine(bundle, self.config.served_engine(bundle.architecture))
 
     def _engine_for(self, published: PublishedWeights) -> PolicyEngine:
         import ray
 
         payload = ray.get(published.weights, timeout=_SYNC_TIMEOUT_S)
-        engine = PolicyEngine(self.bundle, self.config.served_engine())
+        engine = PolicyEngine(self.bundle, self.config.served_engine(self.bundle.architecture))
         engine.swap_weights(published.version, decode_weights(payload))
         return engine
 

@@ -21,7 +21,9 @@ from tether.data.log import ExperienceLogConfig
 from tether.data.recorder import RecorderConfig
 from tether.errors import ConfigError
 from tether.learning.learner_config import LearnerConfig
+from tether.policy import kernel as policy_kernel
 from tether.policy.config import EngineConfig
+from tether.policy.networks import ActorArchitecture
 from tether.runtime.ray_config import Backend, RayConfig
 from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
@@ -208,11 +210,17 @@ class RunConfig(BaseModel):
         admission = self.server.admission.model_copy(update={"rate_limit_hz": 0.0})
         return self.server.model_copy(update={"admission": admission})
 
-    def served_engine(self) -> EngineConfig:
-        """Every engine a run builds (the bundle's, each candidate's): eager, because "auto"
-        would time every execution path on each candidate, on the serving cores."""
+    def served_engine(self, arch: ActorArchitecture) -> EngineConfig:
+        """Every engine a run builds for ``arch`` (the bundle's, each candidate's): a fixed
+        path, because "auto" would time every execution path on each candidate, on the
+        serving cores. The compiled row path where it can run (an ``mlp_gaussian`` actor,
+        numba importable), else eager."""
+        compiled = arch.kind == "mlp_gaussian" and policy_kernel.AVAILABLE
         return EngineConfig.model_validate(
-            {"max_batch_size": self.server.batcher.max_batch_size, "execution": "eager"}
+            {
+                "max_batch_size": self.server.batcher.max_batch_size,
+                "execution": "compiled" if compiled else "eager",
+            }
         )
 
 

@@ -274,7 +274,7 @@ class RunSystem:
         self._server: PolicyServer = build_server(
             self.bundle_path,
             self.config.served_server(),
-            engine_config=self.config.served_engine(),
+            engine_config=self.config.served_engine(self.bundle.architecture),
             degradation=self._degradation,
             limits=self.limits,
             record_step=self._record_step,
@@ -298,7 +298,7 @@ class RunSystem:
         return self._recorder.record(step)
 
     def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
-        return PolicyEngine(bundle, self.config.served_engine())
+        return PolicyEngine(bundle, self.config.served_engine(bundle.architecture))
 
     # ------------------------------------------------------------------ candidates
 
@@ -307,7 +307,7 @@ class RunSystem:
         self._intake.run(self._stop, _CANDIDATE_POLL_S)
 
     def _engine_for_snapshot(self, snap: WeightsSnapshot) -> PolicyEngine:
-        engine = PolicyEngine(self.bundle, self.config.served_engine())
+        engine = PolicyEngine(self.bundle, self.config.served_engine(self.bundle.architecture))
         engine.swap_weights(snap.version_info(), snap.state)
         return engine
 
