@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -121,3 +122,28 @@ def test_recording_after_close_is_an_error() -> None:
 def test_ingress_clock_is_monotonic() -> None:
     stamps = [ingress_ns() for _ in range(1000)]
     assert stamps == sorted(stamps)
+
+
+@pytest.mark.parametrize(
+    ("config", "within_s"),
+    [
+        # fewer steps than wake a worker: they wait for its next turn, no longer
+        (RecorderConfig(wake_after_steps=10_000, wake_interval_s=0.05), 2.0),
+        # as many as wake it: at once, although its turn is far away
+        (RecorderConfig(wake_after_steps=2, wake_interval_s=1.0), 0.5),
+    ],
+    ids=["on-its-turn", "woken"],
+)
+def test_steps_reach_the_sinks_without_a_flush(config: RecorderConfig, within_s: float) -> None:
+    """record() does not wake the worker for every step, yet nothing waits in the queue
+    longer than the worker's turn, and a full enough queue wakes it at once."""
+
+    buffer = small_buffer()
+    with Recorder([buffer], config) as recorder:
+        time.sleep(0.05)  # the worker is asleep in its wait now
+        start = time.monotonic()
+        recorder.record(make_step(0))
+        recorder.record(make_step(1))
+        while len(buffer) < 1 and time.monotonic() - start < within_s:
+            time.sleep(0.005)
+        assert len(buffer) == 1

@@ -1,7 +1,9 @@
 """The recorder: the control path enqueues steps, a worker thread pairs them and feeds sinks.
 
 ``Recorder.record(step)`` runs on the serving layer's control path, so it does only an
-``append`` to a deque (atomic under the GIL) and wakes the worker; pairing, building
+``append`` to a deque (atomic under the GIL); the worker wakes every ``wake_interval_s``
+or as soon as ``wake_after_steps`` are queued (not per step: a wake per step was a thread
+switch and a GIL hand-over on every served action), and pairing, building
 transitions and handing them to sinks (the experience log, the learner channel) happen
 on the recorder's own thread. Invariants: ``record`` never blocks and never raises for a
 full queue; every step it cannot take is counted in ``dropped_queue_full``; a sink that
@@ -53,6 +55,18 @@ class RecorderConfig(BaseModel):
         default=4096,
         ge=1,
         description="steps the worker pairs before handing transitions to sinks (steps)",
+    )
+    wake_after_steps: int = Field(
+        default=64,
+        ge=1,
+        description="queued steps that wake the worker at once; fewer wait for its next "
+        "turn (steps)",
+    )
+    wake_interval_s: float = Field(
+        default=0.02,
+        gt=0.0,
+        le=1.0,
+        description="longest a queued step waits for the worker (s)",
     )
 
 
@@ -111,7 +125,8 @@ class Recorder:
                 self._dropped += 1
             return False
         self._queue.append(step)
-        self._wake.set()
+        if len(self._queue) >= self.config.wake_after_steps:
+            self._wake.set()
         return True
 
     def end_session(self, session_id: str) -> None:
@@ -160,7 +175,7 @@ class Recorder:
 
     def _run(self) -> None:
         while not (self._closed and not self._queue):
-            self._wake.wait(0.1)
+            self._wake.wait(self.config.wake_interval_s)
             self._wake.clear()
             while self._queue:
                 self._process_some()
