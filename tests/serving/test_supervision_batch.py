@@ -9,6 +9,7 @@ import numpy as np
 
 from tests.safety.test_position_equivalence import same
 from tether.safety.degradation import DegradationMachine
+from tether.safety.degradation_config import DegradationConfig, LevelThresholds
 from tether.safety.for_spec import limits_for
 from tether.safety.levels import DegradationLevel
 from tether.serving.supervision import (
@@ -31,8 +32,17 @@ class Clock:
         return self.now
 
 
+# Thresholds these few steps reach, so the batch's degradation events can be compared.
+EVENTFUL = DegradationConfig(
+    min_window_steps=5,
+    restricted=LevelThresholds(intervention_rate=0.6, backup_action_rate=0.1),
+    paused=LevelThresholds(intervention_rate=0.8, backup_action_rate=0.2),
+    takeover=LevelThresholds(intervention_rate=0.95, backup_action_rate=0.3),
+)
+
+
 def fleet(rows: int) -> tuple[DegradationMachine, list[SessionSupervisor]]:
-    machine = DegradationMachine(limits=limits_for(SPEC), clock=Clock())
+    machine = DegradationMachine(EVENTFUL, limits=limits_for(SPEC), clock=Clock())
     factory = SupervisorFactory(SPEC, degradation=machine)
     return machine, [factory(f"robot-{i}") for i in range(rows)]
 
@@ -88,3 +98,6 @@ def test_a_batch_decides_as_one_call_per_session() -> None:
         last_b = [g[0] for g in got]
     for i in range(rows):
         assert machine_a.level_of(f"robot-{i}") is machine_b.level_of(f"robot-{i}")
+    # The same degradation events, in the same order (and some happened).
+    assert machine_a.history() == machine_b.history()
+    assert len(machine_b.history()) >= 10

@@ -171,6 +171,8 @@ def decide_batch(
     from tether.safety.position.batch import filter_actions
 
     count = len(rows)
+    if not count:
+        return []
     if len({id(row.session) for row in rows}) < count:
         # A session met twice (never in serving: one step per robot per batch) filters
         # its rows in turn, as consecutive decide calls would.
@@ -189,10 +191,17 @@ def decide_batch(
     results: list[tuple[np.ndarray, SafetyVerdict] | None] = [None] * count
     chosen: list[ActionSupervisor] = []
     batched: list[int] = []
+    normal, takeover = DegradationLevel.NORMAL, DegradationLevel.TAKEOVER
     for i, row in enumerate(rows):
-        supervisor = row.session._select(row.level, row.tightening)
+        session = row.session
+        level = row.level
+        base = session._base
+        if level is normal and not row.tightening < 1.0 and session._active is base:
+            supervisor = base  # _select's answer for the common step, without the call
+        else:
+            supervisor = session._select(level, row.tightening)
         chosen.append(supervisor)
-        if row.level is DegradationLevel.TAKEOVER:
+        if level is takeover:
             results[i] = supervisor.backup_action(row.observation, row.previous)
         elif isinstance(supervisor, PositionActionSupervisor):
             batched.append(i)
@@ -205,18 +214,36 @@ def decide_batch(
         answers = filter_actions(
             position,
             [rows[i].observation for i in batched],
-            proposed[batched],
+            proposed if len(batched) == count else proposed[batched],
             [rows[i].previous for i in batched],
             [rows[i].observation_age_s for i in batched],
         )
         for i, answer in zip(batched, answers, strict=True):
             results[i] = answer
-    out: list[tuple[np.ndarray, SafetyVerdict]] = []
-    for i, result in enumerate(results):
-        assert result is not None
-        rows[i].session._observe(result[1], chosen[i], policy_version)
-        out.append(result)
+    out = cast(list[tuple[np.ndarray, SafetyVerdict]], results)
+    _observe_batch(rows, chosen, out, policy_version)
     return out
+
+
+def _observe_batch(
+    rows: Sequence[SupervisedRow],
+    chosen: list[ActionSupervisor],
+    results: list[tuple[np.ndarray, SafetyVerdict]],
+    policy_version: int,
+) -> None:
+    """Every row's verdict to its session's degradation machine, in row order: one
+    ``observe_batch`` call when the rows share one machine (serving's case)."""
+    machine = rows[0].session._degradation
+    if machine is None or any(row.session._degradation is not machine for row in rows):
+        for row, supervisor, result in zip(rows, chosen, results, strict=True):
+            row.session._observe(result[1], supervisor, policy_version)
+        return
+    machine.observe_batch(
+        [row.session.robot for row in rows],
+        [result[1] for result in results],
+        [supervisor is not row.session._base for row, supervisor in zip(rows, chosen, strict=True)],
+        policy_version=policy_version,
+    )
 
 
 # One control period at 50 Hz: how late serving may notice a recovery (never a degradation).

@@ -19,7 +19,7 @@ at most one row (its state is one robot's).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -158,7 +158,9 @@ def filter_actions(
         return []
     same = _same_map(supervisors) and actions.shape[1] == supervisors[0]._n
     positions = [s.position for s in supervisors]
-    prior = [s._previous(p) for s, p in zip(supervisors, previous, strict=True)]
+    prior = [
+        None if p is None else s._previous(p) for s, p in zip(supervisors, previous, strict=True)
+    ]
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
     if same:
@@ -171,31 +173,42 @@ def filter_actions(
         _filter_rows(positions, observations, commands, prior, ages, results, range(rows))
     # The executed commands back in the action space: a passed action is returned as it
     # was proposed, any other mapped back (all rows at once under one map).
-    answers: list[Result] = []
-    back: list[int] = []
     policy = ActionSource.POLICY
-    for i, result in enumerate(results):
-        assert result is not None
-        answers.append(result)
-        if result[1].source is not policy:
-            back.append(i)
-    mapped: dict[int, np.ndarray] = {}
-    if back and same:
-        first = supervisors[0]
-        executed = np.stack([answers[i][0] for i in back]).astype(np.float64)
-        center, half = np.array(first._center), np.array(first._half)
-        mapped = dict(zip(back, ((executed - center) / half).astype(np.float32), strict=True))
+    answers = cast(list[Result], results)
+    back = [i for i, (_, verdict) in enumerate(answers) if verdict.source is not policy]
     out: list[Result] = []
+    if same:
+        mapped: dict[int, np.ndarray] = {}
+        if back:
+            first = supervisors[0]
+            executed = np.array([answers[i][0] for i in back], dtype=np.float64)
+            center, half = np.array(first._center), np.array(first._half)
+            mapped = dict(
+                zip(back, list(((executed - center) / half).astype(np.float32)), strict=True)
+            )
+        # _as_action of a row of a float32 (rows, n) array: the row itself.
+        rows_of = list(actions)
+        carried = actions.tobytes()
+        width = actions.itemsize * actions.shape[1]
+        for i, (supervisor, (command, verdict)) in enumerate(
+            zip(supervisors, answers, strict=True)
+        ):
+            # supervisor._remember(action, command), inline: it runs for every row
+            if verdict.source is policy:
+                action = rows_of[i]
+                supervisor._last_bytes = carried[i * width : (i + 1) * width]
+            else:
+                action = mapped[i]
+                supervisor._last_bytes = action.tobytes()
+            supervisor._last_command = command
+            out.append((action, verdict))
+        return out
     for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
         if verdict.source is policy:
-            # _as_action of a row of a float32 (rows, n) array: the row itself.
-            action = actions[i] if same else _as_action(actions[i], supervisor._n)
+            action = _as_action(actions[i], supervisor._n)
         else:
-            action = mapped[i] if same else supervisor._to_action(command)
-        # supervisor._remember(action, command), inline: it runs for every row
-        supervisor._last_bytes = action.tobytes()
-        supervisor._last_command = command
-        out.append((action, verdict))
+            action = supervisor._to_action(command)
+        out.append((supervisor._remember(action, command), verdict))
     return out
 
 
@@ -210,7 +223,8 @@ def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.nd
     x = actions.astype(np.float64)
     center = np.array(supervisor._center)
     half = np.array(supervisor._half)
-    mapped = center + half * np.clip(x, -_ACTION_CLAMP, _ACTION_CLAMP)
+    # np.clip's values (NaN stays NaN, and non-finite rows are kept below anyway).
+    mapped = center + half * np.minimum(np.maximum(x, -_ACTION_CLAMP), _ACTION_CLAMP)
     return np.where(np.isfinite(x), mapped, x).astype(np.float32)
 
 
@@ -252,23 +266,38 @@ def _filter_arrays(
     """
     rest: list[int] = []
     groups: dict[tuple[int, int], list[int]] = {}
-    for i, supervisor in enumerate(supervisors):
+    ndarray, float32 = np.ndarray, np.float32
+    for i, (supervisor, obs, age, prev) in enumerate(
+        zip(supervisors, observations, ages, previous, strict=True)
+    ):
         signature = supervisor._signature
-        obs = observations[i]
-        age = ages[i]
-        prev = previous[i]
         if (
             signature
-            and type(obs) is np.ndarray
+            and type(obs) is ndarray
             and obs.ndim == 1
             and obs.dtype.char in "fd"
             and (age is None or age <= supervisor.limits.command_staleness_s)
-            and (prev is None or _is_last(supervisor, prev))
+            and (
+                prev is None
+                # the command this supervisor returned last, handed back
+                or (
+                    type(prev) is ndarray
+                    and prev.dtype == float32
+                    and prev.shape == supervisor._shape
+                    and supervisor._last is not None
+                    and prev.tobytes() == supervisor._last_bytes
+                )
+            )
         ):
             length = obs.shape[0]
             expected = supervisor._obs_dim
             if length == expected if expected else length >= supervisor._min_obs:
-                groups.setdefault((signature, length), []).append(i)
+                key = (signature, length)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [i]
+                else:
+                    group.append(i)
                 continue
         rest.append(i)
     for members in groups.values():
@@ -276,17 +305,6 @@ def _filter_arrays(
             supervisors, members, observations, commands, proposed, previous, results
         )
     return rest
-
-
-def _is_last(supervisor: PositionSupervisor, previous: Any) -> bool:
-    """Whether ``previous`` is the command ``supervisor`` returned last (its own)."""
-    return (
-        type(previous) is np.ndarray
-        and previous.dtype == np.float32
-        and previous.shape == supervisor._shape
-        and supervisor._last is not None
-        and previous.tobytes() == supervisor._last_bytes
-    )
 
 
 def _array_group(
@@ -304,7 +322,8 @@ def _array_group(
     packed = first._packed
     assert packed is not None
     q_at, v_at, low, high, neg_vmax, vmax, dt = _reader(first)
-    obs = np.stack([observations[i] for i in members], dtype=np.float64)
+    # np.array of equal-length 1-D arrays: np.stack's values, at half its cost.
+    obs = np.array([observations[i] for i in members], dtype=np.float64)
     q = obs[:, q_at]
     v = obs[:, v_at]
     command32 = commands[members]
@@ -331,13 +350,15 @@ def _array_group(
         lasts = []
         for k in own:
             last = chosen[k]._last
-            assert last is not None  # _is_last checked it
-            lasts.append(last)
-        reference[own] = [last[0] for last in lasts]
-        change[own] = [last[1] for last in lasts]
+            assert last is not None  # _filter_arrays checked it
+            lasts.append(last[0] + last[1])
+        # One conversion of (last command, its change) per row, split in two.
+        pairs = np.array(lasts)
+        reference[own] = pairs[:, :n]
+        change[own] = pairs[:, n:]
         held[own] = True
     inputs = np.concatenate((q, v, reference, change, command), axis=1)
-    anchors = np.stack([s._anchors for s in chosen])
+    anchors = np.array([s._anchors for s in chosen])
     table = kernel.step_batch(
         packed.joints,
         packed.geo,
@@ -367,12 +388,14 @@ def _array_group(
     carried = out.tobytes()
     width = out.itemsize * n
     keep = untouched.tolist()
+    anchor_rows = list(anchors)
+    out_rows = list(out)
     for k, (i, supervisor) in enumerate(zip(members, chosen, strict=True)):
-        supervisor._anchors = anchors[k]
+        supervisor._anchors = anchor_rows[k]
         supervisor._last_pose = poses[k]
         supervisor._last = (candidates[k], changes[k])
         supervisor._last_bytes = carried[k * width : (k + 1) * width]
-        executed = proposed[i] if proposed is not None and keep[k] else out[k]
+        executed = proposed[i] if proposed is not None and keep[k] else out_rows[k]
         bits = checks[k]
         if passed[k]:
             if not bits:
