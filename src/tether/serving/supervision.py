@@ -190,7 +190,17 @@ def decide_batch(
         ]
     results: list[tuple[np.ndarray, SafetyVerdict] | None] = [None] * count
     chosen: list[ActionSupervisor] = []
+    # The position rows (their index, supervisor, observation, previous action, age), and
+    # what each row's verdict tells its degradation machine.
     batched: list[int] = []
+    position: list[PositionActionSupervisor] = []
+    observations: list[np.ndarray] = []
+    previous: list[np.ndarray | None] = []
+    ages: list[float | None] = []
+    robots: list[str] = []
+    tightened: list[bool] = []
+    machine = rows[0].session._degradation
+    shared = machine is not None  # every row's session feeds this one machine
     normal, takeover = DegradationLevel.NORMAL, DegradationLevel.TAKEOVER
     for i, row in enumerate(rows):
         session = row.session
@@ -201,49 +211,46 @@ def decide_batch(
         else:
             supervisor = session._select(level, row.tightening)
         chosen.append(supervisor)
+        robots.append(session.robot)
+        tightened.append(supervisor is not base)
+        if session._degradation is not machine:
+            shared = False
         if level is takeover:
             results[i] = supervisor.backup_action(row.observation, row.previous)
         elif isinstance(supervisor, PositionActionSupervisor):
             batched.append(i)
+            position.append(supervisor)
+            observations.append(row.observation)
+            previous.append(row.previous)
+            ages.append(row.observation_age_s)
         else:
             results[i] = supervisor.filter(
                 row.observation, proposed[i], row.previous, observation_age_s=row.observation_age_s
             )
     if batched:
-        position = [cast(PositionActionSupervisor, chosen[i]) for i in batched]
         answers = filter_actions(
             position,
-            [rows[i].observation for i in batched],
+            observations,
             proposed if len(batched) == count else proposed[batched],
-            [rows[i].previous for i in batched],
-            [rows[i].observation_age_s for i in batched],
+            previous,
+            ages,
         )
-        for i, answer in zip(batched, answers, strict=True):
-            results[i] = answer
+        if len(batched) == count:
+            results = cast(list[tuple[np.ndarray, SafetyVerdict] | None], answers)
+        else:
+            for i, answer in zip(batched, answers, strict=True):
+                results[i] = answer
     out = cast(list[tuple[np.ndarray, SafetyVerdict]], results)
-    _observe_batch(rows, chosen, out, policy_version)
-    return out
-
-
-def _observe_batch(
-    rows: Sequence[SupervisedRow],
-    chosen: list[ActionSupervisor],
-    results: list[tuple[np.ndarray, SafetyVerdict]],
-    policy_version: int,
-) -> None:
-    """Every row's verdict to its session's degradation machine, in row order: one
-    ``observe_batch`` call when the rows share one machine (serving's case)."""
-    machine = rows[0].session._degradation
-    if machine is None or any(row.session._degradation is not machine for row in rows):
-        for row, supervisor, result in zip(rows, chosen, results, strict=True):
+    # Every row's verdict to its session's degradation machine, in row order: one call
+    # when the rows share one machine (serving's case).
+    if shared:
+        assert machine is not None
+        verdicts = [verdict for _, verdict in out]
+        machine.observe_batch(robots, verdicts, tightened, policy_version=policy_version)
+    else:
+        for row, supervisor, result in zip(rows, chosen, out, strict=True):
             row.session._observe(result[1], supervisor, policy_version)
-        return
-    machine.observe_batch(
-        [row.session.robot for row in rows],
-        [result[1] for result in results],
-        [supervisor is not row.session._base for row, supervisor in zip(rows, chosen, strict=True)],
-        policy_version=policy_version,
-    )
+    return out
 
 
 # One control period at 50 Hz: how late serving may notice a recovery (never a degradation).
