@@ -144,8 +144,37 @@ class DegradationMachine:
             if policy_version is not None:
                 self._version = policy_version
             observe = self._observe_one
+            known = self._robots
+            clock = self._clock
+            window = self.config.window_s
+            fewest = self._min_steps
+            normal = DegradationLevel.NORMAL
             for robot, verdict, tight in zip(robots, verdicts, tightened, strict=True):
-                observe(robot, verdict, tight, fired)
+                state = known.get(robot)
+                if verdict is not PASSED or state is None or state.level is not normal:
+                    observe(robot, verdict, tight, fired)
+                    continue
+                # _observe_one for the common step, inline: a passed step of a robot at
+                # NORMAL whose window loses nothing and reaches no threshold.
+                now = clock()
+                steps = state.steps
+                steps.append(now)
+                state.last_seen = now
+                horizon = now - window
+                events = state.events
+                need = state.quiet_steps
+                held = len(steps)
+                if (
+                    steps[0] > horizon
+                    and (not events or events[0][0] > horizon)
+                    and need is not None
+                    and need >= 0
+                    and (held < fewest or held >= need)
+                ):
+                    state.calm_since = None
+                    state.hot_at = now
+                else:
+                    self._advance(state, now, fired)
         self._notify(fired)
 
     def _observe_one(

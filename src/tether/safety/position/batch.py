@@ -369,21 +369,18 @@ def _array_group(
         np.ones(rows, dtype=np.bool_),
         held,
     )
-    # _finish, as arrays: the candidate is the Cartesian stage's command where it moved
-    # one, else the joint stage's; the executed command is the proposal itself where
-    # both left it inside.
+    # _finish for every row in one compiled call (kernel.finish_batch): the candidate is
+    # the Cartesian stage's command where it moved one, else the joint stage's; the
+    # executed command is the proposal itself where both left it inside.
     placed = table[:, :n]
     extra = table[:, 2 * n :]
-    cartesian = extra[:, kernel.OUT_CARTESIAN].astype(np.int64)
-    moved_cartesian = cartesian != 0
-    candidate = np.where(moved_cartesian[:, None], table[:, n : 2 * n], placed)
-    untouched = (extra[:, kernel.OUT_INSIDE] != 0.0) & ~moved_cartesian
-    out = candidate.astype(np.float32)
-    out[untouched] = command32[untouched]
-    checks = (extra[:, kernel.OUT_JOINT_CHECKS].astype(np.int64) | cartesian).tolist()
-    passed = (candidate == command).all(axis=1).tolist()
+    out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
+        table, command, command32, reference
+    )
+    checks = bits_of.tolist()
+    passed = passed_of.tolist()
     candidates = candidate.tolist()
-    changes = (candidate - reference).tolist()
+    changes = change_made.tolist()
     poses = q.tolist()
     carried = out.tobytes()
     width = out.itemsize * n
@@ -411,7 +408,7 @@ def _array_group(
                     candidates[k],
                     bits,
                     extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
-                    int(cartesian[k]),
+                    int(extra[k, kernel.OUT_CARTESIAN]),
                 ),
             )
     return refused
