@@ -537,3 +537,26 @@ def test_observe_batch_refuses_rows_of_different_lengths() -> None:
     machine = DegradationMachine(CONFIG)
     with pytest.raises(DegradationError, match="one verdict and one tightened flag"):
         machine.observe_batch(["a", "b"], [PASSED], [False, False])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_passed_step_whose_window_loses_its_clean_steps_can_degrade(batched: bool) -> None:
+    """Old clean steps leaving the window raise the rate of the corrections kept: the
+    passed step that evicts them is judged, in a batch as alone."""
+    clock = Clock()
+    machine = DegradationMachine(CONFIG, limits=seven_joint_limits(), clock=clock)
+
+    def feed(verdicts: list[SafetyVerdict]) -> None:
+        if batched:
+            machine.observe_batch([""] * len(verdicts), verdicts, [False] * len(verdicts))
+        else:
+            for verdict in verdicts:
+                machine.observe(verdict)
+
+    feed([PASSED] * 20)
+    clock.now += 9.0
+    feed([CLIPPED] * 4 + [PASSED] * 8)  # 4 of 32 steps: below the 20 % threshold
+    assert machine.level_of("") is L.NORMAL
+    clock.now += 1.5  # the first 20 steps leave the window: 4 of 13
+    feed([PASSED])
+    assert machine.level_of("") is L.RESTRICTED
