@@ -230,9 +230,9 @@ def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.nd
 
 # -- the array path -------------------------------------------------------------------------
 
-# Per supervisor signature: (joint positions, joint velocities) slices of an observation,
-# the plausible readings as arrays (low, high, -vmax, vmax), and the control period.
-_Reader = tuple[slice, slice, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
+# Per supervisor signature: where an observation's joint positions and velocities start,
+# the plausible readings as one (4, n) array (low, high, -vmax, vmax), and the period.
+_Reader = tuple[int, int, np.ndarray, float]
 _READERS: dict[int, _Reader] = {}
 
 
@@ -240,7 +240,14 @@ def _reader(supervisor: PositionSupervisor) -> _Reader:
     reader = _READERS.get(supervisor._signature)
     if reader is None:
         low, high, vmax = (np.array(x) for x in zip(*supervisor._plausible, strict=True))
-        reader = (supervisor._q, supervisor._v, low, high, -vmax, vmax, supervisor._dt)
+        n = supervisor._n
+        q, v = supervisor._q, supervisor._v
+        # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
+        assert q.step is None
+        assert v.step is None
+        assert q.stop - q.start == v.stop - v.start == n
+        bounds = np.stack((low, high, -vmax, vmax)).astype(np.float64)
+        reader = (q.start, v.start, np.ascontiguousarray(bounds), supervisor._dt)
         _READERS[supervisor._signature] = reader
     return reader
 
@@ -321,43 +328,39 @@ def _array_group(
     first = supervisors[members[0]]
     packed = first._packed
     assert packed is not None
-    q_at, v_at, low, high, neg_vmax, vmax, dt = _reader(first)
+    q_start, v_start, bounds, dt = _reader(first)
+    n = first._n
     # np.array of equal-length 1-D arrays: np.stack's values, at half its cost.
     obs = np.array([observations[i] for i in members], dtype=np.float64)
-    q = obs[:, q_at]
-    v = obs[:, v_at]
     command32 = commands[members]
-    command = command32.astype(np.float64)
-    # What _read_state and _command refuse (NaN fails every comparison).
-    usable = ((q >= low) & (q <= high) & (v >= neg_vmax) & (v <= vmax)).all(axis=1)
-    usable &= np.isfinite(command).all(axis=1)
-    refused: list[int] = []
-    if not usable.all():
-        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
-        members = [members[k] for k in np.flatnonzero(usable).tolist()]
-        if not members:
-            return refused
-        q, v, command32, command = q[usable], v[usable], command32[usable], command[usable]
-    rows = len(members)
-    n = first._n
-    reference = q.copy()
-    change = v * dt
     chosen = [supervisors[i] for i in members]
     # A row with its own previous command steers from it and its last change (_prepare).
     own = [k for k, i in enumerate(members) if previous[i] is not None]
-    held = np.zeros(rows, dtype=np.bool_)
+    held = np.zeros(len(members), dtype=np.bool_)
+    pairs = np.empty((0, 2 * n))
     if own:
         lasts = []
         for k in own:
             last = chosen[k]._last
             assert last is not None  # _filter_arrays checked it
             lasts.append(last[0] + last[1])
-        # One conversion of (last command, its change) per row, split in two.
         pairs = np.array(lasts)
-        reference[own] = pairs[:, :n]
-        change[own] = pairs[:, n:]
         held[own] = True
-    inputs = np.concatenate((q, v, reference, change, command), axis=1)
+    # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
+    inputs, usable = kernel.inputs_batch(obs, q_start, v_start, bounds, command32, dt, held, pairs)
+    refused: list[int] = []
+    if not usable.all():
+        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
+        kept = np.flatnonzero(usable).tolist()
+        if not kept:
+            return refused
+        members = [members[k] for k in kept]
+        chosen = [chosen[k] for k in kept]
+        inputs, command32, held = inputs[usable], command32[usable], held[usable]
+    rows = len(members)
+    q = inputs[:, :n]
+    reference = inputs[:, 2 * n : 3 * n]
+    command = inputs[:, 4 * n :]
     anchors = np.array([s._anchors for s in chosen])
     table = kernel.step_batch(
         packed.joints,

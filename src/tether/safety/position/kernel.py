@@ -997,6 +997,56 @@ def step_batch(
 
 
 @_jit
+def inputs_batch(
+    obs: np.ndarray,
+    q_start: int,
+    v_start: int,
+    bounds: np.ndarray,
+    command32: np.ndarray,
+    dt: float,
+    held: np.ndarray,
+    pairs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`step_batch` inputs of many robots' rows, and whether each row is
+    usable, from their observations ``obs`` (float64, rows × obs_dim; joint positions
+    and velocities from ``q_start`` and ``v_start``) and proposals ``command32``: a row is
+    usable when its positions lie in [``bounds[0]``, ``bounds[1]``], its velocities in
+    [``bounds[2]``, ``bounds[3]``] and its proposal is finite (what
+    ``PositionSupervisor._read_state`` and ``_command`` accept). A ``held`` row steers
+    from its own last command and change (the next row of ``pairs``: command, then
+    change), any other from its measured pose and velocity × ``dt``."""
+    rows, n = command32.shape
+    inputs = np.empty((rows, 5 * n))
+    usable = np.empty(rows, np.bool_)
+    pair = 0
+    for i in range(rows):
+        ok = True
+        for j in range(n):
+            q = obs[i, q_start + j]
+            v = obs[i, v_start + j]
+            c = np.float64(command32[i, j])
+            if not (q >= bounds[0, j] and q <= bounds[1, j]):
+                ok = False
+            if not (v >= bounds[2, j] and v <= bounds[3, j]):
+                ok = False
+            if not np.isfinite(c):
+                ok = False
+            inputs[i, j] = q
+            inputs[i, n + j] = v
+            inputs[i, 4 * n + j] = c
+            if held[i]:
+                inputs[i, 2 * n + j] = pairs[pair, j]
+                inputs[i, 3 * n + j] = pairs[pair, n + j]
+            else:
+                inputs[i, 2 * n + j] = q
+                inputs[i, 3 * n + j] = v * dt
+        if held[i]:
+            pair += 1
+        usable[i] = ok
+    return inputs, usable
+
+
+@_jit
 def finish_batch(
     table: np.ndarray, command: np.ndarray, command32: np.ndarray, reference: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1065,6 +1115,8 @@ def warm() -> float:
             np.ones(1, np.bool_),
             np.zeros(1, np.bool_),
         )
+        inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
+                     0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
         finish_batch(np.zeros((1, 2 * n + OUT_EXTRA)), np.zeros((1, n)), np.zeros((1, n), np.float32),
                      np.zeros((1, n)))  # fmt: skip
         taken = time.perf_counter() - start
