@@ -25,6 +25,7 @@ after the machine announced a change (its listener) or ``level_poll_s`` later.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -159,6 +160,9 @@ class SupervisedRow(NamedTuple):
     tightening: float = 1.0
 
 
+_session_of = operator.attrgetter("session")
+
+
 def decide_batch(
     rows: Sequence[SupervisedRow], proposed: np.ndarray, policy_version: int
 ) -> list[tuple[np.ndarray, SafetyVerdict]]:
@@ -173,7 +177,7 @@ def decide_batch(
     count = len(rows)
     if not count:
         return []
-    if len({id(row.session) for row in rows}) < count:
+    if len(set(map(id, map(_session_of, rows)))) < count:
         # A session met twice (never in serving: one step per robot per batch) filters
         # its rows in turn, as consecutive decide calls would.
         return [

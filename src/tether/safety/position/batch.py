@@ -50,7 +50,7 @@ def filter_commands(
             f"filter_commands needs one observation, command and previous command per "
             f"supervisor ({rows}); got {len(observations)}, {len(commands)} and {len(previous)}"
         )
-    if len({id(s) for s in supervisors}) != rows:
+    if len(set(map(id, supervisors))) != rows:
         raise ValueError(
             "filter_commands got the same supervisor in two rows; each row is one robot, "
             "with its own supervisor"
@@ -219,13 +219,12 @@ def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
 
 def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.ndarray:
     """``supervisor._to_target`` of every row at once, bit for bit: c + h·clamp(a) in
-    float64 (the same two roundings per element), non-finite actions kept as they are."""
-    x = actions.astype(np.float64)
+    float64 (the same two roundings per element), non-finite actions kept as they are
+    (``kernel.targets_batch``)."""
     center = np.array(supervisor._center)
     half = np.array(supervisor._half)
-    # np.clip's values (NaN stays NaN, and non-finite rows are kept below anyway).
-    mapped = center + half * np.minimum(np.maximum(x, -_ACTION_CLAMP), _ACTION_CLAMP)
-    return np.where(np.isfinite(x), mapped, x).astype(np.float32)
+    targets: np.ndarray = kernel.targets_batch(actions, center, half, _ACTION_CLAMP)
+    return targets
 
 
 # -- the array path -------------------------------------------------------------------------

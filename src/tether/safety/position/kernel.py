@@ -997,6 +997,26 @@ def step_batch(
 
 
 @_jit
+def targets_batch(
+    actions: np.ndarray, center: np.ndarray, half: np.ndarray, clamp: float
+) -> np.ndarray:
+    """The joint targets (float32) normalized ``actions`` (float32, rows × n) ask for:
+    ``center + half · clamp(a)`` in float64 per element, a non-finite action kept as it
+    is (``PositionActionSupervisor._to_target``, row by row)."""
+    rows, n = actions.shape
+    out = np.empty((rows, n), np.float32)
+    for i in range(rows):
+        for j in range(n):
+            x = np.float64(actions[i, j])
+            if np.isfinite(x):
+                y = -clamp if x < -clamp else (clamp if x > clamp else x)
+                out[i, j] = np.float32(center[j] + half[j] * y)
+            else:
+                out[i, j] = np.float32(x)
+    return out
+
+
+@_jit
 def inputs_batch(
     obs: np.ndarray,
     q_start: int,
@@ -1115,6 +1135,7 @@ def warm() -> float:
             np.ones(1, np.bool_),
             np.zeros(1, np.bool_),
         )
+        targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
         inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
                      0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
         finish_batch(np.zeros((1, 2 * n + OUT_EXTRA)), np.zeros((1, n)), np.zeros((1, n), np.float32),
