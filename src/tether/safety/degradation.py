@@ -23,6 +23,12 @@ corrections the moment it returns to NORMAL. A canary's and its control's steps 
 supervised under tightened limits at NORMAL too (``observe(..., tightened=True)``), and
 count as if made at RESTRICTED.
 
+``observe_batch`` counts one engine batch's steps under one lock, as consecutive
+``observe`` calls would. A robot at NORMAL whose window reaches no threshold is the
+common step: the machine keeps, per robot, the fewest window steps its counts need for
+every rate to stay below its threshold, raised by each event it records, so such a step
+is not judged threshold by threshold.
+
 Invariants: every level change is a :class:`DegradationTransition` naming its robot (or
 None for the learning-wide level), kept in a bounded history, counted per policy version
 and passed to every listener; no call about one robot changes another robot's level; the

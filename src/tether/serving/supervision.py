@@ -14,7 +14,8 @@ send, and it always returns the output of the session supervisor's ``filter`` or
 ``backup_action`` (finite, within limits).
 
 ``decide_batch`` supervises one engine batch of sessions in one call, row for row as
-``decide`` would (the position supervisors' rows in one compiled call).
+``decide`` would (the position supervisors' rows through one ``filter_actions`` call,
+and every verdict to the rows' shared degradation machine in one ``observe_batch``).
 
 Each robot is supervised at its own level (``SessionSupervisor.level``, a plain read of
 the machine's per-robot state), and only its own verdicts and watchdog misses feed that

@@ -4,11 +4,14 @@
 exactly what ``supervisors[i].filter(observations[i], commands[i], previous[i],
 observation_age_s=ages[i])`` returns, in the same state afterwards; ``filter_actions``
 does the same for :class:`PositionActionSupervisor` rows (normalized actions, the spec's
-map computed for all rows at once). Each row's inputs are read and its verdict built in
-Python as a single call does (``PositionSupervisor._prepare``/``_finish``); the numbers
-in between run in one compiled call (``kernel.step_batch``) for all the rows under the
-same limits, each row with its own robot's anchors. Rows whose supervisor runs the
-Python path, and unreadable observations, are answered as single calls are.
+map computed for all rows at once, ``kernel.targets_batch``). The common rows (see
+``_filter_arrays``) are read, checked and answered as arrays: one compiled call each for
+their inputs and plausibility (``kernel.inputs_batch``), the joint and Cartesian stages
+(``kernel.step_batch``, each row with its own robot's anchors) and ``_finish``'s
+arithmetic (``kernel.finish_batch``), a verdict object built only for a corrected row.
+Every other row (the Python path, an unreadable or stale observation, a non-finite
+command, a previous command not the supervisor's own) is read and answered as a single
+call does (``PositionSupervisor._prepare``/``_finish``).
 
 Invariants: row ``i``'s result and ``supervisors[i]``'s state after the call are
 bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``);

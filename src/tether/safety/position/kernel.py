@@ -7,7 +7,9 @@ workspace and obstacle clearance of :mod:`tether.safety.segment` over the closed
 :mod:`tether.safety.chain`, and the fallbacks of step 6) run here, in numba, on arrays
 packed once per supervisor by :func:`pack`. :func:`step` does one command,
 :func:`step_batch` many robots' commands in one call (one row each, each with its own
-anchors).
+anchors); :func:`targets_batch`, :func:`inputs_batch` and :func:`finish_batch` do the
+batch's action map, input reading and verdict arithmetic of
+:mod:`tether.safety.position.batch` the same way.
 
 Invariant: every result is bit-identical to the Python path's. The functions below are
 the Python path's, operation for operation and in the same order (sums accumulate
