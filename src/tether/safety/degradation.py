@@ -441,10 +441,15 @@ class DegradationMachine:
         if correction:
             floor = max(int(state.level), int(DegradationLevel.RESTRICTED) if tightened else 0)
         below = state.below
+        bits = _bits_of(checks)
         for kind in kinds:
             state.events.append((now, kind, checks, floor, times))
             for tally in below[floor + 1 :]:
-                tally.add(kind, checks, times)
+                # tally.add(kind, checks, times), inline: it runs for every correction
+                tally.by_kind[kind] += times
+                by_check = tally.by_check
+                for bit in bits:
+                    by_check[bit] = by_check.get(bit, 0) + times
         need = state.quiet_steps
         if need is None or need < 0:
             return  # unknown, or a count threshold met already: _advance judges in full
@@ -474,8 +479,13 @@ class DegradationMachine:
         events = state.events
         while events and events[0][0] <= horizon:
             at, kind, checks, floor, times = events.popleft()
+            bits = _bits_of(checks)
             for tally in state.below[floor + 1 :]:
-                tally.add(kind, checks, -times)
+                # tally.add(kind, checks, -times), inline: it runs for every correction
+                tally.by_kind[kind] -= times
+                by_check = tally.by_check
+                for bit in bits:
+                    by_check[bit] -= times
             state.evicted_until = at + self.config.window_s
 
     def _quiet_steps(self, state: _Robot) -> int:
@@ -695,10 +705,25 @@ class _Tally:
     def add(self, kind: int, checks: int, sign: int) -> None:
         self.by_kind[kind] += sign
         by_check = self.by_check
-        while checks:
-            bit = checks & -checks
+        for bit in _bits_of(checks):
             by_check[bit] = by_check.get(bit, 0) + sign
-            checks ^= bit
+
+
+_BITS: dict[int, tuple[int, ...]] = {}
+
+
+def _bits_of(checks: int) -> tuple[int, ...]:
+    """The single bits set in ``checks``, lowest first (kept per value: few occur)."""
+    bits = _BITS.get(checks)
+    if bits is None:
+        found = []
+        rest = checks
+        while rest:
+            bit = rest & -rest
+            found.append(bit)
+            rest ^= bit
+        bits = _BITS.setdefault(checks, tuple(found))
+    return bits
 
 
 def _steps_beyond(have: int, rate: float) -> int:
