@@ -462,13 +462,10 @@ class DegradationMachine:
             for level, rate in self._rates_of.get(kind, ()):
                 if level > floor:
                     need = max(need, _steps_beyond(below[level].by_kind[kind], rate))
-        bits = checks & self._ruled_bits
-        while bits:
-            bit = bits & -bits
+        for bit in _bits_of(checks & self._ruled_bits):
             for level, rate in self._check_rates_of[bit]:
                 if level > floor:
                     need = max(need, _steps_beyond(below[level].by_check.get(bit, 0), rate))
-            bits ^= bit
         state.quiet_steps = need
 
     def _evict(self, state: _Robot, now: float) -> None:
