@@ -560,3 +560,24 @@ def test_a_passed_step_whose_window_loses_its_clean_steps_can_degrade(batched: b
     clock.now += 1.5  # the first 20 steps leave the window: 4 of 13
     feed([PASSED])
     assert machine.level_of("") is L.RESTRICTED
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_check_rate_alone_degrades_in_a_batch_as_alone(batched: bool) -> None:
+    """A correction's check bit can reach its own threshold before the correction rate
+    does: 4 OBSTACLE stops in 24 steps (16.7 %: over OBSTACLE's 15 %, under the 20 % for
+    all corrections)."""
+    machine = DegradationMachine(CONFIG, limits=seven_joint_limits(), clock=Clock())
+    steps = [PASSED] * 20 + [OBSTACLE] * 3
+    if batched:
+        machine.observe_batch([""] * len(steps), steps, [False] * len(steps))
+    else:
+        for verdict in steps:
+            machine.observe(verdict)
+    assert machine.level_of("") is L.NORMAL
+    if batched:
+        machine.observe_batch([""], [OBSTACLE], [False])
+    else:
+        machine.observe(OBSTACLE)
+    assert machine.level_of("") is L.RESTRICTED
+    assert "OBSTACLE" in machine.history()[0].reason
