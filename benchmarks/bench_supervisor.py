@@ -31,13 +31,22 @@ obstacle contacts and joint-limit violations under a uniformly random command po
     python benchmarks/bench_supervisor.py [--calls 5000] [--repeats 7] [--baseline-src TREE]
         [--physics 10000]
     python benchmarks/bench_supervisor.py --serving-batch [--episodes 3] [--repeats 7]
+        [--rounds 3] [--baseline-src TREE]
+
+``--serving-batch`` times one engine batch of 64 robots per row as serving supervises
+it (``SERVING_CASES``: one ``decide`` or ``filter`` call per row, ``filter_actions`` and
+``decide_batch`` for the whole batch, and the harness alone), in ``--rounds`` fresh
+runs; with ``--baseline-src`` each round runs this script against that tree's ``src``
+and this one's, alternating, and the table puts their medians side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -391,28 +400,42 @@ def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list
     return out
 
 
-def serving_batch_us(episodes: int, batches: int, repeats: int) -> tuple[float, float]:
-    """Per row µs (thread CPU time, best of ``repeats``) of one engine batch of 64 robots
-    supervised as serving supervises it, along the shipped policy's closed loop: each robot
-    its own stretch of the loop, handing back its own last action (a copy); first
-    ``filter_actions`` alone, then ``decide_batch`` (sessions from ``SupervisorFactory``,
-    their degradation machine fed every verdict)."""
+# What --serving-batch times, per row of one engine batch of 64 robots.
+SERVING_CASES = {
+    "harness": "the harness alone (rows, previous actions, answers; no supervision)",
+    "decide": "one SessionSupervisor.decide call per row",
+    "filter": "one PositionActionSupervisor.filter call per row (the supervisor alone)",
+    "filter_actions": "filter_actions, the whole batch in one call (the supervisor alone)",
+    "decide_batch": "decide_batch, the whole batch in one call (+ levels, degradation machine)",
+}
+
+
+def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, float]:
+    """Per row µs (thread CPU time, best of ``repeats``, the cases interleaved) of one
+    engine batch of 64 robots supervised as serving supervises it, along the shipped
+    policy's closed loop: each robot its own stretch of the loop, handing back its own last
+    action (a copy), each case with its own sessions (``SupervisorFactory``) and degradation
+    machine (fed every verdict by the decide cases). ``SERVING_CASES`` names the cases;
+    every case includes the harness's own per-row work, timed alone as "harness"."""
     import time
 
     from tether.safety.degradation import DegradationMachine
     from tether.safety.levels import DegradationLevel
+    from tether.safety.verdict import PASSED
     from tether.serving.supervision import SupervisedRow, SupervisorFactory, decide_batch
 
     spec = arm_spec("position")
     items = shipped_position_trajectory(episodes)
 
-    def timed(kind: str) -> float:
+    def case(kind: str) -> Callable[[], None]:
         clock = [0.0]
         machine = DegradationMachine(limits=limits_for(spec), clock=lambda: clock[0])
         factory = SupervisorFactory(spec, degradation=machine)
         sessions = [factory(f"robot-{r}") for r in range(BATCH)]
+        bases: list[Any] = [s._base for s in sessions]
         last: list[np.ndarray | None] = [None] * BATCH
         step = [0]
+        normal = DegradationLevel.NORMAL
 
         def one() -> None:
             i = step[0]
@@ -422,17 +445,33 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> tuple[float, 
                 None if c[2] is None or last[r] is None else last[r].copy()  # type: ignore[union-attr]
                 for r, c in enumerate(chosen)
             ]
-            if kind == "filter":
+            got: list[tuple[np.ndarray, Any]]
+            if kind == "harness":
+                got = [(proposed[r], PASSED) for r in range(BATCH)]
+            elif kind == "filter":
+                got = [
+                    bases[r].filter(c[0], proposed[r], previous[r], observation_age_s=0.001)
+                    for r, c in enumerate(chosen)
+                ]
+            elif kind == "filter_actions":
                 got = filter_actions(
-                    [s._base for s in sessions],  # type: ignore[misc]
-                    [c[0] for c in chosen],
-                    proposed,
-                    previous,
-                    [0.001] * BATCH,
+                    bases, [c[0] for c in chosen], proposed, previous, [0.001] * BATCH
                 )
+            elif kind == "decide":
+                got = [
+                    sessions[r].decide(
+                        c[0],
+                        proposed[r],
+                        previous[r],
+                        observation_age_s=0.001,
+                        level=normal,
+                        policy_version=1,
+                    )
+                    for r, c in enumerate(chosen)
+                ]
             else:
                 rows = [
-                    SupervisedRow(sessions[r], c[0], previous[r], 0.001, DegradationLevel.NORMAL)
+                    SupervisedRow(sessions[r], c[0], previous[r], 0.001, normal)
                     for r, c in enumerate(chosen)
                 ]
                 got = decide_batch(rows, proposed, 1)
@@ -443,15 +482,69 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> tuple[float, 
 
         for _ in range(30):
             one()
-        best = float("inf")
-        for _ in range(repeats):
+        return one
+
+    cases = {kind: case(kind) for kind in SERVING_CASES}
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeats):
+        for kind, one in cases.items():
             start = time.thread_time()
             for _ in range(batches):
                 one()
-            best = min(best, (time.thread_time() - start) / batches / BATCH * 1e6)
-        return best
+            best[kind] = min(best[kind], (time.thread_time() - start) / batches / BATCH * 1e6)
+    return best
 
-    return timed("filter"), timed("decide")
+
+def serving_batch_side_by_side(
+    trees: dict[str, Path], rounds: int, episodes: int, repeats: int
+) -> dict[str, list[dict[str, float]]]:
+    """``serving_batch_us`` of each tree's ``src`` (this script, run in a fresh process
+    with that tree first on the path), the trees alternating round by round."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, src in trees.items():
+            if not (src / "tether" / "safety").is_dir():
+                raise SystemExit(f"--baseline-src: expected {src}/tether/safety")
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--serving-batch",
+                    "--json",
+                    "--episodes",
+                    str(episodes),
+                    "--repeats",
+                    str(repeats),
+                ],
+                env=dict(os.environ, PYTHONPATH=str(src)),
+                cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the other's
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def print_serving_batch(runs: dict[str, list[dict[str, float]]]) -> None:
+    """The per-row table: each tree's median over its runs (and every run's figure)."""
+    names = list(runs)
+    print(
+        f"\nOne engine batch of {BATCH} robots on the shipped loop, per row (thread CPU µs; "
+        "median of the runs, each run's best in brackets):"
+    )
+    print("| per row, µs | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for kind, label in SERVING_CASES.items():
+        cells = []
+        for name in names:
+            values = [run[kind] for run in runs[name] if kind in run]
+            if not values:
+                cells.append("-")
+                continue
+            each = ", ".join(f"{v:.2f}" for v in values)
+            cells.append(f"{statistics.median(values):.2f} ({each})")
+        print(f"| {kind}: {label} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -462,6 +555,13 @@ def main() -> None:
         help="only time one engine batch of 64 robots supervised as serving does "
         "(filter_actions, then decide_batch with the degradation machine), per row",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="--serving-batch: fresh runs per tree (with --baseline-src, alternating)",
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=2000, help="filter calls per timed run")
     parser.add_argument(
         "--repeats", type=int, default=25, help="timed runs per case, interleaved; the best is kept"
@@ -471,7 +571,8 @@ def main() -> None:
         type=Path,
         default=None,
         help="root of another checkout whose supervisor is timed beside this one on the "
-        "shipped policy's closed loop (before/after in one run)",
+        "shipped policy's closed loop, or with --serving-batch on the engine batch (before/after "
+        "in one run)",
     )
     parser.add_argument(
         "--episodes", type=int, default=10, help="shipped-policy episodes per closed loop"
@@ -486,11 +587,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serving_batch:
-        filter_us, decide_us = serving_batch_us(args.episodes, 60, args.repeats)
-        print(
-            f"batch of {BATCH} on the shipped loop, per row (thread CPU µs): filter_actions "
-            f"{filter_us:.2f}, decide_batch {decide_us:.2f}"
-        )
+        if args.json:
+            print(json.dumps(serving_batch_us(args.episodes, 60, args.repeats)))
+            return
+        print(f"machine: nproc {os.cpu_count()}, load {os.getloadavg()}")
+        if args.baseline_src is None:
+            runs = {
+                "this tree": [
+                    serving_batch_us(args.episodes, 60, args.repeats) for _ in range(args.rounds)
+                ]
+            }
+        else:
+            here = Path(__file__).resolve().parents[1] / "src"
+            trees = {"before": args.baseline_src.resolve() / "src", "after": here}
+            runs = serving_batch_side_by_side(trees, args.rounds, args.episodes, args.repeats)
+        print_serving_batch(runs)
+        print(f"load after: {os.getloadavg()}")
         return
     rng = np.random.default_rng(0)
 

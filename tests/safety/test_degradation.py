@@ -467,3 +467,117 @@ def test_old_count_keys_get_a_did_you_mean_to_the_rate_keys() -> None:
         DegradationConfig.model_validate({"restricted": {"watchdog_miss": 10}})
     text = describe_validation_error(info.value, DegradationConfig)
     assert "restricted.watchdog_miss: unknown key; did you mean 'watchdog_miss_rate'?" in text
+
+
+class _JudgingMachine(DegradationMachine):
+    """Judges every threshold on every step (no shortcut for a quiet window)."""
+
+    def _quiet_steps(self, state: object) -> int:
+        return -1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_batch_of_steps_moves_levels_as_one_observe_per_step(seed: int) -> None:
+    """observe_batch (and the quiet-window shortcut) give the transitions, in order and
+    with their reasons and times, that one fully judged observe per step gives."""
+    rng = np.random.default_rng(seed)
+    verdicts = (PASSED, CLIPPED, OBSTACLE, NAN, TAKEOVER_BACKUP)
+    weights = np.array([0.78, 0.15, 0.03, 0.02, 0.02])
+    robots = [f"robot-{i}" for i in range(6)]
+
+    class Ticking:
+        """Moves on with every reading, so a row read at another moment would differ."""
+
+        def __init__(self) -> None:
+            self.now = 1000.0
+
+        def __call__(self) -> float:
+            self.now += 1e-4
+            return self.now
+
+    clocks = [Ticking(), Ticking(), Ticking()]
+    machines = [cls(CONFIG, limits=seven_joint_limits(), clock=clock)
+                for cls, clock in zip((DegradationMachine, DegradationMachine, _JudgingMachine),
+                                      clocks, strict=True)]  # fmt: skip
+    batched, single, judged = machines
+    heard: list[list[DegradationTransition]] = [[], [], []]
+    for machine, seen in zip(machines, heard, strict=True):
+        machine.add_listener(seen.append)
+    for step in range(400):
+        # A bursty mix: some stretches far above every threshold, most below them all.
+        p = weights if step % 60 < 40 else np.array([0.15, 0.45, 0.15, 0.15, 0.1])
+        names = [robots[int(i)] for i in rng.integers(len(robots), size=int(rng.integers(1, 9)))]
+        rows = [verdicts[int(i)] for i in rng.choice(len(verdicts), size=len(names), p=p)]
+        tight = [bool(x) for x in rng.random(len(names)) < 0.2]
+        batched.observe_batch(names, rows, tight, policy_version=step // 100)
+        for machine in (single, judged):
+            for name, verdict, t in zip(names, rows, tight, strict=True):
+                machine.observe(verdict, policy_version=step // 100, tightened=t, robot=name)
+        if step % 37 == 0:  # evidence from outside, and a look that evicts without judging
+            for machine in machines:
+                machine.report_many(EventKind.WATCHDOG_MISS, 2, robot=robots[step % 6])
+                machine.counts(robots[(step + 1) % 6])
+        if step % 150 == 149:
+            for machine in machines:
+                if L.TAKEOVER in machine.robot_levels().values():
+                    machine.resume(operator="test")
+        pause = float(rng.choice([0.02, 0.3, 2.0], p=[0.8, 0.15, 0.05]))
+        for clock in clocks:
+            clock.now += pause
+        assert batched.robot_levels() == single.robot_levels(), step
+        assert single.robot_levels() == judged.robot_levels(), step
+    assert batched.history() == single.history() == judged.history()
+    assert heard[0] == heard[1] == heard[2]
+    moved = {t.to_level for t in judged.history()}
+    assert {L.RESTRICTED, L.PAUSED, L.TAKEOVER} <= moved  # every threshold was reached
+    assert any(not t.is_degradation for t in judged.history())  # and quiet periods passed
+
+
+def test_observe_batch_refuses_rows_of_different_lengths() -> None:
+    machine = DegradationMachine(CONFIG)
+    with pytest.raises(DegradationError, match="one verdict and one tightened flag"):
+        machine.observe_batch(["a", "b"], [PASSED], [False, False])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_passed_step_whose_window_loses_its_clean_steps_can_degrade(batched: bool) -> None:
+    """Old clean steps leaving the window raise the rate of the corrections kept: the
+    passed step that evicts them is judged, in a batch as alone."""
+    clock = Clock()
+    machine = DegradationMachine(CONFIG, limits=seven_joint_limits(), clock=clock)
+
+    def feed(verdicts: list[SafetyVerdict]) -> None:
+        if batched:
+            machine.observe_batch([""] * len(verdicts), verdicts, [False] * len(verdicts))
+        else:
+            for verdict in verdicts:
+                machine.observe(verdict)
+
+    feed([PASSED] * 20)
+    clock.now += 9.0
+    feed([CLIPPED] * 4 + [PASSED] * 8)  # 4 of 32 steps: below the 20 % threshold
+    assert machine.level_of("") is L.NORMAL
+    clock.now += 1.5  # the first 20 steps leave the window: 4 of 13
+    feed([PASSED])
+    assert machine.level_of("") is L.RESTRICTED
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_check_rate_alone_degrades_in_a_batch_as_alone(batched: bool) -> None:
+    """A correction's check bit can reach its own threshold before the correction rate
+    does: 4 OBSTACLE stops in 24 steps (16.7 %: over OBSTACLE's 15 %, under the 20 % for
+    all corrections)."""
+    machine = DegradationMachine(CONFIG, limits=seven_joint_limits(), clock=Clock())
+    steps = [PASSED] * 20 + [OBSTACLE] * 3
+    if batched:
+        machine.observe_batch([""] * len(steps), steps, [False] * len(steps))
+    else:
+        for verdict in steps:
+            machine.observe(verdict)
+    assert machine.level_of("") is L.NORMAL
+    if batched:
+        machine.observe_batch([""], [OBSTACLE], [False])
+    else:
+        machine.observe(OBSTACLE)
+    assert machine.level_of("") is L.RESTRICTED
+    assert "OBSTACLE" in machine.history()[0].reason

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.safety.test_position_equivalence import same
 from tether.safety.degradation import DegradationMachine
+from tether.safety.degradation_config import DegradationConfig, LevelThresholds
 from tether.safety.for_spec import limits_for
 from tether.safety.levels import DegradationLevel
 from tether.serving.supervision import (
@@ -31,18 +33,34 @@ class Clock:
         return self.now
 
 
-def fleet(rows: int) -> tuple[DegradationMachine, list[SessionSupervisor]]:
-    machine = DegradationMachine(limits=limits_for(SPEC), clock=Clock())
-    factory = SupervisorFactory(SPEC, degradation=machine)
-    return machine, [factory(f"robot-{i}") for i in range(rows)]
+# Thresholds these few steps reach, so the batch's degradation events can be compared.
+EVENTFUL = DegradationConfig(
+    min_window_steps=5,
+    restricted=LevelThresholds(intervention_rate=0.6, backup_action_rate=0.1),
+    paused=LevelThresholds(intervention_rate=0.8, backup_action_rate=0.2),
+    takeover=LevelThresholds(intervention_rate=0.95, backup_action_rate=0.3),
+)
+
+
+def fleet(rows: int, machines: int = 1) -> tuple[list[DegradationMachine], list[SessionSupervisor]]:
+    """Sessions of ``rows`` robots, robot ``i`` reporting to machine ``i % machines``."""
+    made = [
+        DegradationMachine(EVENTFUL, limits=limits_for(SPEC), clock=Clock())
+        for _ in range(machines)
+    ]
+    factories = [SupervisorFactory(SPEC, degradation=m) for m in made]
+    return made, [factories[i % machines](f"robot-{i}") for i in range(rows)]
 
 
 @np.errstate(over="ignore")
-def test_a_batch_decides_as_one_call_per_session() -> None:
+@pytest.mark.parametrize("machines", [1, 2])
+def test_a_batch_decides_as_one_call_per_session(machines: int) -> None:
+    """Row for row, and the same degradation events in the same order, whether the
+    batch's sessions share one degradation machine (one observe_batch) or not."""
     rows = 48
     rng = np.random.default_rng(5)
-    machine_a, singles = fleet(rows)
-    machine_b, batched = fleet(rows)
+    machines_a, singles = fleet(rows, machines)
+    machines_b, batched = fleet(rows, machines)
     low, high = np.asarray(SPEC.joint_position_low_rad), np.asarray(SPEC.joint_position_high_rad)
     q = rng.uniform(low, high, (rows, 4))
     v = np.zeros((rows, 4))
@@ -86,5 +104,8 @@ def test_a_batch_decides_as_one_call_per_session() -> None:
             assert same(got[i], want[i]), (step, i, got[i], want[i])
         last_a = [w[0] for w in want]
         last_b = [g[0] for g in got]
-    for i in range(rows):
-        assert machine_a.level_of(f"robot-{i}") is machine_b.level_of(f"robot-{i}")
+    for machine_a, machine_b in zip(machines_a, machines_b, strict=True):
+        assert machine_a.robot_levels() == machine_b.robot_levels()
+        # The same degradation events, in the same order (and some happened).
+        assert machine_a.history() == machine_b.history()
+        assert len(machine_b.history()) >= 5

@@ -23,6 +23,12 @@ corrections the moment it returns to NORMAL. A canary's and its control's steps 
 supervised under tightened limits at NORMAL too (``observe(..., tightened=True)``), and
 count as if made at RESTRICTED.
 
+``observe_batch`` counts one engine batch's steps under one lock, as consecutive
+``observe`` calls would. A robot at NORMAL whose window reaches no threshold is the
+common step: the machine keeps, per robot, the fewest window steps its counts need for
+every rate to stay below its threshold, raised by each event it records, so such a step
+is not judged threshold by threshold.
+
 Invariants: every level change is a :class:`DegradationTransition` naming its robot (or
 None for the learning-wide level), kept in a bounded history, counted per policy version
 and passed to every listener; no call about one robot changes another robot's level; the
@@ -35,7 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tether.safety.degradation_config import RATE_FIELDS, DegradationConfig
 from tether.safety.errors import DegradationError
@@ -43,6 +49,7 @@ from tether.safety.levels import DegradationLevel, DegradationTransition, EventK
 from tether.safety.limits import SafetyLimits
 from tether.safety.verdict import (
     NON_FINITE_BIT as _NON_FINITE,
+    PASSED,
     TAKEOVER_BIT as _TAKEOVER,
     ActionSource,
     SafetyCheck,
@@ -82,6 +89,18 @@ class DegradationMachine:
         self._clock = clock
         self._lock = threading.RLock()
         self._rules = _rules(self.config)
+        # What a new event can change in _quiet_steps (see there): the kinds with a count
+        # threshold, and per kind and per check bit its rate thresholds.
+        self._counted = frozenset(i for _, counts, _, _ in self._rules for i, _ in counts)
+        self._rates_of: dict[int, list[tuple[int, float]]] = {}
+        self._check_rates_of: dict[int, list[tuple[int, float]]] = {}
+        for level, _, rates, check_rates in self._rules:
+            for index, rate in rates:
+                self._rates_of.setdefault(index, []).append((int(level), rate))
+            for bit, _, rate in check_rates:
+                self._check_rates_of.setdefault(bit, []).append((int(level), rate))
+        self._ruled_bits = sum(self._check_rates_of)
+        self._min_steps = self.config.min_window_steps
         self._robots: dict[str, _Robot] = {}
         self._fleet = DegradationLevel.NORMAL
         self._version: int | None = None
@@ -103,17 +122,85 @@ class DegradationMachine:
         """Count one of ``robot``'s steps and what the supervisor did to its action;
         ``tightened``: it enforced tightened limits whatever the level (a canary's or its
         control's step)."""
-        # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
-        # this runs for every step.
-        checks = int(verdict.checks)
         fired: list[DegradationTransition] = []
         with self._lock:
-            now = self._clock()
-            state = self._state(robot)
-            state.steps.append(now)
-            state.last_seen = now
             if policy_version is not None:
                 self._version = policy_version
+            self._observe_one(robot, verdict, tightened, fired)
+        self._notify(fired)
+
+    def observe_batch(
+        self,
+        robots: Sequence[str],
+        verdicts: Sequence[SafetyVerdict],
+        tightened: Sequence[bool],
+        *,
+        policy_version: int | None = None,
+    ) -> None:
+        """``observe(verdicts[i], policy_version=..., tightened=tightened[i],
+        robot=robots[i])`` for each row in turn (one engine batch), under one lock: the
+        same transitions in the same order; listeners hear them after the last row."""
+        if not len(robots) == len(verdicts) == len(tightened):
+            raise DegradationError(
+                f"observe_batch needs one verdict and one tightened flag per robot "
+                f"({len(robots)}); got {len(verdicts)} and {len(tightened)}"
+            )
+        fired: list[DegradationTransition] = []
+        with self._lock:
+            if policy_version is not None:
+                self._version = policy_version
+            observe = self._observe_one
+            known = self._robots
+            clock = self._clock
+            window = self.config.window_s
+            fewest = self._min_steps
+            normal = DegradationLevel.NORMAL
+            for robot, verdict, tight in zip(robots, verdicts, tightened, strict=True):
+                state = known.get(robot)
+                if verdict is not PASSED or state is None or state.level is not normal:
+                    observe(robot, verdict, tight, fired)
+                    continue
+                # _observe_one for the common step, inline: a passed step of a robot at
+                # NORMAL whose window loses nothing and reaches no threshold.
+                now = clock()
+                steps = state.steps
+                steps.append(now)
+                state.last_seen = now
+                horizon = now - window
+                events = state.events
+                need = state.quiet_steps
+                held = len(steps)
+                if (
+                    steps[0] > horizon
+                    and (not events or events[0][0] > horizon)
+                    and need is not None
+                    and need >= 0
+                    and (held < fewest or held >= need)
+                ):
+                    state.calm_since = None
+                    state.hot_at = now
+                else:
+                    self._advance(state, now, fired)
+        self._notify(fired)
+
+    def _observe_one(
+        self,
+        robot: str,
+        verdict: SafetyVerdict,
+        tightened: bool,
+        fired: list[DegradationTransition],
+    ) -> None:
+        """One step of ``observe`` (the lock held, the version set)."""
+        now = self._clock()
+        state = self._robots.get(robot)
+        if state is None:
+            state = self._state(robot)
+        state.steps.append(now)
+        state.last_seen = now
+        if verdict is not PASSED:
+            # Plain ints: IntFlag arithmetic costs about a microsecond per operation, and
+            # this runs for every step.
+            checks = int(verdict.checks)
             # At TAKEOVER the backup in control is the consequence, not a new symptom.
             if not checks & _TAKEOVER:
                 if verdict.source is ActionSource.BACKUP:
@@ -122,8 +209,7 @@ class DegradationMachine:
                 elif verdict.source is ActionSource.CLIPPED:
                     self._record(state, _INTERVENTION, checks, now, correction=True,
                                  tightened=tightened)  # fmt: skip
-            self._advance(state, now, fired)
-        self._notify(fired)
+        self._advance(state, now, fired)
 
     def report(
         self, kind: EventKind, *, policy_version: int | None = None, robot: str = DEFAULT_ROBOT
@@ -354,10 +440,33 @@ class DegradationMachine:
         floor = 0
         if correction:
             floor = max(int(state.level), int(DegradationLevel.RESTRICTED) if tightened else 0)
+        below = state.below
+        bits = _bits_of(checks)
         for kind in kinds:
             state.events.append((now, kind, checks, floor, times))
-            for tally in state.below[floor + 1 :]:
-                tally.add(kind, checks, times)
+            for tally in below[floor + 1 :]:
+                # tally.add(kind, checks, times), inline: it runs for every correction
+                tally.by_kind[kind] += times
+                by_check = tally.by_check
+                for bit in bits:
+                    by_check[bit] = by_check.get(bit, 0) + times
+        need = state.quiet_steps
+        if need is None or need < 0:
+            return  # unknown, or a count threshold met already: _advance judges in full
+        # The counts grew: only the thresholds on these kinds and check bits, at the levels
+        # this event counts toward, can need more steps now.
+        for kind in kinds:
+            if kind in self._counted:
+                state.quiet_steps = None
+                return
+            for level, rate in self._rates_of.get(kind, ()):
+                if level > floor:
+                    need = max(need, _steps_beyond(below[level].by_kind[kind], rate))
+        for bit in _bits_of(checks & self._ruled_bits):
+            for level, rate in self._check_rates_of[bit]:
+                if level > floor:
+                    need = max(need, _steps_beyond(below[level].by_check.get(bit, 0), rate))
+        state.quiet_steps = need
 
     def _evict(self, state: _Robot, now: float) -> None:
         horizon = now - self.config.window_s
@@ -367,9 +476,37 @@ class DegradationMachine:
         events = state.events
         while events and events[0][0] <= horizon:
             at, kind, checks, floor, times = events.popleft()
+            bits = _bits_of(checks)
             for tally in state.below[floor + 1 :]:
-                tally.add(kind, checks, -times)
+                # tally.add(kind, checks, -times), inline: it runs for every correction
+                tally.by_kind[kind] -= times
+                by_check = tally.by_check
+                for bit in bits:
+                    by_check[bit] -= times
             state.evicted_until = at + self.config.window_s
+
+    def _quiet_steps(self, state: _Robot) -> int:
+        """The fewest steps the robot's window, with the counts it holds now, must hold for
+        every rate to stay below its threshold (-1: a count threshold is met already).
+
+        So ``_target`` finds NORMAL exactly when this is not -1 and the window holds fewer
+        than ``min_window_steps`` steps (rates not judged) or at least this many. The
+        counts only grow between two calls by ``_record``, which raises the answer for the
+        thresholds it touched; evictions only lower the true answer, so a kept one errs
+        on the side of judging in full."""
+        below = state.below
+        need = 0
+        for level, counts, rates, check_rates in self._rules:
+            tally = below[level]
+            by_kind = tally.by_kind
+            for index, count in counts:
+                if by_kind[index] >= count:
+                    return -1
+            for index, rate in rates:
+                need = max(need, _steps_beyond(by_kind[index], rate))
+            for bit, _, rate in check_rates:
+                need = max(need, _steps_beyond(tally.by_check.get(bit, 0), rate))
+        return need
 
     def _target(self, state: _Robot) -> tuple[DegradationLevel, str, EventKind | None]:
         """The most degraded level the robot's window reaches, and why."""
@@ -409,6 +546,17 @@ class DegradationMachine:
         self, state: _Robot, now: float, fired: list[DegradationTransition], *, fleet: bool = True
     ) -> None:
         self._evict(state, now)
+        if state.level is DegradationLevel.NORMAL:
+            # The common step: a robot at NORMAL whose window reaches no threshold stays
+            # there (what _target would find, without judging every threshold again).
+            steps = len(state.steps)
+            need = state.quiet_steps
+            if need is None or not (need >= 0 and (steps < self._min_steps or steps >= need)):
+                need = state.quiet_steps = self._quiet_steps(state)
+            if need >= 0 and (steps < self._min_steps or steps >= need):
+                state.calm_since = None
+                state.hot_at = now
+                return
         target, why, trigger = self._target(state)
         before = len(fired)
         if target > state.level:
@@ -516,7 +664,7 @@ class _Robot:
     """One robot's window and level."""
 
     __slots__ = ("below", "calm_since", "changed_at", "events", "evicted_until", "hot_at",
-                 "last_seen", "level", "name", "steps")  # fmt: skip
+                 "last_seen", "level", "name", "quiet_steps", "steps")  # fmt: skip
 
     def __init__(self, name: str = DEFAULT_ROBOT) -> None:
         self.name = name
@@ -537,6 +685,9 @@ class _Robot:
         # The latest moment the window lost an event: the counts may have been at a
         # threshold until then.
         self.evicted_until = float("-inf")
+        # DegradationMachine._quiet_steps for the counts held (never below the true value),
+        # or None when not known.
+        self.quiet_steps: int | None = None
 
 
 class _Tally:
@@ -551,10 +702,36 @@ class _Tally:
     def add(self, kind: int, checks: int, sign: int) -> None:
         self.by_kind[kind] += sign
         by_check = self.by_check
-        while checks:
-            bit = checks & -checks
+        for bit in _bits_of(checks):
             by_check[bit] = by_check.get(bit, 0) + sign
-            checks ^= bit
+
+
+_BITS: dict[int, tuple[int, ...]] = {}
+
+
+def _bits_of(checks: int) -> tuple[int, ...]:
+    """The single bits set in ``checks``, lowest first (kept per value: few occur)."""
+    bits = _BITS.get(checks)
+    if bits is None:
+        found = []
+        rest = checks
+        while rest:
+            bit = rest & -rest
+            found.append(bit)
+            rest ^= bit
+        bits = _BITS.setdefault(checks, tuple(found))
+    return bits
+
+
+def _steps_beyond(have: int, rate: float) -> int:
+    """The fewest steps ``s`` with ``have >= rate * s`` false (``rate`` > 0): ``_target``'s
+    own comparison, which is monotonic in ``s``."""
+    steps = int(have / rate)
+    while have >= rate * steps:
+        steps += 1
+    while steps > 0 and not have >= rate * (steps - 1):
+        steps -= 1
+    return steps
 
 
 def _tallies() -> list[_Tally]:

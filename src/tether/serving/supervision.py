@@ -14,7 +14,8 @@ send, and it always returns the output of the session supervisor's ``filter`` or
 ``backup_action`` (finite, within limits).
 
 ``decide_batch`` supervises one engine batch of sessions in one call, row for row as
-``decide`` would (the position supervisors' rows in one compiled call).
+``decide`` would (the position supervisors' rows through one ``filter_actions`` call,
+and every verdict to the rows' shared degradation machine in one ``observe_batch``).
 
 Each robot is supervised at its own level (``SessionSupervisor.level``, a plain read of
 the machine's per-robot state), and only its own verdicts and watchdog misses feed that
@@ -25,6 +26,7 @@ after the machine announced a change (its listener) or ``level_poll_s`` later.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -159,6 +161,9 @@ class SupervisedRow(NamedTuple):
     tightening: float = 1.0
 
 
+_session_of = operator.attrgetter("session")
+
+
 def decide_batch(
     rows: Sequence[SupervisedRow], proposed: np.ndarray, policy_version: int
 ) -> list[tuple[np.ndarray, SafetyVerdict]]:
@@ -171,7 +176,9 @@ def decide_batch(
     from tether.safety.position.batch import filter_actions
 
     count = len(rows)
-    if len({id(row.session) for row in rows}) < count:
+    if not count:
+        return []
+    if len(set(map(id, map(_session_of, rows)))) < count:
         # A session met twice (never in serving: one step per robot per batch) filters
         # its rows in turn, as consecutive decide calls would.
         return [
@@ -188,34 +195,66 @@ def decide_batch(
         ]
     results: list[tuple[np.ndarray, SafetyVerdict] | None] = [None] * count
     chosen: list[ActionSupervisor] = []
+    # The position rows (their index, supervisor, observation, previous action, age), and
+    # what each row's verdict tells its degradation machine.
     batched: list[int] = []
+    position: list[PositionActionSupervisor] = []
+    observations: list[np.ndarray] = []
+    previous: list[np.ndarray | None] = []
+    ages: list[float | None] = []
+    robots: list[str] = []
+    tightened: list[bool] = []
+    machine = rows[0].session._degradation
+    shared = machine is not None  # every row's session feeds this one machine
+    normal, takeover = DegradationLevel.NORMAL, DegradationLevel.TAKEOVER
     for i, row in enumerate(rows):
-        supervisor = row.session._select(row.level, row.tightening)
+        session = row.session
+        level = row.level
+        base = session._base
+        if level is normal and not row.tightening < 1.0 and session._active is base:
+            supervisor = base  # _select's answer for the common step, without the call
+        else:
+            supervisor = session._select(level, row.tightening)
         chosen.append(supervisor)
-        if row.level is DegradationLevel.TAKEOVER:
+        robots.append(session.robot)
+        tightened.append(supervisor is not base)
+        if session._degradation is not machine:
+            shared = False
+        if level is takeover:
             results[i] = supervisor.backup_action(row.observation, row.previous)
         elif isinstance(supervisor, PositionActionSupervisor):
             batched.append(i)
+            position.append(supervisor)
+            observations.append(row.observation)
+            previous.append(row.previous)
+            ages.append(row.observation_age_s)
         else:
             results[i] = supervisor.filter(
                 row.observation, proposed[i], row.previous, observation_age_s=row.observation_age_s
             )
     if batched:
-        position = [cast(PositionActionSupervisor, chosen[i]) for i in batched]
         answers = filter_actions(
             position,
-            [rows[i].observation for i in batched],
-            proposed[batched],
-            [rows[i].previous for i in batched],
-            [rows[i].observation_age_s for i in batched],
+            observations,
+            proposed if len(batched) == count else proposed[batched],
+            previous,
+            ages,
         )
-        for i, answer in zip(batched, answers, strict=True):
-            results[i] = answer
-    out: list[tuple[np.ndarray, SafetyVerdict]] = []
-    for i, result in enumerate(results):
-        assert result is not None
-        rows[i].session._observe(result[1], chosen[i], policy_version)
-        out.append(result)
+        if len(batched) == count:
+            results = cast(list[tuple[np.ndarray, SafetyVerdict] | None], answers)
+        else:
+            for i, answer in zip(batched, answers, strict=True):
+                results[i] = answer
+    out = cast(list[tuple[np.ndarray, SafetyVerdict]], results)
+    # Every row's verdict to its session's degradation machine, in row order: one call
+    # when the rows share one machine (serving's case).
+    if shared:
+        assert machine is not None
+        verdicts = [verdict for _, verdict in out]
+        machine.observe_batch(robots, verdicts, tightened, policy_version=policy_version)
+    else:
+        for row, supervisor, result in zip(rows, chosen, out, strict=True):
+            row.session._observe(result[1], supervisor, policy_version)
     return out
 
 

@@ -4,11 +4,14 @@
 exactly what ``supervisors[i].filter(observations[i], commands[i], previous[i],
 observation_age_s=ages[i])`` returns, in the same state afterwards; ``filter_actions``
 does the same for :class:`PositionActionSupervisor` rows (normalized actions, the spec's
-map computed for all rows at once). Each row's inputs are read and its verdict built in
-Python as a single call does (``PositionSupervisor._prepare``/``_finish``); the numbers
-in between run in one compiled call (``kernel.step_batch``) for all the rows under the
-same limits, each row with its own robot's anchors. Rows whose supervisor runs the
-Python path, and unreadable observations, are answered as single calls are.
+map computed for all rows at once, ``kernel.targets_batch``). The common rows (see
+``_filter_arrays``) are read, checked and answered as arrays: one compiled call each for
+their inputs and plausibility (``kernel.inputs_batch``), the joint and Cartesian stages
+(``kernel.step_batch``, each row with its own robot's anchors) and ``_finish``'s
+arithmetic (``kernel.finish_batch``), a verdict object built only for a corrected row.
+Every other row (the Python path, an unreadable or stale observation, a non-finite
+command, a previous command not the supervisor's own) is read and answered as a single
+call does (``PositionSupervisor._prepare``/``_finish``).
 
 Invariants: row ``i``'s result and ``supervisors[i]``'s state after the call are
 bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``);
@@ -19,7 +22,7 @@ at most one row (its state is one robot's).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -50,7 +53,7 @@ def filter_commands(
             f"filter_commands needs one observation, command and previous command per "
             f"supervisor ({rows}); got {len(observations)}, {len(commands)} and {len(previous)}"
         )
-    if len({id(s) for s in supervisors}) != rows:
+    if len(set(map(id, supervisors))) != rows:
         raise ValueError(
             "filter_commands got the same supervisor in two rows; each row is one robot, "
             "with its own supervisor"
@@ -158,7 +161,9 @@ def filter_actions(
         return []
     same = _same_map(supervisors) and actions.shape[1] == supervisors[0]._n
     positions = [s.position for s in supervisors]
-    prior = [s._previous(p) for s, p in zip(supervisors, previous, strict=True)]
+    prior = [
+        None if p is None else s._previous(p) for s, p in zip(supervisors, previous, strict=True)
+    ]
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
     if same:
@@ -171,31 +176,42 @@ def filter_actions(
         _filter_rows(positions, observations, commands, prior, ages, results, range(rows))
     # The executed commands back in the action space: a passed action is returned as it
     # was proposed, any other mapped back (all rows at once under one map).
-    answers: list[Result] = []
-    back: list[int] = []
     policy = ActionSource.POLICY
-    for i, result in enumerate(results):
-        assert result is not None
-        answers.append(result)
-        if result[1].source is not policy:
-            back.append(i)
-    mapped: dict[int, np.ndarray] = {}
-    if back and same:
-        first = supervisors[0]
-        executed = np.stack([answers[i][0] for i in back]).astype(np.float64)
-        center, half = np.array(first._center), np.array(first._half)
-        mapped = dict(zip(back, ((executed - center) / half).astype(np.float32), strict=True))
+    answers = cast(list[Result], results)
+    back = [i for i, (_, verdict) in enumerate(answers) if verdict.source is not policy]
     out: list[Result] = []
+    if same:
+        mapped: dict[int, np.ndarray] = {}
+        if back:
+            first = supervisors[0]
+            executed = np.array([answers[i][0] for i in back], dtype=np.float64)
+            center, half = np.array(first._center), np.array(first._half)
+            mapped = dict(
+                zip(back, list(((executed - center) / half).astype(np.float32)), strict=True)
+            )
+        # _as_action of a row of a float32 (rows, n) array: the row itself.
+        rows_of = list(actions)
+        carried = actions.tobytes()
+        width = actions.itemsize * actions.shape[1]
+        for i, (supervisor, (command, verdict)) in enumerate(
+            zip(supervisors, answers, strict=True)
+        ):
+            # supervisor._remember(action, command), inline: it runs for every row
+            if verdict.source is policy:
+                action = rows_of[i]
+                supervisor._last_bytes = carried[i * width : (i + 1) * width]
+            else:
+                action = mapped[i]
+                supervisor._last_bytes = action.tobytes()
+            supervisor._last_command = command
+            out.append((action, verdict))
+        return out
     for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
         if verdict.source is policy:
-            # _as_action of a row of a float32 (rows, n) array: the row itself.
-            action = actions[i] if same else _as_action(actions[i], supervisor._n)
+            action = _as_action(actions[i], supervisor._n)
         else:
-            action = mapped[i] if same else supervisor._to_action(command)
-        # supervisor._remember(action, command), inline: it runs for every row
-        supervisor._last_bytes = action.tobytes()
-        supervisor._last_command = command
-        out.append((action, verdict))
+            action = supervisor._to_action(command)
+        out.append((supervisor._remember(action, command), verdict))
     return out
 
 
@@ -206,19 +222,19 @@ def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
 
 def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.ndarray:
     """``supervisor._to_target`` of every row at once, bit for bit: c + h·clamp(a) in
-    float64 (the same two roundings per element), non-finite actions kept as they are."""
-    x = actions.astype(np.float64)
+    float64 (the same two roundings per element), non-finite actions kept as they are
+    (``kernel.targets_batch``)."""
     center = np.array(supervisor._center)
     half = np.array(supervisor._half)
-    mapped = center + half * np.clip(x, -_ACTION_CLAMP, _ACTION_CLAMP)
-    return np.where(np.isfinite(x), mapped, x).astype(np.float32)
+    targets: np.ndarray = kernel.targets_batch(actions, center, half, _ACTION_CLAMP)
+    return targets
 
 
 # -- the array path -------------------------------------------------------------------------
 
-# Per supervisor signature: (joint positions, joint velocities) slices of an observation,
-# the plausible readings as arrays (low, high, -vmax, vmax), and the control period.
-_Reader = tuple[slice, slice, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
+# Per supervisor signature: where an observation's joint positions and velocities start,
+# the plausible readings as one (4, n) array (low, high, -vmax, vmax), and the period.
+_Reader = tuple[int, int, np.ndarray, float]
 _READERS: dict[int, _Reader] = {}
 
 
@@ -226,7 +242,14 @@ def _reader(supervisor: PositionSupervisor) -> _Reader:
     reader = _READERS.get(supervisor._signature)
     if reader is None:
         low, high, vmax = (np.array(x) for x in zip(*supervisor._plausible, strict=True))
-        reader = (supervisor._q, supervisor._v, low, high, -vmax, vmax, supervisor._dt)
+        n = supervisor._n
+        q, v = supervisor._q, supervisor._v
+        # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
+        assert q.step is None
+        assert v.step is None
+        assert q.stop - q.start == v.stop - v.start == n
+        bounds = np.stack((low, high, -vmax, vmax)).astype(np.float64)
+        reader = (q.start, v.start, np.ascontiguousarray(bounds), supervisor._dt)
         _READERS[supervisor._signature] = reader
     return reader
 
@@ -252,23 +275,38 @@ def _filter_arrays(
     """
     rest: list[int] = []
     groups: dict[tuple[int, int], list[int]] = {}
-    for i, supervisor in enumerate(supervisors):
+    ndarray, float32 = np.ndarray, np.float32
+    for i, (supervisor, obs, age, prev) in enumerate(
+        zip(supervisors, observations, ages, previous, strict=True)
+    ):
         signature = supervisor._signature
-        obs = observations[i]
-        age = ages[i]
-        prev = previous[i]
         if (
             signature
-            and type(obs) is np.ndarray
+            and type(obs) is ndarray
             and obs.ndim == 1
             and obs.dtype.char in "fd"
             and (age is None or age <= supervisor.limits.command_staleness_s)
-            and (prev is None or _is_last(supervisor, prev))
+            and (
+                prev is None
+                # the command this supervisor returned last, handed back
+                or (
+                    type(prev) is ndarray
+                    and prev.dtype == float32
+                    and prev.shape == supervisor._shape
+                    and supervisor._last is not None
+                    and prev.tobytes() == supervisor._last_bytes
+                )
+            )
         ):
             length = obs.shape[0]
             expected = supervisor._obs_dim
             if length == expected if expected else length >= supervisor._min_obs:
-                groups.setdefault((signature, length), []).append(i)
+                key = (signature, length)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [i]
+                else:
+                    group.append(i)
                 continue
         rest.append(i)
     for members in groups.values():
@@ -276,17 +314,6 @@ def _filter_arrays(
             supervisors, members, observations, commands, proposed, previous, results
         )
     return rest
-
-
-def _is_last(supervisor: PositionSupervisor, previous: Any) -> bool:
-    """Whether ``previous`` is the command ``supervisor`` returned last (its own)."""
-    return (
-        type(previous) is np.ndarray
-        and previous.dtype == np.float32
-        and previous.shape == supervisor._shape
-        and supervisor._last is not None
-        and previous.tobytes() == supervisor._last_bytes
-    )
 
 
 def _array_group(
@@ -303,41 +330,40 @@ def _array_group(
     first = supervisors[members[0]]
     packed = first._packed
     assert packed is not None
-    q_at, v_at, low, high, neg_vmax, vmax, dt = _reader(first)
-    obs = np.stack([observations[i] for i in members], dtype=np.float64)
-    q = obs[:, q_at]
-    v = obs[:, v_at]
-    command32 = commands[members]
-    command = command32.astype(np.float64)
-    # What _read_state and _command refuse (NaN fails every comparison).
-    usable = ((q >= low) & (q <= high) & (v >= neg_vmax) & (v <= vmax)).all(axis=1)
-    usable &= np.isfinite(command).all(axis=1)
-    refused: list[int] = []
-    if not usable.all():
-        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
-        members = [members[k] for k in np.flatnonzero(usable).tolist()]
-        if not members:
-            return refused
-        q, v, command32, command = q[usable], v[usable], command32[usable], command[usable]
-    rows = len(members)
+    q_start, v_start, bounds, dt = _reader(first)
     n = first._n
-    reference = q.copy()
-    change = v * dt
+    # np.array of equal-length 1-D arrays: np.stack's values, at half its cost.
+    obs = np.array([observations[i] for i in members], dtype=np.float64)
+    command32 = commands[members]
     chosen = [supervisors[i] for i in members]
     # A row with its own previous command steers from it and its last change (_prepare).
     own = [k for k, i in enumerate(members) if previous[i] is not None]
-    held = np.zeros(rows, dtype=np.bool_)
+    held = np.zeros(len(members), dtype=np.bool_)
+    pairs = np.empty((0, 2 * n))
     if own:
         lasts = []
         for k in own:
             last = chosen[k]._last
-            assert last is not None  # _is_last checked it
-            lasts.append(last)
-        reference[own] = [last[0] for last in lasts]
-        change[own] = [last[1] for last in lasts]
+            assert last is not None  # _filter_arrays checked it
+            lasts.append(last[0] + last[1])
+        pairs = np.array(lasts)
         held[own] = True
-    inputs = np.concatenate((q, v, reference, change, command), axis=1)
-    anchors = np.stack([s._anchors for s in chosen])
+    # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
+    inputs, usable = kernel.inputs_batch(obs, q_start, v_start, bounds, command32, dt, held, pairs)
+    refused: list[int] = []
+    if not usable.all():
+        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
+        kept = np.flatnonzero(usable).tolist()
+        if not kept:
+            return refused
+        members = [members[k] for k in kept]
+        chosen = [chosen[k] for k in kept]
+        inputs, command32, held = inputs[usable], command32[usable], held[usable]
+    rows = len(members)
+    q = inputs[:, :n]
+    reference = inputs[:, 2 * n : 3 * n]
+    command = inputs[:, 4 * n :]
+    anchors = np.array([s._anchors for s in chosen])
     table = kernel.step_batch(
         packed.joints,
         packed.geo,
@@ -348,31 +374,30 @@ def _array_group(
         np.ones(rows, dtype=np.bool_),
         held,
     )
-    # _finish, as arrays: the candidate is the Cartesian stage's command where it moved
-    # one, else the joint stage's; the executed command is the proposal itself where
-    # both left it inside.
+    # _finish for every row in one compiled call (kernel.finish_batch): the candidate is
+    # the Cartesian stage's command where it moved one, else the joint stage's; the
+    # executed command is the proposal itself where both left it inside.
     placed = table[:, :n]
     extra = table[:, 2 * n :]
-    cartesian = extra[:, kernel.OUT_CARTESIAN].astype(np.int64)
-    moved_cartesian = cartesian != 0
-    candidate = np.where(moved_cartesian[:, None], table[:, n : 2 * n], placed)
-    untouched = (extra[:, kernel.OUT_INSIDE] != 0.0) & ~moved_cartesian
-    out = candidate.astype(np.float32)
-    out[untouched] = command32[untouched]
-    checks = (extra[:, kernel.OUT_JOINT_CHECKS].astype(np.int64) | cartesian).tolist()
-    passed = (candidate == command).all(axis=1).tolist()
+    out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
+        table, command, command32, reference
+    )
+    checks = bits_of.tolist()
+    passed = passed_of.tolist()
     candidates = candidate.tolist()
-    changes = (candidate - reference).tolist()
+    changes = change_made.tolist()
     poses = q.tolist()
     carried = out.tobytes()
     width = out.itemsize * n
     keep = untouched.tolist()
+    anchor_rows = list(anchors)
+    out_rows = list(out)
     for k, (i, supervisor) in enumerate(zip(members, chosen, strict=True)):
-        supervisor._anchors = anchors[k]
+        supervisor._anchors = anchor_rows[k]
         supervisor._last_pose = poses[k]
         supervisor._last = (candidates[k], changes[k])
         supervisor._last_bytes = carried[k * width : (k + 1) * width]
-        executed = proposed[i] if proposed is not None and keep[k] else out[k]
+        executed = proposed[i] if proposed is not None and keep[k] else out_rows[k]
         bits = checks[k]
         if passed[k]:
             if not bits:
@@ -388,7 +413,7 @@ def _array_group(
                     candidates[k],
                     bits,
                     extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
-                    int(cartesian[k]),
+                    int(extra[k, kernel.OUT_CARTESIAN]),
                 ),
             )
     return refused

@@ -7,7 +7,9 @@ workspace and obstacle clearance of :mod:`tether.safety.segment` over the closed
 :mod:`tether.safety.chain`, and the fallbacks of step 6) run here, in numba, on arrays
 packed once per supervisor by :func:`pack`. :func:`step` does one command,
 :func:`step_batch` many robots' commands in one call (one row each, each with its own
-anchors).
+anchors); :func:`targets_batch`, :func:`inputs_batch` and :func:`finish_batch` do the
+batch's action map, input reading and verdict arithmetic of
+:mod:`tether.safety.position.batch` the same way.
 
 Invariant: every result is bit-identical to the Python path's. The functions below are
 the Python path's, operation for operation and in the same order (sums accumulate
@@ -996,6 +998,111 @@ def step_batch(
     return out
 
 
+@_jit
+def targets_batch(
+    actions: np.ndarray, center: np.ndarray, half: np.ndarray, clamp: float
+) -> np.ndarray:
+    """The joint targets (float32) normalized ``actions`` (float32, rows × n) ask for:
+    ``center + half · clamp(a)`` in float64 per element, a non-finite action kept as it
+    is (``PositionActionSupervisor._to_target``, row by row)."""
+    rows, n = actions.shape
+    out = np.empty((rows, n), np.float32)
+    for i in range(rows):
+        for j in range(n):
+            x = np.float64(actions[i, j])
+            if np.isfinite(x):
+                y = -clamp if x < -clamp else (clamp if x > clamp else x)
+                out[i, j] = np.float32(center[j] + half[j] * y)
+            else:
+                out[i, j] = np.float32(x)
+    return out
+
+
+@_jit
+def inputs_batch(
+    obs: np.ndarray,
+    q_start: int,
+    v_start: int,
+    bounds: np.ndarray,
+    command32: np.ndarray,
+    dt: float,
+    held: np.ndarray,
+    pairs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`step_batch` inputs of many robots' rows, and whether each row is
+    usable, from their observations ``obs`` (float64, rows × obs_dim; joint positions
+    and velocities from ``q_start`` and ``v_start``) and proposals ``command32``: a row is
+    usable when its positions lie in [``bounds[0]``, ``bounds[1]``], its velocities in
+    [``bounds[2]``, ``bounds[3]``] and its proposal is finite (what
+    ``PositionSupervisor._read_state`` and ``_command`` accept). A ``held`` row steers
+    from its own last command and change (the next row of ``pairs``: command, then
+    change), any other from its measured pose and velocity × ``dt``."""
+    rows, n = command32.shape
+    inputs = np.empty((rows, 5 * n))
+    usable = np.empty(rows, np.bool_)
+    pair = 0
+    for i in range(rows):
+        ok = True
+        for j in range(n):
+            q = obs[i, q_start + j]
+            v = obs[i, v_start + j]
+            c = np.float64(command32[i, j])
+            if not (q >= bounds[0, j] and q <= bounds[1, j]):
+                ok = False
+            if not (v >= bounds[2, j] and v <= bounds[3, j]):
+                ok = False
+            if not np.isfinite(c):
+                ok = False
+            inputs[i, j] = q
+            inputs[i, n + j] = v
+            inputs[i, 4 * n + j] = c
+            if held[i]:
+                inputs[i, 2 * n + j] = pairs[pair, j]
+                inputs[i, 3 * n + j] = pairs[pair, n + j]
+            else:
+                inputs[i, 2 * n + j] = q
+                inputs[i, 3 * n + j] = v * dt
+        if held[i]:
+            pair += 1
+        usable[i] = ok
+    return inputs, usable
+
+
+@_jit
+def finish_batch(
+    table: np.ndarray, command: np.ndarray, command32: np.ndarray, reference: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What ``PositionSupervisor._finish`` computes, for every row of a
+    :func:`step_batch` result ``table`` (the proposals ``command``, float64, and
+    ``command32``, float32; the ``reference`` commands steered from): the executed
+    commands (float32), the candidates and their changes from the reference (float64),
+    the check bits, whether each candidate is its proposal, and whether the proposal is
+    executed as it was (inside every interval, not moved by the Cartesian stage)."""
+    rows, n = command.shape
+    out = np.empty((rows, n), np.float32)
+    candidate = np.empty((rows, n))
+    change = np.empty((rows, n))
+    checks = np.empty(rows, np.int64)
+    passed = np.empty(rows, np.bool_)
+    untouched = np.empty(rows, np.bool_)
+    for i in range(rows):
+        cartesian = np.int64(table[i, 2 * n + OUT_CARTESIAN])
+        moved = cartesian != 0
+        keep = table[i, 2 * n + OUT_INSIDE] != 0.0 and not moved
+        untouched[i] = keep
+        checks[i] = np.int64(table[i, 2 * n + OUT_JOINT_CHECKS]) | cartesian
+        same = True
+        for j in range(n):
+            x = table[i, n + j] if moved else table[i, j]
+            candidate[i, j] = x
+            change[i, j] = x - reference[i, j]
+            out[i, j] = command32[i, j] if keep else np.float32(x)
+            if x != command[i, j]:
+                same = False
+        passed[i] = same
+    return out, candidate, change, checks, passed, untouched
+
+
 _WARM_LOCK = threading.Lock()
 _WARMED: list[float] = []
 
@@ -1030,6 +1137,11 @@ def warm() -> float:
             np.ones(1, np.bool_),
             np.zeros(1, np.bool_),
         )
+        targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
+        inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
+                     0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
+        finish_batch(np.zeros((1, 2 * n + OUT_EXTRA)), np.zeros((1, n)), np.zeros((1, n), np.float32),
+                     np.zeros((1, n)))  # fmt: skip
         taken = time.perf_counter() - start
         _WARMED.append(taken)
         return taken
