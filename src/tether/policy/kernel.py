@@ -43,24 +43,17 @@ float32 scalars and compute the same bits, far too slowly to serve (the engine r
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-try:  # numba is optional: without it (or with TETHER_POLICY_COMPILED=0) Python runs
-    if os.environ.get("TETHER_POLICY_COMPILED", "1") == "0":
-        raise ImportError("disabled by TETHER_POLICY_COMPILED=0")
-    import numba as _numba
+from tether.compiled import compiler, import_numba
 
-    numba: Any = _numba
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - depends on the install
-    numba = None
-    AVAILABLE = False
+numba: Any = import_numba("TETHER_POLICY_COMPILED")  # None: plain Python (see tether.compiled)
+AVAILABLE = numba is not None
 
 ACTIVATION_CODES = {"relu": 0, "tanh": 1, "elu": 2, "silu": 3}
 
@@ -80,17 +73,7 @@ ACTIVATION_CODES = {"relu": 0, "tanh": 1, "elu": 2, "silu": 3}
 ) = range(10)
 _LAYERS = 10
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _jit(fn: _F) -> _F:
-    """``fn`` compiled (cached on disk, GIL released, no fast-math), or itself without numba."""
-    if numba is None:
-        return fn
-    try:
-        return cast(_F, numba.njit(cache=True, nogil=True, fastmath=False)(fn))
-    except RuntimeError:  # no writable cache directory (a read-only install): compile per process
-        return cast(_F, numba.njit(nogil=True, fastmath=False)(fn))
+_jit = compiler(numba)
 
 
 # -- transcendental functions in double precision from + - * / and ldexp ---------------

@@ -27,14 +27,13 @@ loads the cache) before a supervisor serves its first command.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 
+from tether.compiled import compiler, import_numba
 from tether.safety.reach import SLACK_M
 from tether.safety.verdict import (
     ACCELERATION_BIT,
@@ -45,16 +44,8 @@ from tether.safety.verdict import (
     WORKSPACE_BIT,
 )
 
-try:  # numba is optional: without it (or with TETHER_SAFETY_COMPILED=0) Python runs
-    if os.environ.get("TETHER_SAFETY_COMPILED", "1") == "0":
-        raise ImportError("disabled by TETHER_SAFETY_COMPILED=0")
-    import numba as _numba
-
-    numba: Any = _numba
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - depends on the install
-    numba = None
-    AVAILABLE = False
+numba: Any = import_numba("TETHER_SAFETY_COMPILED")  # None: plain Python (see tether.compiled)
+AVAILABLE = numba is not None
 
 # Whether new supervisors use the compiled path (tests switch it off to run Python).
 ENABLED = AVAILABLE
@@ -222,17 +213,7 @@ def new_anchors(n: int) -> np.ndarray:
 # -- the kernel ------------------------------------------------------------------------
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _jit(fn: _F) -> _F:
-    """``fn`` compiled (cached on disk, GIL released), or itself without numba."""
-    if numba is None:
-        return fn
-    try:
-        return cast(_F, numba.njit(cache=True, nogil=True, error_model="python")(fn))
-    except RuntimeError:  # no writable cache directory (a read-only install): compile per process
-        return cast(_F, numba.njit(nogil=True, error_model="python")(fn))
+_jit = compiler(numba, error_model="python")
 
 
 @_jit
