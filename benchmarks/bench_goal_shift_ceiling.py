@@ -30,21 +30,18 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 import torch
+from bench_adaptation import POSITION, SHIPPED
 
 from tether.policy.bundle import load_bundle
 from tether.policy.networks import Actor
 from tether.policy.transforms import ObservationNormalizer
 from tether.safety.for_spec import supervisor_for
-from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.sim import ArmDynamics, ArmEnv, DriftSchedule, arm_spec
 from tether.sim.controllers import ReachController
-
-POSITION = ArmEnvConfig(command_interface="position")
-SHIPPED = Path(str(files("tether.assets") / "pretrained-position" / "arm"))
 
 # obs -> normalized absolute command, given the observation whose goal is shifted
 Controller = Callable[[np.ndarray], np.ndarray]
@@ -85,9 +82,11 @@ def ceiling(
     act: Controller, reset: Callable[[], None], tasks: int, iterations: int, bound: float
 ) -> Ceiling:
     spec = arm_spec("position")
-    lay = spec.layout.slices() if spec.layout is not None else {}
+    assert spec.layout is not None
+    lay = spec.layout.slices()
     goal, reached = lay["target"], lay["end_effector"]
-    worn = DriftSchedule.demo().dynamics_at(DriftSchedule.demo().last_step, ArmDynamics.nominal())
+    drift = DriftSchedule.demo()
+    worn = drift.dynamics_at(drift.last_step, ArmDynamics.nominal())
     env = ArmEnv(dynamics=worn, seed=0, config=POSITION)
     rows = []
     outside = 0
