@@ -115,8 +115,12 @@ def test_every_edge_serves_the_same_live_version_after_each_promotion(
 
 
 def test_a_learner_killed_mid_run_resumes_from_its_checkpoint(fleet: RunningFleet) -> None:
+    # A checkpoint written after the learner has updated (the first ones may come before
+    # its replay holds a mini-batch, and resuming from those is resuming from update 0).
+    updated = wait_for("a learner update", lambda: (s := fleet.learner()).counters.updates and s)
     before = wait_for(
-        "a learner checkpoint", lambda: (s := fleet.learner()).counters.checkpoints and s
+        "a learner checkpoint after an update",
+        lambda: (s := fleet.learner()).counters.checkpoints > updated.counters.checkpoints and s,
     )
     steps = {e: fleet.status(e).steps_served for e in ("edge-0", "edge-1")}
     fleet.ray.kill(fleet.system.learner, no_restart=False)
