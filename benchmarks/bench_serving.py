@@ -21,7 +21,7 @@ Every server runs in its own process; the load generator (one asyncio process, o
 coroutine per client, raw stubs) is the same for all of them, so the ratios compare like
 with like. It also measures what handing a batch to a worker thread costs against each
 policy's forward (inline vs threaded), breaks the round trip down with the server's own
-timings, and profiles the server process (event loop and batch thread) on the
+timings, and profiles the server process (event loop, batch thread, recorder worker) on the
 single-robot and the many-robot streaming paths. Its transport probe (one streaming
 client) runs echoes that sleep, spin, or compute the forward and the supervision for as
 long as the policy handler takes, and the policy server with ``tether run``'s recorder,
@@ -245,11 +245,18 @@ def _server_main(
 
     torch.set_num_threads(1)
     profiler = cProfile.Profile() if profile else None
-    # cProfile sees one thread; batches that run in the worker thread get their own,
-    # switched on by the first profile event of every thread the server starts.
-    batch_profiler = cProfile.Profile() if profile else None
-    if batch_profiler is not None:
-        threading.setprofile(lambda *_: batch_profiler.enable())
+    # cProfile sees one thread, and one profiler must not run in two: every thread the
+    # server starts (the batch thread, the recorder's worker) gets its own, switched on by
+    # its first profile event.
+    thread_profilers: dict[str, cProfile.Profile] = {}
+
+    def profile_this_thread(*_: Any) -> None:
+        prof = cProfile.Profile()
+        thread_profilers[threading.current_thread().name] = prof
+        prof.enable()
+
+    if profiler is not None:
+        threading.setprofile(profile_this_thread)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -299,14 +306,16 @@ def _server_main(
             log.close()
 
     asyncio.run(run())
-    if profiler is not None and batch_profiler is not None:
+    if profiler is not None:
+        threading.setprofile(None)
         out = io.StringIO()
-        for name, prof in (("event loop thread", profiler), ("batch thread", batch_profiler)):
+        for name, prof in [("event loop thread", profiler), *sorted(thread_profilers.items())]:
+            prof.disable()
             out.write(f"--- {name}\n")
             if prof.getstats():
                 pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(18)
             else:
-                out.write("(no batch ran here)\n")
+                out.write("(nothing ran here)\n")
         Path(profile).write_text(out.getvalue())
 
 
@@ -1002,7 +1011,9 @@ def main() -> None:
     if not args.no_profile:
         for clients in (lo, hi):
             profile = work / f"server-{clients}.prof.txt"
-            proc = ServerProcess("policy", bundles["small"], 64, profile=str(profile))
+            proc = ServerProcess(
+                "policy", bundles["small"], 64, profile=str(profile), recorder=True
+            )
             try:
                 measure(proc.address, "streaming", clients, args.seconds, replay)
             finally:
