@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tether.learning.hindsight import bundle_for_learner
+from tether.learning.hindsight import HindsightConfig, bundle_for_learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublicationConfig, PublishOutcome, TrustRegion
 from tether.policy import PolicyBundle, init_bundle, load_bundle, save_derived_bundle
@@ -18,12 +18,14 @@ from tether.sim.spec import arm_spec
 from tether.versions.stages.offline import OfflineStageConfig, offline_stage
 
 SPEC = arm_spec("position")
+GOAL = LearnerConfig(hindsight=HindsightConfig.goal_relabelling())
+REACH = 0.05  # m: a trust region inside the goal shift's 0.1 m bound
 
 
 @pytest.fixture
 def shifted(tmp_path: Path) -> PolicyBundle:
     init_bundle(tmp_path / "plain", SPEC, hidden_sizes=(16, 16), with_training=True)
-    return load_bundle(bundle_for_learner(tmp_path / "plain", LearnerConfig(), tmp_path))
+    return load_bundle(bundle_for_learner(tmp_path / "plain", GOAL, tmp_path))
 
 
 def _reaching(bundle: PolicyBundle, z: float) -> dict[str, torch.Tensor]:
@@ -43,7 +45,7 @@ def _states(bundle: PolicyBundle, n: int = 64) -> np.ndarray:
 def test_the_trust_region_bounds_the_reach_and_skips_what_changes_nothing(
     shifted: PolicyBundle,
 ) -> None:
-    region = TrustRegion(shifted.build_actor(), PublicationConfig())
+    region = TrustRegion(shifted.build_actor(), PublicationConfig(max_goal_shift_change=REACH))
     live, states = dict(shifted.actor_state), _states(shifted)
     decision, candidate = region.step(live, _reaching(shifted, 0.04), states)
     assert decision.outcome is PublishOutcome.ACCEPTED
@@ -52,7 +54,7 @@ def test_the_trust_region_bounds_the_reach_and_skips_what_changes_nothing(
     assert decision.distance.goal_shift_change == pytest.approx(0.04, abs=1e-4)
     decision, _ = region.step(live, _reaching(shifted, 0.09), states)
     assert decision.outcome is PublishOutcome.SHRUNK
-    assert decision.distance.goal_shift_change <= PublicationConfig().max_goal_shift_change
+    assert decision.distance.goal_shift_change <= REACH
     decision, candidate = region.step(live, _reaching(shifted, 0.004), states)
     assert decision.outcome is PublishOutcome.UNCHANGED
     assert candidate is None
@@ -72,12 +74,13 @@ def test_the_offline_stage_holds_a_goal_shift_candidate_to_its_reach(
             version_name=name,
         )
 
-    near = offline_stage(candidate(0.03, "near"), shifted, raw, OfflineStageConfig())
+    config = OfflineStageConfig(max_goal_shift_change=REACH)
+    near = offline_stage(candidate(0.03, "near"), shifted, raw, config)
     names = {m.name: m for m in near.measurements}
     assert near.passed
     assert "goal_shift_change" in names
     assert "action_kl" not in names
-    far = offline_stage(candidate(0.08, "far"), shifted, raw, OfflineStageConfig())
+    far = offline_stage(candidate(0.08, "far"), shifted, raw, config)
     assert not far.passed
     failed = [m.name for m in far.measurements if not m.passed]
     assert failed == ["goal_shift_change"]

@@ -22,6 +22,7 @@ from tether.safety.verdict import SafetyCheck
 from tether.sim.spec import arm_spec
 
 SPEC = arm_spec("position")
+GOAL = LearnerConfig(hindsight=HindsightConfig.goal_relabelling())
 SLICES = SPEC.layout.slices() if SPEC.layout is not None else {}
 TARGET, EE, QD = SLICES["target"], SLICES["end_effector"], SLICES["joint_velocity"]
 
@@ -30,7 +31,7 @@ TARGET, EE, QD = SLICES["target"], SLICES["end_effector"], SLICES["joint_velocit
 def shifted(tmp_path: Path) -> PolicyBundle:
     plain = tmp_path / "plain"
     init_bundle(plain, SPEC, hidden_sizes=(16, 16), with_training=True)
-    return load_bundle(bundle_for_learner(plain, LearnerConfig(), tmp_path))
+    return load_bundle(bundle_for_learner(plain, GOAL, tmp_path))
 
 
 def _episode(
@@ -70,12 +71,27 @@ def _learner(bundle: PolicyBundle, **config: object) -> HindsightLearner:
     actor = bundle.build_actor()
     learner = HindsightLearner(
         actor,
-        HindsightConfig(**config),  # type: ignore[arg-type]
+        HindsightConfig.goal_relabelling(**config),
         SPEC,
         ObservationNormalizer(bundle.manifest.normalizer),
     )
     learner.weights_of = {bundle.version.id: dict(bundle.actor_state)}.get
     return learner
+
+
+def _assert_learned_only_the_shift(
+    learner: HindsightLearner, bundle: PolicyBundle, shift: np.ndarray
+) -> None:
+    """The shift on the kept states is ``shift`` on average, and only the shift moved: the
+    actor's own layers are the bundle's, bit for bit."""
+    x = torch.cat([x for x, _ in learner._kept])
+    with torch.no_grad():
+        reach = learner.net.reach(x).numpy()
+    np.testing.assert_allclose(reach.mean(axis=0), shift, atol=0.005)
+    state = learner.actor.state_dict()
+    for name, tensor in bundle.actor_state.items():
+        if not name.startswith("goal."):
+            assert torch.equal(state[name], tensor), name
 
 
 def test_interleaved_robots_come_apart_into_their_own_episodes(shifted: PolicyBundle) -> None:
@@ -109,7 +125,7 @@ def test_the_label_adds_the_shift_of_the_version_that_acted(shifted: PolicyBundl
     learner.weights_of = {shifted.version.id: dict(shifted.actor_state), 7: acted}.get
     learner.observe(_rows(_episode(target, end, 40, rng), 7))
     ((_, y),) = learner._kept
-    bound = HindsightConfig().bound
+    bound = GOAL.hindsight.bound
     lifted = target + np.array([0.0, 0.0, bound * np.tanh(5.0)], np.float32)
     want = np.clip(lifted - end, -0.999 * bound, 0.999 * bound)
     np.testing.assert_allclose(y[0].numpy(), want, atol=1e-5)
@@ -159,16 +175,7 @@ def test_the_shift_learns_to_ask_for_what_the_arm_falls_short_of(shifted: Policy
         learner.observe(_rows(_episode(target, target - sag, 40, rng), shifted.version.id))
         learner.run_updates(1000)
     assert learner.updates == 600
-    x = torch.cat([x for x, _ in learner._kept])
-    assert learner.net is not None
-    with torch.no_grad():
-        reach = learner.net.reach(x).numpy()
-    np.testing.assert_allclose(reach.mean(axis=0), sag, atol=0.005)
-    # only the shift moved: the actor's own layers are the bundle's, bit for bit
-    state = learner.actor.state_dict()
-    for name, tensor in shifted.actor_state.items():
-        if not name.startswith("goal."):
-            assert torch.equal(state[name], tensor), name
+    _assert_learned_only_the_shift(learner, shifted, sag)
 
 
 def test_hindsight_refuses_an_actor_without_a_goal_shift(tmp_path: Path) -> None:
@@ -206,7 +213,7 @@ def test_a_hindsight_learner_checkpoints_and_resumes_its_goal_shift(
 
     rng = np.random.default_rng(5)
     arch = shifted.architecture
-    config = LearnerConfig(hindsight=HindsightConfig(updates_per_episode=40))
+    config = LearnerConfig(hindsight=HindsightConfig.goal_relabelling(updates_per_episode=40))
 
     def learner(resume: bool) -> Learner:
         channel = TransitionChannel(arch.obs_dim, arch.act_dim, ChannelConfig(capacity=4096))
@@ -242,3 +249,75 @@ def test_a_hindsight_learner_checkpoints_and_resumes_its_goal_shift(
             checkpoint_dir=tmp_path / "ck",
             resume=True,
         )
+
+
+# -- label "tracking" (the default): the command the actor reads, from the tracking error --
+Q, CMD = SLICES["joint_position"], SLICES["command"]
+
+
+@pytest.fixture
+def tracking(tmp_path: Path) -> PolicyBundle:
+    plain = tmp_path / "plain"
+    init_bundle(plain, SPEC, hidden_sizes=(16, 16), with_training=True)
+    return load_bundle(bundle_for_learner(plain, LearnerConfig(), tmp_path))
+
+
+def _held(
+    command: np.ndarray, rest: np.ndarray, steps: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``steps + 1`` raw observations: the command moves to ``command`` and is held, the
+    joints come to rest at ``rest``."""
+    obs = np.zeros((steps + 1, SPEC.obs_dim), np.float32)
+    start = rng.normal(0, 0.3, 4).astype(np.float32)
+    for t in range(steps + 1):
+        frac = min(1.0, t / (steps - 12))
+        obs[t, CMD] = (1 - frac) * start + frac * command
+        obs[t, Q] = (1 - frac) * start + frac * rest
+        obs[t, QD] = 0.0 if frac >= 1.0 else rng.normal(0, 0.5, 4)
+        obs[t, TARGET] = rng.uniform(-0.3, 0.3, 3) if t == 0 else obs[0, TARGET]
+    return obs
+
+
+def test_tracking_labels_the_error_at_rest_on_the_episode_as_it_was(
+    tracking: PolicyBundle,
+) -> None:
+    """The label is where the joints rest minus the command held there, on every state of
+    the episode as the robot saw it (nothing relabelled), whichever version acted."""
+    shift = tracking.architecture.goal_shift
+    assert shift is not None
+    assert (shift.goal[0], shift.goal[1]) == (CMD.start, CMD.stop)
+    rng = np.random.default_rng(6)
+    command = np.array([0.1, 0.8, 1.2, 0.4], np.float32)
+    rest = command - np.array([0.0, 0.06, 0.04, 0.1], np.float32)
+    obs = _held(command, rest, 40, rng)
+    learner = HindsightLearner(
+        tracking.build_actor(),
+        HindsightConfig(),
+        SPEC,
+        ObservationNormalizer(tracking.manifest.normalizer),
+    )  # no known versions: a tracking label needs none
+    learner.observe(_rows(obs, 99))
+    assert learner.episodes == 1
+    ((x, y),) = learner._kept
+    np.testing.assert_allclose(y.numpy(), np.repeat([rest - command], 40, axis=0), atol=1e-6)
+    np.testing.assert_array_equal(
+        x.numpy(), ObservationNormalizer(tracking.manifest.normalizer)(obs[:-1])
+    )
+
+
+def test_the_shift_learns_the_tracking_error_and_moves_nothing_else(
+    tracking: PolicyBundle,
+) -> None:
+    rng = np.random.default_rng(7)
+    sag = np.array([0.0, -0.08, -0.05, -0.12], np.float32)  # the joints rest short
+    learner = HindsightLearner(
+        tracking.build_actor(),
+        HindsightConfig(updates_per_episode=60, lr=3e-3),
+        SPEC,
+        ObservationNormalizer(tracking.manifest.normalizer),
+    )
+    for _ in range(10):
+        command = rng.uniform([-1, 0.2, 0.5, -0.5], [1, 1.0, 1.5, 0.5]).astype(np.float32)
+        learner.observe(_rows(_held(command, command + sag, 40, rng), tracking.version.id))
+        learner.run_updates(1000)
+    _assert_learned_only_the_shift(learner, tracking, sag)

@@ -22,7 +22,8 @@ class LearnerConfig(BaseModel):
     algorithm: Literal["hindsight", "sac", "ppo"] = Field(
         default="hindsight",
         description="What learns from the robots' transitions: 'hindsight' trains a bounded "
-        "goal shift in front of the frozen actor from where each episode ended "
+        "shift of what the frozen actor reads (by default its command, from the arm's "
+        "tracking error at rest) from where each episode ended "
         "(tether.learning.hindsight; the bundle is given a zero shift when it has none); "
         "'sac' fine-tunes the actor itself (off-policy, replay); 'ppo' too, on-policy from "
         "rollouts of the deployed version only (updates_per_transition, replay and prior "
@@ -30,7 +31,7 @@ class LearnerConfig(BaseModel):
     )
     hindsight: HindsightConfig = Field(
         default_factory=HindsightConfig,
-        description="The goal shift and its hindsight relabelling (algorithm 'hindsight')",
+        description="The goal shift and its hindsight labels (algorithm 'hindsight')",
     )
     sac: SACConfig = Field(default_factory=SACConfig, description="SAC hyper-parameters")
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO hyper-parameters")

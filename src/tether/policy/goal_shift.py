@@ -75,7 +75,7 @@ class GoalShiftStage:
 def goal_shift_for(
     bundle: PolicyBundle, *, goal: str, bound: float, hidden_sizes: tuple[int, ...]
 ) -> GoalShift:
-    """A :class:`GoalShift` of at most ``bound`` (the goal's unit) on the observation
+    """A :class:`GoalShift` of at most ``bound`` (the slice's unit) on the observation
     slice named ``goal`` of ``bundle``'s robot layout, in the bundle's normalization."""
     spec = bundle.robot_spec
     if spec is None or spec.layout is None:

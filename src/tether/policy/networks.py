@@ -11,11 +11,13 @@ convolutions, then the mean over the image), whose features join the normalized 
 vector in the same trunk, and a head giving the Gaussian of all ``H * act_dim`` outputs.
 
 An ``mlp_gaussian`` actor may carry a :class:`GoalShift`: a small residual network, zero
-at initialization, that moves the goal the actor reads (the observation's ``target``
-slice, normalized) by a bounded amount before the trunk sees it (``goal.*`` parameters).
-The actor itself stays the policy it was; what can be learned is *where it reaches*, at
-most ``scale`` normalized units (``GoalShift.bound`` in the goal's own unit) away from the
-goal the robot asked for.
+at initialization, that moves one slice of the observation the actor reads (normalized)
+by a bounded amount before the trunk sees it (``goal.*`` parameters): the goal it reaches
+for (the arm's ``target``), or the command it steps from (the arm's ``command``, whose
+shift offsets the command it ends holding; ``tether.learning.hindsight``). The actor
+itself stays the policy it was; what can be learned is how it reads that slice, at most
+``scale`` normalized units (``GoalShift.bound`` in the slice's own unit) away from what
+the robot reported.
 
 Parameter names are part of the bundle format (``trunk.0.weight``, ``head.mu.weight``,
 ...): :func:`actor_parameter_shapes` derives them from the architecture so a loader
@@ -58,14 +60,16 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 @dataclass(frozen=True)
 class GoalShift:
-    """A learned, bounded shift of the goal an ``mlp_gaussian`` actor reads (module docstring)."""
+    """A learned, bounded shift of an observation slice an ``mlp_gaussian`` actor reads
+    (its goal, in the wide sense of the module docstring)."""
 
     goal: tuple[int, int]
-    """Observation slice ``(start, stop)`` of the goal the shift moves."""
+    """Observation slice ``(start, stop)`` the shift moves."""
     hidden_sizes: tuple[int, ...]
     """Hidden layers of the residual network (ReLU)."""
     bound: tuple[float, ...]
-    """The largest shift per goal entry, in the goal's own unit (m for the arm's target)."""
+    """The largest shift per entry, in the slice's own unit (rad for the arm's command, m for
+    its target)."""
     scale: tuple[float, ...]
     """The same bound in normalized units: ``bound * inv_std`` of the goal entries."""
 
@@ -220,7 +224,7 @@ class GoalShiftNet(nn.Module):
         return torch.tanh(self.net(obs)) * self.scale
 
     def reach(self, obs: torch.Tensor) -> torch.Tensor:
-        """The same shift in the goal's own unit (m for the arm's target)."""
+        """The same shift in the slice's own unit (rad for the arm's command, m for its target)."""
         return torch.tanh(self.net(obs)) * self.bound
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

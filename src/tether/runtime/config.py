@@ -39,12 +39,14 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # learning robot, 10 minutes at 50 Hz, longer than the whole default run. With one
 # learning robot every episode goes to the experiment while a canary runs (half to the
 # canary, half to its control, live under the same tightened limits, on the same tasks:
-# the robot runs each task twice in a row), and the canary is judged on 8 pairs (16
-# episodes, about 64 s). The rollback monitor watches live at full limits between
-# canaries. A harm test on 8 pairs catches a clearly harmful candidate (negated actions)
-# but not a subtle regression: the rollback monitor is what catches that.
+# the robot runs each task twice in a row), and the canary is judged on 4 pairs (8
+# episodes, about 35 s), so that the gate can judge a candidate learned after the drift
+# and the next one before the run's last quarter. The rollback monitor watches live at
+# full limits between canaries. A harm test on 4 pairs catches a clearly harmful
+# candidate (negated actions: every pair far worse in final distance) but not a subtle
+# regression: the rollback monitor is what catches that.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=8)),
+    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=4)),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 

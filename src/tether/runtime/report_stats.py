@@ -3,7 +3,11 @@
 Success is a count of successes among episodes, so its interval is Wilson's score
 interval (well behaved at 0 and 1 and for the few dozen episodes a run has). How much of
 its pre-drift success a role kept is a ratio of two such proportions; its interval is
-bounded by the two Wilson intervals' ends.
+the MOVER-R interval built from the two Wilson intervals (Donner and Zou 2012, "Closed-
+form confidence intervals for functions of the normal mean and standard deviation";
+Newcombe's method of variance estimates recovery applied to a ratio), whose coverage
+stays near 95 % at the run's few dozen episodes. Dividing one interval's ends by the
+other's would cover far more often than 95 % and call real differences unclear.
 """
 
 from __future__ import annotations
@@ -32,17 +36,18 @@ def ratio_interval(
     k_after: int, n_after: int, k_before: int, n_before: int, z: float = Z_95
 ) -> tuple[float, float, float] | None:
     """(ratio, low, high) of ``(k_after/n_after) / (k_before/n_before)``; None when a side
-    has no episodes or the reference never succeeded.
-
-    The bounds divide the ends of the two Wilson intervals (after's low by before's high,
-    after's high by before's low): conservative, and sensible at 0 successes, where
-    log-ratio intervals need a continuity correction that makes them very wide.
-    """
+    has no episodes or the reference never succeeded (the module says which interval)."""
     after, before = wilson_interval(k_after, n_after, z), wilson_interval(k_before, n_before, z)
     if after is None or before is None or k_before <= 0:
         return None
-    ratio = (k_after / n_after) / (k_before / n_before)
-    return ratio, after[0] / before[1], after[1] / before[0]
+    p1, p2 = k_after / n_after, k_before / n_before
+    (l1, u1), (l2, u2) = after, before
+    product = p1 * p2
+    low_root = math.sqrt(max(0.0, product * product - l1 * u2 * (2 * p1 - l1) * (2 * p2 - u2)))
+    high_root = math.sqrt(max(0.0, product * product - u1 * l2 * (2 * p1 - u1) * (2 * p2 - l2)))
+    low = (product - low_root) / (u2 * (2 * p2 - u2))
+    high = (product + high_root) / (l2 * (2 * p2 - l2))
+    return p1 / p2, max(0.0, low), high
 
 
 def mean_and_error(values: Sequence[float]) -> tuple[float, float] | None:

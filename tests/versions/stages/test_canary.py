@@ -104,7 +104,13 @@ def test_a_candidate_with_negated_actions_is_always_rejected(config: CanaryConfi
 @pytest.mark.parametrize("config", [SERVING, RUN], ids=["serving", "tether-run"])
 def test_a_clear_improvement_passes(config: CanaryConfig) -> None:
     verdicts = [_trial(config, seed, improved=True) for seed in range(300)]
-    assert all(v.passed for v in verdicts)
+    # Better on success and distance, the same on interventions: what can still reject it
+    # is the intervention test's own false alarm, at most the stated rate.
+    rejected = sum(not v.passed for v in verdicts)
+    assert rejected / len(verdicts) <= config.false_rejection_rate / 3
+    for v in verdicts:
+        failed = {m.name for m in v.measurements if not m.passed}
+        assert failed <= {"intervention_rate_diff_lower_bound"}
     estimates = [{f.name: f.value for f in v.figures}["final_distance_diff_m"] for v in verdicts]
     assert sum(e < 0.0 for e in estimates) > 0.9 * len(estimates)  # its numbers say better
 

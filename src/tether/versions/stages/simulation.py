@@ -23,9 +23,10 @@ nothing else under ``hindsight``) changes only where it reaches, and the simulat
 know where the robot's arm needs it to: measured in a default run, every candidate past
 the first adaptation step lost 0.5-0.63 success over the envelope (it reaches above
 targets a lighter arm hits), while their parent, itself such a step, had just won the
-paired canary on the drifted robot (+0.25 success). For such a candidate the success margin is ``goal_shift_success_margin`` and the
-distance margin grows by the shift's bound: the stage still refuses a violation, a
-contact, a collapse, or any change to the actor's own layers under the ordinary margins.
+paired canary on the drifted robot (+0.25 success). For such a candidate the success
+margin is ``goal_shift_success_margin`` and the distance margin grows by
+``goal_shift_distance_margin_m``: the stage still refuses a violation, a contact, a
+collapse, or any change to the actor's own layers under the ordinary margins.
 
 The two differences are means over the paired episodes (same seed, same dynamics), so
 the variance the policies share drops out. The return and the parent's own counts are
@@ -76,8 +77,13 @@ class SimulationStageConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="The success shortfall allowed instead of success_margin when the "
-        "candidate differs from its parent only in its goal shift (where it reaches); its "
-        "distance margin grows by the shift's bound too (ratio)",
+        "candidate differs from its parent only in its goal shift (ratio)",
+    )
+    goal_shift_distance_margin_m: float = Field(
+        default=0.1,
+        ge=0.0,
+        description="What distance_margin_m grows by when the candidate differs from its "
+        "parent only in its goal shift (m)",
     )
     randomization: DomainRandomization | None = Field(
         default_factory=DomainRandomization.rated,
@@ -143,18 +149,17 @@ def run_episodes(
     return tuple(out)
 
 
-def _reach_only(candidate: PolicyEngine, live: PolicyEngine) -> float | None:
-    """The largest goal shift bound when the two differ only in their goal shifts (the
-    same architecture, the same weights outside ``goal.*``), else None."""
+def _reach_only(candidate: PolicyEngine, live: PolicyEngine) -> bool:
+    """Whether the two differ only in their goal shifts (the same architecture, with a
+    goal shift, and the same weights outside ``goal.*``)."""
     arch = candidate.bundle.architecture
-    shift = arch.goal_shift
-    if shift is None or live.bundle.architecture != arch:
-        return None
+    if arch.goal_shift is None or live.bundle.architecture != arch:
+        return False
     mine, theirs = candidate.bundle.actor_state, live.bundle.actor_state
-    for name, tensor in mine.items():
-        if not name.startswith(GOAL_PREFIX) and not torch.equal(tensor, theirs[name]):
-            return None
-    return max(shift.bound)
+    return all(
+        name.startswith(GOAL_PREFIX) or torch.equal(tensor, theirs[name])
+        for name, tensor in mine.items()
+    )
 
 
 def simulation_stage(
@@ -180,10 +185,9 @@ def simulation_stage(
     cand, base = episodes(candidate), episodes(live)
     n = len(cand)
     success_margin, distance_margin = config.success_margin, config.distance_margin_m
-    reach = _reach_only(candidate, live)
-    if reach is not None:
+    if _reach_only(candidate, live):
         success_margin = config.goal_shift_success_margin
-        distance_margin += reach
+        distance_margin += config.goal_shift_distance_margin_m
 
     def mean_diff(read: Callable[[SimEpisode], float]) -> float:
         return math.fsum(read(c) - read(b) for c, b in zip(cand, base, strict=True)) / n
