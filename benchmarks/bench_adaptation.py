@@ -73,9 +73,21 @@ CONTROL_PERIOD_NS = 20_000_000  # the arm's 50 Hz, as ingress stamps for the rec
 # LearnerConfig() as shipped; the others are measured against it.
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
-    # Hindsight goal relabelling (the default): a bounded goal shift in front of the
-    # frozen actor, regressed on where each finished episode came to rest.
+    # Hindsight (the default): a bounded shift of the command the frozen actor reads,
+    # regressed on the arm's tracking error (pose minus command) where each episode rested.
     "hindsight": {"algorithm": "hindsight"},
+    # The same learner shifting the goal instead, from where the end effector came to rest
+    # (goal relabelling; the default before the tracking label).
+    "hindsight-goal": {
+        "algorithm": "hindsight",
+        "hindsight.label": "goal",
+        "hindsight.goal": "target",
+        "hindsight.achieved": "end_effector",
+        "hindsight.bound": 0.1,
+        "hindsight.episodes_kept": 30,
+        "publication.max_goal_shift_change": 0.05,
+        "gate.offline.max_goal_shift_change": 0.05,
+    },
     # SAC fine-tuning of the actor itself, as shipped before hindsight: TD3+BC anchor 0.4,
     # rates x 0.2; every SAC recipe below is this one with its keys changed.
     "sac": {"algorithm": "sac"},

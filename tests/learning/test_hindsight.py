@@ -321,3 +321,32 @@ def test_the_shift_learns_the_tracking_error_and_moves_nothing_else(
         learner.observe(_rows(_held(command, command + sag, 40, rng), tracking.version.id))
         learner.run_updates(1000)
     _assert_learned_only_the_shift(learner, tracking, sag)
+
+
+@pytest.mark.parametrize("who", ["human", "supervisor"])
+def test_tracking_labels_an_episode_whoever_chose_the_command(
+    tracking: PolicyBundle, who: str
+) -> None:
+    """The arm's error at rest does not depend on who set the command: a person's episode,
+    or one the supervisor held near the obstacle (the drifted arm's hardest tasks), still
+    teaches the tracking shift; only an arm still moving at the end does not."""
+    rng = np.random.default_rng(8)
+    command = np.array([0.2, 0.9, 1.1, 0.3], np.float32)
+    rows = _rows(_held(command, command - 0.05, 40, rng), tracking.version.id)
+    if who == "human":
+        rows.action_sources[10] = HUMAN_SOURCE_CODE
+    else:
+        rows.safety_checks[-2] = int(SafetyCheck.OBSTACLE)
+    learner = HindsightLearner(
+        tracking.build_actor(),
+        HindsightConfig(),
+        SPEC,
+        ObservationNormalizer(tracking.manifest.normalizer),
+    )
+    learner.observe(rows)
+    assert learner.episodes == 1
+    moving = _held(command, command - 0.05, 40, rng)
+    moving[-5:, QD] = 0.3
+    learner.observe(_rows(moving, tracking.version.id))
+    assert learner.skipped["moving"] == 1
+    assert learner.episodes == 1

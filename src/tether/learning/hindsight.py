@@ -140,6 +140,11 @@ class HindsightConfig(BaseModel):
         gt=0.0,
         description="Largest |settle slice| entry over the final steps at rest (its unit, rad/s)",
     )
+    labelled_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Label only an episode's last this many states; 0 labels every state (steps)",
+    )
     updates_per_episode: int = Field(
         default=200,
         ge=0,
@@ -295,10 +300,13 @@ class HindsightLearner:
         ):
             self.skipped["moving"] += 1
             return
-        if any(step.human for step in chain):
+        # Who chose the command does not change the arm's error at rest, so a tracking
+        # label holds whoever drove; where a request ends says nothing once a person or
+        # the supervisor moved it.
+        if c.label == "goal" and any(step.human for step in chain):
             self.skipped["human"] += 1
             return
-        if any(step.holding for step in tail):
+        if c.label == "goal" and any(step.holding for step in tail):
             self.skipped["corrected"] += 1
             return
         obs = np.stack([step.observation for step in chain])
@@ -324,6 +332,8 @@ class HindsightLearner:
             inputs = obs.copy()
             inputs[:, self.goal_slice] = achieved
         label = np.clip(error, -0.999 * self._bound, 0.999 * self._bound)
+        if c.labelled_steps:
+            inputs = inputs[-c.labelled_steps :]
         x = torch.from_numpy(self.normalize(inputs))
         y = torch.from_numpy(np.repeat(label[None, :].astype(np.float32), len(x), axis=0))
         self._kept.append((x, y))
