@@ -35,11 +35,14 @@ What this needs from the data, all of it in every transition the robots send:
   recomputed from that version's weights (``weights_of``, the learner's known versions;
   an episode of a version it does not hold is skipped and counted);
 - that the arm came to rest (joint speeds below ``settle_speed`` over the last
-  ``settle_steps``) with no person driving, and that the supervisor did not hold it
+  ``settle_steps``): a moving arm has no error at rest and no place it ended;
+- for ``goal`` labels, also no person driving and no supervisor holding the arm
   somewhere else at the end (a position, workspace, obstacle or torque correction, or a
   backup, over the last ``settle_steps``): such an episode says nothing about where a
-  request ends, or about the arm's error at rest. A rate correction (velocity, acceleration) only smooths the way there
-  and does not disqualify it.
+  request ends. A rate correction (velocity, acceleration) only smooths the way there
+  and does not disqualify it. A ``tracking`` label holds whoever set the command: the
+  arm's error at rest is the same, and the episodes the supervisor holds near an
+  obstacle are the drifted arm's hardest tasks.
 
 Invariants: only the shift's parameters change; a label is bounded by the shift's
 own bound, so the regression never asks for a shift the actor cannot make; the kept
@@ -139,11 +142,6 @@ class HindsightConfig(BaseModel):
         default=0.1,
         gt=0.0,
         description="Largest |settle slice| entry over the final steps at rest (its unit, rad/s)",
-    )
-    labelled_steps: int = Field(
-        default=0,
-        ge=0,
-        description="Label only an episode's last this many states; 0 labels every state (steps)",
     )
     updates_per_episode: int = Field(
         default=200,
@@ -300,9 +298,8 @@ class HindsightLearner:
         ):
             self.skipped["moving"] += 1
             return
-        # Who chose the command does not change the arm's error at rest, so a tracking
-        # label holds whoever drove; where a request ends says nothing once a person or
-        # the supervisor moved it.
+        # Where a request ends says nothing once a person or the supervisor moved it; the
+        # arm's error at rest does not depend on who set the command (module docstring).
         if c.label == "goal" and any(step.human for step in chain):
             self.skipped["human"] += 1
             return
@@ -332,8 +329,6 @@ class HindsightLearner:
             inputs = obs.copy()
             inputs[:, self.goal_slice] = achieved
         label = np.clip(error, -0.999 * self._bound, 0.999 * self._bound)
-        if c.labelled_steps:
-            inputs = inputs[-c.labelled_steps :]
         x = torch.from_numpy(self.normalize(inputs))
         y = torch.from_numpy(np.repeat(label[None, :].astype(np.float32), len(x), axis=0))
         self._kept.append((x, y))

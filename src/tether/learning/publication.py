@@ -10,10 +10,10 @@ decision is a :class:`TrustRegionDecision`, counted by the learner.
 
 An actor with a goal shift (``tether.policy.networks.GoalShift``, trained by
 ``tether.learning.hindsight``) changes only where it reaches: its step starts at the whole
-way (``alpha = 1``) and is halved until the largest change of the goal shift on the recent
-states is at most ``max_goal_shift_change`` (the shifted slice's unit); the action and KL bounds,
-which its frozen layers' narrow Gaussian would turn into a bound of millimetres, do not
-apply to it.
+way (``alpha = 1``) and is halved until the largest change of the goal shift on the
+recent states is at most ``max_goal_shift_change`` (the shifted slice's unit); the action
+and KL bounds, which its frozen layers' narrow Gaussian would turn into a bound of
+millimetres, do not apply to it.
 
 Invariant: a step this module accepts satisfies its thresholds on the states it was
 given; the deployed weights it returns are exactly the candidate that was measured.
@@ -66,14 +66,15 @@ class PublicationConfig(BaseModel):
         default=MAX_GOAL_SHIFT_CHANGE,
         gt=0.0,
         description="Largest change of a goal-shift actor's shift on recent states, in the "
-        "shifted slice's unit (rad for the arm's command); replaces the action and KL bounds for such actors",
+        "shifted slice's unit (rad for the arm's command); replaces the action and KL "
+        "bounds for such actors",
     )
     min_goal_shift_change: float = Field(
         default=0.01,
         ge=0.0,
-        description="A goal-shift actor's candidate that moves its reach by less than this "
-        "(the shifted slice's unit: rad for the arm's command) is not published: it would hold the gate for a "
-        "change the robots cannot tell from live's",
+        description="A goal-shift actor's candidate that moves its shift by less than this "
+        "(the shifted slice's unit: rad for the arm's command) is not published: it would "
+        "hold the gate for a change the robots cannot tell from live's",
     )
     max_shrink_steps: int = Field(
         default=3,

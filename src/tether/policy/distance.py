@@ -37,7 +37,7 @@ class PolicyDistance:
 
     action_change_rms: float  # normalized action units
     kl: float  # nats, mean over states
-    goal_shift_change: float = 0.0  # shifted slice's unit, max over states (goal-shift actors only)
+    goal_shift_change: float = 0.0  # shifted slice's unit, max over states (goal shifts only)
 
 
 def gaussian_kl(

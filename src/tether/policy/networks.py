@@ -224,7 +224,8 @@ class GoalShiftNet(nn.Module):
         return torch.tanh(self.net(obs)) * self.scale
 
     def reach(self, obs: torch.Tensor) -> torch.Tensor:
-        """The same shift in the slice's own unit (rad for the arm's command, m for its target)."""
+        """The same shift in the slice's own unit (rad for the arm's command, m for its
+        target)."""
         return torch.tanh(self.net(obs)) * self.bound
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

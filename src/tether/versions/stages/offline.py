@@ -51,8 +51,9 @@ class OfflineStageConfig(BaseModel):
     max_goal_shift_change: float = Field(
         default=MAX_GOAL_SHIFT_CHANGE,
         gt=0.0,
-        description="Largest change of a goal-shift actor's shift, in the shifted slice's unit (rad "
-        "for the arm's command); replaces the action and KL bounds when live and candidate carry one",
+        description="Largest change of a goal-shift actor's shift, in the shifted slice's "
+        "unit (rad for the arm's command); replaces the action and KL bounds when live and "
+        "candidate carry one",
     )
     value_margin: float = Field(
         default=0.5,
