@@ -35,7 +35,10 @@ What this needs from the data, all of it in every transition the robots send:
   recomputed from that version's weights (``weights_of``, the learner's known versions;
   an episode of a version it does not hold is skipped and counted);
 - that the arm came to rest (joint speeds below ``settle_speed`` over the last
-  ``settle_steps``): a moving arm has no error at rest and no place it ended;
+  ``settle_steps``): a moving arm has no error at rest and no place it ended. A
+  ``tracking`` label is read joint by joint, so a joint still moving (a weak wrist's
+  limit cycle under the delay) only leaves its own entry unlabelled (weight 0 in the
+  regression); a ``goal`` label needs every joint at rest;
 - for ``goal`` labels, also no person driving and no supervisor holding the arm
   somewhere else at the end (a position, workspace, obstacle or torque correction, or a
   backup, over the last ``settle_steps``): such an episode says nothing about where a
@@ -222,6 +225,15 @@ class HindsightLearner:
                 f"hindsight: the actor's goal shift moves entries {shift.goal}, not the "
                 f"{config.goal!r} slice {self.goal_slice}"
             )
+        widths = {
+            name: slices[name].stop - slices[name].start
+            for name in (config.goal, config.achieved, config.settle)
+        }
+        if config.label == "tracking" and len(set(widths.values())) != 1:
+            raise LearnerConfigError(
+                "hindsight: a tracking label reads the shifted, achieved and settle slices "
+                f"entry by entry (one per joint), but their widths differ: {widths}"
+            )
         self.config = config
         self.actor = actor
         self.arch = actor.arch
@@ -234,7 +246,11 @@ class HindsightLearner:
         self._generator = torch.Generator().manual_seed(config.seed)
         self._scratch = Actor(actor.arch).eval().requires_grad_(False)
         self._open_rows: dict[bytes, list[_Step]] = {}
-        self._kept: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=config.episodes_kept)
+        # (inputs, labels, weights): a weight is 0 where an entry has no label (a joint
+        # that had not come to rest)
+        self._kept: deque[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = deque(
+            maxlen=config.episodes_kept
+        )
         self.weights_of: Callable[[int], StateDict | None] = lambda _version: None
         self.budget = 0.0
         self.updates = 0
@@ -292,10 +308,15 @@ class HindsightLearner:
     def _finish(self, chain: list[_Step]) -> None:
         c = self.config
         tail = chain[-c.settle_steps :]
-        if len(chain) < c.settle_steps or (
-            max(float(np.abs(step.next_observation[self.settle_slice]).max()) for step in tail)
-            >= c.settle_speed
-        ):
+        speed = np.max([np.abs(step.next_observation[self.settle_slice]) for step in tail], axis=0)
+        # A goal label needs the whole arm at rest; a tracking label is read per joint, so
+        # a joint still moving (a weak wrist's limit cycle under a delay, say) only drops
+        # its own entry.
+        resting = speed < c.settle_speed
+        if c.label == "goal":
+            width = self.goal_slice.stop - self.goal_slice.start
+            resting = np.full(width, bool(resting.all()))
+        if len(chain) < c.settle_steps or not resting.any():
             self.skipped["moving"] += 1
             return
         # Where a request ends says nothing once a person or the supervisor moved it; the
@@ -331,7 +352,8 @@ class HindsightLearner:
         label = np.clip(error, -0.999 * self._bound, 0.999 * self._bound)
         x = torch.from_numpy(self.normalize(inputs))
         y = torch.from_numpy(np.repeat(label[None, :].astype(np.float32), len(x), axis=0))
-        self._kept.append((x, y))
+        weight = torch.from_numpy(np.repeat(resting[None, :].astype(np.float32), len(x), axis=0))
+        self._kept.append((x, y, weight))
         self.episodes += 1
         self.budget += c.updates_per_episode
 
@@ -342,11 +364,13 @@ class HindsightLearner:
 
     def update(self) -> HindsightStats:
         """One regression step of the shift on relabelled states of the kept episodes."""
-        xs = torch.cat([x for x, _ in self._kept])
-        ys = torch.cat([y for _, y in self._kept])
+        xs = torch.cat([x for x, _, _ in self._kept])
+        ys = torch.cat([y for _, y, _ in self._kept])
+        ws = torch.cat([w for _, _, w in self._kept])
         pick = torch.randint(0, len(xs), (self.config.batch_size,), generator=self._generator)
         predicted = self.net.reach(xs[pick])
-        loss = (predicted - ys[pick]).pow(2).mean()
+        w = ws[pick]
+        loss = ((predicted - ys[pick]).pow(2) * w).sum() / w.sum().clamp(min=1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
