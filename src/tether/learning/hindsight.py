@@ -132,11 +132,12 @@ class HindsightConfig(BaseModel):
     lr: float = Field(default=1e-3, gt=0.0, description="Adam learning rate of the shift (1)")
     batch_size: int = Field(default=256, ge=1, description="Relabelled states per update (rows)")
     episodes_kept: int = Field(
-        default=16,
+        default=72,
         ge=1,
-        description="Most recent labelled episodes the regression draws from: few enough to "
-        "follow a drifting arm (two robots finish 16 in about 32 s), enough to cover the "
-        "tasks (episodes)",
+        description="Most recent labelled episodes the regression draws from: enough to "
+        "hold each task of a robot cell's cycle at least once (tether run's 16 tasks, each "
+        "twice, on two robots: 64 episodes in about 128 s), few enough to follow a drift "
+        "within a few minutes (episodes)",
     )
     settle_steps: int = Field(
         default=10, ge=1, description="Final steps that must be at rest for a label (steps)"
