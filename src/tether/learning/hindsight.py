@@ -252,6 +252,9 @@ class HindsightLearner:
         self._kept: deque[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = deque(
             maxlen=config.episodes_kept
         )
+        # The kept episodes' rows joined, rebuilt only when an episode comes or goes (an
+        # update draws from them hundreds of times per episode).
+        self._rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.weights_of: Callable[[int], StateDict | None] = lambda _version: None
         self.budget = 0.0
         self.updates = 0
@@ -330,7 +333,7 @@ class HindsightLearner:
             return
         obs = np.stack([step.observation for step in chain])
         achieved = chain[-1].next_observation[self.achieved_slice]
-        if self.config.label == "tracking":
+        if c.label == "tracking":
             # Where the arm rests minus the command it holds there: reading its command
             # moved by this, the actor ends holding a command offset by the opposite,
             # and the arm then rests where the actor meant it to. To first order the
@@ -355,6 +358,7 @@ class HindsightLearner:
         y = torch.from_numpy(np.repeat(label[None, :].astype(np.float32), len(x), axis=0))
         weight = torch.from_numpy(np.repeat(resting[None, :].astype(np.float32), len(x), axis=0))
         self._kept.append((x, y, weight))
+        self._rows = None
         self.episodes += 1
         self.budget += c.updates_per_episode
 
@@ -365,9 +369,10 @@ class HindsightLearner:
 
     def update(self) -> HindsightStats:
         """One regression step of the shift on relabelled states of the kept episodes."""
-        xs = torch.cat([x for x, _, _ in self._kept])
-        ys = torch.cat([y for _, y, _ in self._kept])
-        ws = torch.cat([w for _, _, w in self._kept])
+        if self._rows is None:
+            inputs, labels, weights = zip(*self._kept, strict=True)
+            self._rows = (torch.cat(inputs), torch.cat(labels), torch.cat(weights))
+        xs, ys, ws = self._rows
         pick = torch.randint(0, len(xs), (self.config.batch_size,), generator=self._generator)
         predicted = self.net.reach(xs[pick])
         w = ws[pick]
