@@ -55,7 +55,7 @@ import torch
 
 from tether.data.columns import TransitionArrays
 from tether.learning.core import LearnerCore
-from tether.learning.hindsight import bundle_for_learner
+from tether.learning.hindsight import HindsightConfig, bundle_for_learner
 from tether.learning.learner_config import LearnerConfig
 from tether.learning.publication import PublishOutcome, RecentStates, TrustRegion
 from tether.policy.action_frame import CommandStepFrame
@@ -80,11 +80,13 @@ RECIPES: dict[str, dict[str, Any]] = {
     # (goal relabelling; the default before the tracking label).
     "hindsight-goal": {
         "algorithm": "hindsight",
-        "hindsight.label": "goal",
-        "hindsight.goal": "target",
-        "hindsight.achieved": "end_effector",
-        "hindsight.bound": 0.1,
-        "hindsight.episodes_kept": 30,
+        **{
+            f"hindsight.{key}": value
+            for key, value in HindsightConfig.goal_relabelling(episodes_kept=30)
+            .model_dump()
+            .items()
+            if key != "seed"  # learner_config sets the run's seed
+        },
         "publication.max_goal_shift_change": 0.05,
         "gate.offline.max_goal_shift_change": 0.05,
     },
