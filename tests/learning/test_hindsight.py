@@ -67,14 +67,16 @@ def _interleave(a: TransitionArrays, b: TransitionArrays) -> TransitionArrays:
     return TransitionArrays(**cols)
 
 
-def _learner(bundle: PolicyBundle, **config: object) -> HindsightLearner:
-    actor = bundle.build_actor()
-    learner = HindsightLearner(
-        actor,
-        HindsightConfig.goal_relabelling(**config),
-        SPEC,
-        ObservationNormalizer(bundle.manifest.normalizer),
+def _learner(bundle: PolicyBundle, config: HindsightConfig) -> HindsightLearner:
+    """A learner on ``bundle``'s actor; it knows no versions (``weights_of`` says None)."""
+    return HindsightLearner(
+        bundle.build_actor(), config, SPEC, ObservationNormalizer(bundle.manifest.normalizer)
     )
+
+
+def _goal_learner(bundle: PolicyBundle, **config: object) -> HindsightLearner:
+    """A goal-label learner that knows ``bundle``'s version."""
+    learner = _learner(bundle, HindsightConfig.goal_relabelling(**config))
     learner.weights_of = {bundle.version.id: dict(bundle.actor_state)}.get
     return learner
 
@@ -100,7 +102,7 @@ def test_interleaved_robots_come_apart_into_their_own_episodes(shifted: PolicyBu
     end1, end2 = t1 - [0.0, 0.0, 0.05], t2 - [0.01, 0.0, 0.03]
     a = _rows(_episode(t1, end1, 40, rng), shifted.version.id)
     b = _rows(_episode(t2, end2, 40, rng), shifted.version.id)
-    learner = _learner(shifted)
+    learner = _goal_learner(shifted)
     both = _interleave(a, b)
     learner.observe(TransitionArrays(*(c[:30] for c in both)))
     assert learner.episodes == 0  # neither has finished
@@ -121,7 +123,7 @@ def test_the_label_adds_the_shift_of_the_version_that_acted(shifted: PolicyBundl
     end = target - [0.0, 0.0, 0.04]
     acted = {k: v.clone() for k, v in shifted.actor_state.items()}
     acted["goal.net.4.bias"] = torch.tensor([0.0, 0.0, 5.0])  # saturated: +bound in z
-    learner = _learner(shifted)
+    learner = _goal_learner(shifted)
     learner.weights_of = {shifted.version.id: dict(shifted.actor_state), 7: acted}.get
     learner.observe(_rows(_episode(target, end, 40, rng), 7))
     ((_, y, _),) = learner._kept
@@ -149,7 +151,7 @@ def test_an_episode_that_says_nothing_about_where_a_request_ends_is_skipped(
         rows.action_sources[10] = HUMAN_SOURCE_CODE
     if why == "corrected":
         rows.safety_checks[-2] = int(SafetyCheck.WORKSPACE)
-    learner = _learner(shifted)
+    learner = _goal_learner(shifted)
     learner.observe(rows)
     assert learner.skipped[why] == 1
     assert learner.episodes == 0
@@ -161,7 +163,7 @@ def test_a_rate_correction_at_the_end_still_labels(shifted: PolicyBundle) -> Non
     target = np.array([0.3, 0.0, 0.3], np.float32)
     rows = _rows(_episode(target, target - [0, 0, 0.03], 40, rng), shifted.version.id)
     rows.safety_checks[-2] = int(SafetyCheck.ACCELERATION | SafetyCheck.VELOCITY)
-    learner = _learner(shifted)
+    learner = _goal_learner(shifted)
     learner.observe(rows)
     assert learner.episodes == 1
 
@@ -169,7 +171,7 @@ def test_a_rate_correction_at_the_end_still_labels(shifted: PolicyBundle) -> Non
 def test_the_shift_learns_to_ask_for_what_the_arm_falls_short_of(shifted: PolicyBundle) -> None:
     rng = np.random.default_rng(3)
     sag = np.array([0.0, 0.0, 0.04], np.float32)
-    learner = _learner(shifted, updates_per_episode=60, lr=3e-3)
+    learner = _goal_learner(shifted, updates_per_episode=60, lr=3e-3)
     for _ in range(10):
         target = rng.uniform([0.2, -0.2, 0.15], [0.45, 0.2, 0.4]).astype(np.float32)
         learner.observe(_rows(_episode(target, target - sag, 40, rng), shifted.version.id))
@@ -290,11 +292,8 @@ def test_tracking_labels_the_error_at_rest_on_the_episode_as_it_was(
     command = np.array([0.1, 0.8, 1.2, 0.4], np.float32)
     rest = command - np.array([0.0, 0.06, 0.04, 0.1], np.float32)
     obs = _held(command, rest, 40, rng)
-    learner = HindsightLearner(
-        tracking.build_actor(),
-        HindsightConfig(),
-        SPEC,
-        ObservationNormalizer(tracking.manifest.normalizer),
+    learner = _learner(
+        tracking, HindsightConfig()
     )  # no known versions: a tracking label needs none
     learner.observe(_rows(obs, 99))
     assert learner.episodes == 1
@@ -310,12 +309,7 @@ def test_the_shift_learns_the_tracking_error_and_moves_nothing_else(
 ) -> None:
     rng = np.random.default_rng(7)
     sag = np.array([0.0, -0.08, -0.05, -0.12], np.float32)  # the joints rest short
-    learner = HindsightLearner(
-        tracking.build_actor(),
-        HindsightConfig(updates_per_episode=60, lr=3e-3),
-        SPEC,
-        ObservationNormalizer(tracking.manifest.normalizer),
-    )
+    learner = _learner(tracking, HindsightConfig(updates_per_episode=60, lr=3e-3))
     for _ in range(10):
         command = rng.uniform([-1, 0.2, 0.5, -0.5], [1, 1.0, 1.5, 0.5]).astype(np.float32)
         learner.observe(_rows(_held(command, command + sag, 40, rng), tracking.version.id))
@@ -337,12 +331,7 @@ def test_tracking_labels_an_episode_whoever_chose_the_command(
         rows.action_sources[10] = HUMAN_SOURCE_CODE
     else:
         rows.safety_checks[-2] = int(SafetyCheck.OBSTACLE)
-    learner = HindsightLearner(
-        tracking.build_actor(),
-        HindsightConfig(),
-        SPEC,
-        ObservationNormalizer(tracking.manifest.normalizer),
-    )
+    learner = _learner(tracking, HindsightConfig())
     learner.observe(rows)
     assert learner.episodes == 1
     moving = _held(command, command - 0.05, 40, rng)
@@ -357,12 +346,7 @@ def test_a_joint_still_moving_drops_only_its_own_tracking_label(tracking: Policy
     joints' errors at rest readable: the episode is labelled with the wrist's entry
     weighted out, and the regression does not pull the wrist's shift toward its label."""
     rng = np.random.default_rng(9)
-    learner = HindsightLearner(
-        tracking.build_actor(),
-        HindsightConfig(updates_per_episode=60, lr=3e-3),
-        SPEC,
-        ObservationNormalizer(tracking.manifest.normalizer),
-    )
+    learner = _learner(tracking, HindsightConfig(updates_per_episode=60, lr=3e-3))
     sag = np.array([-0.02, -0.08, -0.05, -0.12], np.float32)
     for _ in range(6):
         command = rng.uniform([-1, 0.2, 0.5, -0.5], [1, 1.0, 1.5, 0.5]).astype(np.float32)
