@@ -292,9 +292,8 @@ def test_tracking_labels_the_error_at_rest_on_the_episode_as_it_was(
     command = np.array([0.1, 0.8, 1.2, 0.4], np.float32)
     rest = command - np.array([0.0, 0.06, 0.04, 0.1], np.float32)
     obs = _held(command, rest, 40, rng)
-    learner = _learner(
-        tracking, HindsightConfig()
-    )  # no known versions: a tracking label needs none
+    # no known versions: a tracking label needs none
+    learner = _learner(tracking, HindsightConfig())
     learner.observe(_rows(obs, 99))
     assert learner.episodes == 1
     ((x, y, _),) = learner._kept
