@@ -256,7 +256,8 @@ def test_shipped_policy_closed_loop_matches() -> None:
         deterministic = step % 3 != 0 or rng.random() < 0.5
         return engine.act(obs[None].astype(np.float32), deterministic).actions[0]
 
-    assert closed_loop(policy, episodes=6) > 1000
+    # Episodes end once the arm settles (ArmEnvConfig.end_when_settled): ~120 steps each.
+    assert closed_loop(policy, episodes=10) > 1000
 
 
 def test_tiny_segments_match_the_python_path() -> None:

@@ -1,12 +1,16 @@
-"""The built-in arm's acceleration bound holds on the MuJoCo model it describes."""
+"""The built-in arm's presets hold on the MuJoCo model and the tasks they describe."""
 
 from __future__ import annotations
 
 import mujoco
 import numpy as np
 
-from tether.safety.presets import ARM_ACCELERATION_PER_ACTION_SCALE, arm_limits
-from tether.sim import arm_spec
+from tether.safety.presets import (
+    ARM_ACCELERATION_PER_ACTION_SCALE,
+    ARM_OBSTACLE_MARGIN_M,
+    arm_limits,
+)
+from tether.sim import ArmEnvConfig, arm_spec
 from tether.sim.geometry import ARM
 from tether.sim.mjcf import build_model
 
@@ -35,3 +39,11 @@ def test_acceleration_per_action_bounds_the_arm_everywhere_in_its_range() -> Non
     declared = np.asarray(arm_spec().joint_acceleration_limit_rad_s2)
     assert np.all(worst > 10 * declared)
     assert np.all(bound == ARM_ACCELERATION_PER_ACTION_SCALE * declared)
+
+
+def test_the_arms_targets_lie_beyond_the_supervisors_obstacle_margin() -> None:
+    """A target whose pose is inside (or on) the supervisor's obstacle margin is a task
+    no supervised arm settles on: the sampler keeps its gap beyond it."""
+    clearance = ArmEnvConfig().target_obstacle_clearance_m
+    assert clearance >= ARM_OBSTACLE_MARGIN_M + 0.01
+    assert arm_limits().obstacle_margin_m == ARM_OBSTACLE_MARGIN_M

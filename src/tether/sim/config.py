@@ -41,6 +41,19 @@ class ArmEnvConfig(BaseModel):
         description="An episode succeeds when the end effector stays within the success "
         "radius over this many last steps: settled, not passing through (steps)",
     )
+    end_when_settled: bool = Field(
+        default=True,
+        description="End the episode early (as a truncation: the task is done, the state is "
+        "not terminal) once the end effector has stayed within the success radius with "
+        "every joint slower than settle_speed_rad_s over the last settle_steps steps; "
+        "otherwise every episode runs episode_steps (flag)",
+    )
+    settle_speed_rad_s: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="Joint speed below which the arm counts as at rest for end_when_settled "
+        "(rad/s)",
+    )
     distance_weight: float = Field(
         default=1.0,
         ge=0.0,
@@ -75,10 +88,16 @@ class ArmEnvConfig(BaseModel):
         ge=0.0,
         description="Half-width of the uniform spread around home at reset (rad)",
     )
+    # 0.08: beyond the built-in supervisor's 6 cm obstacle margin with 2 cm to settle in.
+    # At 5 cm the sampler drew targets whose pose lay 1 cm outside that margin; the way
+    # there runs along it, and the shipped policy stalled on the margin 20 cm short, one
+    # tiny correction a step, until its robot went RESTRICTED.
     target_obstacle_clearance_m: float = Field(
-        default=0.05,
+        default=0.08,
         ge=0.0,
-        description="Gap kept between the arm at a target's sampled pose and the obstacle (m)",
+        description="Gap kept between the arm at a target's sampled pose and the obstacle; "
+        "keep it beyond the supervisor's obstacle margin, or targets lie where a supervised "
+        "arm cannot settle (m)",
     )
     target_min_height_m: float = Field(
         default=0.05, description="Lowest target height above the base plane (m)"

@@ -114,7 +114,9 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         self._obs = np.zeros(self.robot_spec.obs_dim, dtype=np.float32)
         self.global_step = 0
         self.episode_step = 0
-        self._outcome = OutcomeTracker(self.config.success_radius_m, self.config.settle_steps)
+        self._outcome = OutcomeTracker(
+            self.config.success_radius_m, self.config.settle_steps, self.config.settle_speed_rad_s
+        )
         self.action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
         self.observation_space = _observation_space(
             self._low, self._high, self._vlim, position=self._position
@@ -205,7 +207,8 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         q, qd = data.qpos, data.qvel
         # ndarray methods, not np.any/np.linalg.norm: this runs thousands of times a second.
         limit = limit or bool((q < self._low).any() or (q > self._high).any())
-        too_fast = bool((np.abs(qd) > self._vlim).any())
+        speed = np.abs(qd)
+        too_fast = bool((speed > self._vlim).any())
         ee = data.site_xpos[self._site]
         outside = bool((ee < self._ws_low).any() or (ee > self._ws_high).any())
         offset = ee - self._target
@@ -234,10 +237,14 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
             self._command_change_rad = command_rad - self._command_rad
             self._command_rad = command_rad
         outcome = self._outcome
-        outcome.record(distance, reward, contact, limit, too_fast)
+        outcome.record(distance, reward, contact, limit, too_fast, float(speed.max()))
         self.global_step += 1
         self.episode_step += 1
-        truncated = self.episode_step >= cfg.episode_steps
+        # A task that is done ends the episode as a truncation: holding the target is not a
+        # terminal state (a critic still bootstraps through it).
+        truncated = self.episode_step >= cfg.episode_steps or (
+            cfg.end_when_settled and outcome.at_rest
+        )
         counts = outcome.outcome()
         info: dict[str, Any] = {
             "obstacle_contact": contact,
