@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.serving.serving_harness import RunningServer
 from tests.versions.builders import arm_observations, derived, make_engine, nudged
@@ -27,8 +28,13 @@ from tether.versions.records import EpisodeOutcome, VersionSource, VersionState
 EPISODES = 16
 
 
+@pytest.mark.parametrize("tightening", [0.8, 1.0])
 def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
-    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+    base_bundle: PolicyBundle,
+    tmp_path: Path,
+    spec: RobotSpec,
+    supervisor: Supervisor,
+    tightening: float,
 ) -> None:
     versions = PolicyVersions(
         VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
@@ -40,7 +46,7 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     )
     versions.registry.transition(candidate.id, VersionState.SHADOW, "test: shadow passed")
     versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
-    versions.router.start_canary(candidate.id, fraction=0.5, tightening=0.8)
+    versions.router.start_canary(candidate.id, fraction=0.5, tightening=tightening)
     finished: list[EpisodeOutcome] = []
     on_episode = versions.on_episode
 
@@ -86,11 +92,14 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
         assert {episodes[k][0], episodes[k + 1][0]} == {candidate.id, live.id}
     assert canary_episodes == EPISODES // 2
     # The task id and the final distance travelled with the steps into the outcomes.
-    routed_outcomes = [o for o in finished if o.tightened]
+    # Both arms are marked as the experiment whatever the limits (the canary pairs on
+    # that), and as tightened only when the limits were.
+    routed_outcomes = [o for o in finished if o.experiment]
     assert len(routed_outcomes) == EPISODES
+    assert all(o.tightened == (tightening < 1.0) for o in routed_outcomes)
     assert [o.task_id for o in routed_outcomes] == [f"task-{k // 2}" for k in range(EPISODES)]
     assert all(o.final_distance_m == np.float32(0.05) for o in routed_outcomes)
-    assert {o.task_id for o in finished if not o.tightened} == {""}  # pinned: undeclared
+    assert {o.task_id for o in finished if not o.experiment} == {""}  # pinned: undeclared
     assert set(served["pinned"]) == {live.id}  # a pin beats the router
     canary = versions.registry.metrics(candidate.id)
     live_metrics = versions.registry.metrics(live.id)

@@ -77,6 +77,7 @@ def _episode(
         interventions,
         backups,
         decision.tightened,
+        decision.experiment,
         task_id=f"seed-{task}",
         final_distance_m=env.episode_outcome().final_distance_m,
     )
@@ -269,3 +270,26 @@ def test_a_live_version_that_degrades_on_the_arm_is_rolled_back(
     assert told[-1].current.id == 2
     assert versions.registry.get(3).state is VersionState.REJECTED
     assert "rolled back" in versions.registry.get(3).reason
+
+
+def test_the_rollback_monitor_watches_lives_own_traffic_not_the_experiment(
+    tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    """The canary judges the experiment's episodes against a control run at the same
+    time; the monitor, which compares live with a window recorded earlier, sees only
+    live's own episodes, at any canary limits (1.0 included)."""
+    config = VersionsConfig(
+        rollback=RollbackConfig(window_episodes=8, min_episodes=2, sustain_episodes=1)
+    )
+    versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
+    live = versions.load(reaching_bundle(spec, tmp_path / "r").path)  # type: ignore[arg-type]
+
+    def outcome(experiment: bool) -> EpisodeOutcome:
+        return EpisodeOutcome(live.id, 0.0, True, 100, 0, 0, experiment=experiment)
+
+    for _ in range(4):
+        versions.on_episode(outcome(experiment=True))
+    assert versions.rollback.compare(live.id, live.id) is None  # nothing recorded
+    for _ in range(4):
+        versions.on_episode(outcome(experiment=False))
+    assert versions.rollback.compare(live.id, live.id) is not None

@@ -70,6 +70,7 @@ class ActionOutcome:
     safety_ns: int
     degradation: DegradationLevel  # the level its robot was supervised at
     tightened: bool = False  # served under a canary's tightened limits (canary or control)
+    experiment: bool = False  # served as a canary or its control, at whatever limits
     # A chunk policy's whole answer (``action``, ``proposed_action`` and ``verdict`` are
     # then its step 0): the supervised steps with each step's verdict, and what was proposed.
     chunk: ChunkVerdict | None = None
@@ -178,8 +179,8 @@ class InferencePipeline:
         decided = decide_batch(supervised, out.actions, version.id)
         per_row_ns = (time.perf_counter_ns() - start) // len(queries)
         safe_rows = np.empty_like(out.actions)
-        for j, (s, row, (action, verdict)) in enumerate(
-            zip(supervised, rows, decided, strict=True)
+        for j, (q, s, row, (action, verdict)) in enumerate(
+            zip(queries, supervised, rows, decided, strict=True)
         ):
             safe_rows[j] = action
             results[row] = ActionOutcome(
@@ -191,6 +192,7 @@ class InferencePipeline:
                 safety_ns=per_row_ns,
                 degradation=s.level,
                 tightened=s.tightening < 1.0,
+                experiment=q.route is not None and q.route.experiment,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
@@ -256,6 +258,7 @@ class InferencePipeline:
                 safety_ns=elapsed,
                 degradation=level,
                 tightened=tightening < 1.0,
+                experiment=q.route is not None and q.route.experiment,
                 chunk=chunk,
                 proposed_chunk=chunks[j],
             )

@@ -80,7 +80,7 @@ class ControlSession:
         tally = self._episode
         if tally.episode_id != episode_id:
             tally = self._episode = _EpisodeTally(
-                episode_id, outcome.version.id, outcome.tightened, task_id
+                episode_id, outcome.version.id, outcome.tightened, outcome.experiment, task_id
             )
         else:
             tally.episode_return += reward
@@ -98,6 +98,7 @@ class ControlSession:
             interventions=tally.interventions,
             backups=tally.backups,
             tightened=tally.tightened,
+            experiment=tally.experiment,
             task_id=tally.task_id,
             final_distance_m=final_distance_m,
         )
@@ -154,11 +155,18 @@ class _EpisodeTally:
     """Running totals of the episode a session is in."""
 
     def __init__(
-        self, episode_id: str = "", version: int = 0, tightened: bool = False, task_id: str = ""
+        self,
+        episode_id: str = "",
+        version: int = 0,
+        tightened: bool = False,
+        experiment: bool = False,
+        task_id: str = "",
     ) -> None:
         self.episode_id = episode_id
         self.version = version
-        self.tightened = tightened  # routing is sticky per episode: its first step decides
+        # Routing is sticky per episode: its first step decides these.
+        self.tightened = tightened
+        self.experiment = experiment
         self.task_id = task_id  # as declared on the episode's first step (routing read it)
         self.episode_return = 0.0
         self.steps = 0

@@ -160,7 +160,9 @@ class PolicyVersions:
             outcome.version, episode_return=outcome.episode_return, success=outcome.success
         )
         self.promotion.on_episode(outcome)
-        if not outcome.tightened:  # the monitor compares versions at the same, full limits
+        # The monitor watches live's own traffic at the base limits: the experiment's
+        # episodes are judged by the canary, against a control run at the same time.
+        if not (outcome.experiment or outcome.tightened):
             self.rollback.add(outcome)
 
     # ----------------------------------------------------------------- versions

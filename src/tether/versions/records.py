@@ -100,6 +100,7 @@ class EpisodeOutcome:
     interventions: int  # steps whose action the supervisor changed or replaced
     backups: int  # steps served by a backup action
     tightened: bool = False  # served under a canary's tightened limits (the canary or its control)
+    experiment: bool = False  # served as the canary or its control, at whatever limits
     task_id: str = ""  # the task the robot declared (same id: same start and target); "" none
     final_distance_m: float | None = None  # the robot's final task error (m); None: not sent
 

@@ -38,10 +38,8 @@ from tether.versions.registry import PINNABLE, ModelRegistry
 class Role(StrEnum):
     LIVE = "live"  # the live version (no split, or the split chose it)
     SPLIT = "split"  # another version the operator's A/B split chose
-    CANARY = "canary"  # the canary under evaluation: serve it under tightened limits
-    CONTROL = (
-        "control"  # live, under the canary's tightened limits: what the canary is judged against
-    )
+    CANARY = "canary"  # the canary under evaluation, under the canary's limits
+    CONTROL = "control"  # live, under the same limits: what the canary is judged against
 
 
 @dataclass(frozen=True)
@@ -59,6 +57,11 @@ class RouteDecision:
     @property
     def tightened(self) -> bool:
         return self.tightening < 1.0
+
+    @property
+    def experiment(self) -> bool:
+        """Served as a canary or its control (whatever the limits)."""
+        return self.role in (Role.CANARY, Role.CONTROL)
 
 
 @dataclass(frozen=True)

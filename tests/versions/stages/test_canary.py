@@ -42,6 +42,7 @@ def _task_outcome(
         interventions=int(rng.binomial(200, 0.9 if negated else 0.3)),
         backups=0,
         tightened=True,
+        experiment=True,
         task_id=f"task-{task}",
         final_distance_m=float(distance),
     )
@@ -146,11 +147,13 @@ def test_only_episodes_paired_by_task_count() -> None:
     assert ev.pair_count == 0
     full = outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=2, tasks=True)
     cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tightened=True, tasks=True)
-    for a, b in zip(cand, full, strict=True):  # live at full limits is not the control
+    for a, b in zip(cand, full, strict=True):  # live outside the experiment is not the control
         assert ev.add(a) is None
         assert ev.add(b) is None
     assert ev.pair_count == 0
-    no_distance = [dataclasses.replace(o, tightened=True, final_distance_m=None) for o in full]
+    no_distance = [
+        dataclasses.replace(o, tightened=True, experiment=True, final_distance_m=None) for o in full
+    ]
     for o in no_distance:
         assert ev.add(o) is None
     assert ev.pair_count == 0
@@ -162,6 +165,21 @@ def test_only_episodes_paired_by_task_count() -> None:
         verdict = ev.add(o)
     assert verdict is not None
     assert ev.pair_count == 5
+
+
+def test_a_control_at_the_live_limits_pairs_as_the_control() -> None:
+    """At ``safety_tightening`` 1.0 the control's episodes are not tightened; what makes
+    them the control is that the router served them as the experiment's live arm."""
+    cfg = CanaryConfig(pairs=5, safety_tightening=1.0)
+    ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
+    control = outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=0, tasks=True)
+    cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tasks=True)
+    verdicts = []
+    for a, b in zip(cand, control, strict=True):
+        verdicts += [ev.add(dataclasses.replace(a, experiment=True))]
+        verdicts += [ev.add(dataclasses.replace(b, experiment=True))]
+    assert ev.pair_count == 5
+    assert verdicts[-1] is not None
 
 
 def test_the_canary_is_judged_against_its_control_not_live_at_full_limits() -> None:
@@ -179,7 +197,7 @@ def test_the_canary_is_judged_against_its_control_not_live_at_full_limits() -> N
     def judge(live: list[EpisodeOutcome], *, unguarded: bool) -> StageVerdict | None:
         ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
         if unguarded:  # any live episode as the reference
-            live = [dataclasses.replace(o, tightened=True) for o in live]
+            live = [dataclasses.replace(o, tightened=True, experiment=True) for o in live]
         verdict = None
         for a, b in zip(copy, live, strict=True):
             verdict = ev.add(a) or ev.add(b)

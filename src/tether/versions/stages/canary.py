@@ -2,7 +2,7 @@
 
 The router (``tether.versions.routing``) sends each task a robot declares to both arms:
 one episode to the canary, one to its *control* (the live version under the same
-tightened limits, ``SafetyLimits.tightened(config.safety_tightening)``), in an order
+limits, ``SafetyLimits.tightened(config.safety_tightening)``: the base ones at 1.0), in an order
 drawn per pair, so both arms see the same start poses and targets at nearly the same
 time (common random numbers). This module matches the finished episodes into pairs by
 task id and judges the per-pair differences (``tether.versions.statistics``):
@@ -53,7 +53,7 @@ class CanaryConfig(BaseModel):
         gt=0.0,
         le=0.5,
         description="Share of episodes the canary acts in; as many again are its control, the "
-        "live version under the same tightened limits, on the same tasks (ratio)",
+        "live version under the same limits, on the same tasks (ratio)",
     )
     pairs: int = Field(
         default=30,
@@ -120,8 +120,8 @@ class CanaryEvaluator:
             return None
         if outcome.version == self.candidate:
             arm = 0
-        elif outcome.version == self.baseline and outcome.tightened:
-            arm = 1  # the control: the same limits as the canary's
+        elif outcome.version == self.baseline and outcome.experiment:
+            arm = 1  # the control: live at the same limits as the canary's
         else:
             return None
         waiting = self._waiting.setdefault(outcome.task_id, (deque(), deque()))
