@@ -48,11 +48,15 @@ def _episode(
     return obs
 
 
-def _rows(obs: np.ndarray, version: int) -> TransitionArrays:
+def _rows(obs: np.ndarray, version: int, start_ns: int = 0) -> TransitionArrays:
+    """One robot's episode as the recorder sends it: a step every 20 ms from ``start_ns``,
+    each transition stamped with the arrival of its observation and of the next."""
     n = len(obs) - 1
     rows = TransitionArrays.empty(n, SPEC.obs_dim, SPEC.act_dim)
     rows.observations[:] = obs[:-1]
     rows.next_observations[:] = obs[1:]
+    rows.ingress_ns[:] = start_ns + 20_000_000 * np.arange(n)
+    rows.next_ingress_ns[:] = rows.ingress_ns + 20_000_000
     rows.truncated[-1] = True
     rows.policy_versions[:] = version
     return rows
@@ -115,6 +119,23 @@ def test_interleaved_robots_come_apart_into_their_own_episodes(shifted: PolicyBu
     x, _, _ = learner._kept[0]
     relabelled_goal = x[:, TARGET]
     assert torch.allclose(relabelled_goal, relabelled_goal[0].expand_as(relabelled_goal))
+
+
+def test_two_robots_seeing_the_same_observations_still_come_apart(
+    tracking: PolicyBundle,
+) -> None:
+    """Two robots on the same task with the same deterministic policy send the same
+    observations bit for bit; their arrival stamps keep the chains apart (chained by
+    observation alone, each step of one robot cut the other's chain: no episode at all)."""
+    rng = np.random.default_rng(3)
+    target = np.array([0.4, 0.1, 0.2], np.float32)
+    obs = _episode(target, target - [0.0, 0.0, 0.04], 40, rng)
+    a = _rows(obs, tracking.version.id, start_ns=0)
+    b = _rows(obs, tracking.version.id, start_ns=1_000_000)  # 1 ms behind
+    learner = _learner(tracking, HindsightConfig())
+    learner.observe(_interleave(a, b))
+    assert learner.episodes == 2
+    assert learner.skipped["moving"] == 0
 
 
 def test_the_label_adds_the_shift_of_the_version_that_acted(shifted: PolicyBundle) -> None:

@@ -28,9 +28,11 @@ Two labels (``HindsightConfig.label``):
 
 What this needs from the data, all of it in every transition the robots send:
 
-- episodes: transitions are chained by observation (a transition's ``next_observation``
-  is its robot's next ``observation``, bit for bit: the recorder pairs them from the same
-  steps), so the robots' interleaved streams come apart without a robot id;
+- episodes: transitions are chained by observation and arrival (a transition's
+  ``next_observation`` and ``next_ingress_ns`` are its robot's next ``observation`` and
+  ``ingress_ns``, bit for bit: the recorder stamps them from the same steps), so the
+  robots' interleaved streams come apart without a robot id, even when two robots run
+  the same task with the same policy and see the same observations;
 - for ``goal`` labels, the shift the deployed version used at the episode's last step:
   recomputed from that version's weights (``weights_of``, the learner's known versions;
   an episode of a version it does not hold is skipped and counted);
@@ -246,7 +248,7 @@ class HindsightLearner:
         self.optimizer = torch.optim.Adam(self.net.net.parameters(), lr=config.lr)
         self._generator = torch.Generator().manual_seed(config.seed)
         self._scratch = Actor(actor.arch).eval().requires_grad_(False)
-        self._open_rows: dict[bytes, list[_Step]] = {}
+        self._open_rows: dict[tuple[bytes, int], list[_Step]] = {}
         # (inputs, labels, weights): a weight is 0 where an entry has no label (a joint
         # that had not come to rest)
         self._kept: deque[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = deque(
@@ -292,7 +294,7 @@ class HindsightLearner:
     def observe(self, rows: TransitionArrays) -> None:
         """Chain raw transitions into episodes; label each one that finishes."""
         for i in range(len(rows)):
-            chain = self._open_rows.pop(rows.observations[i].tobytes(), [])
+            chain = self._open_rows.pop(_link(rows.observations[i], int(rows.ingress_ns[i])), [])
             chain.append(
                 _Step(
                     rows.observations[i].copy(),  # the caller may reuse its buffers
@@ -305,7 +307,7 @@ class HindsightLearner:
             if bool(rows.terminated[i]) or bool(rows.truncated[i]):
                 self._finish(chain)
                 continue
-            self._open_rows[rows.next_observations[i].tobytes()] = chain
+            self._open_rows[_link(rows.next_observations[i], int(rows.next_ingress_ns[i]))] = chain
             if len(self._open_rows) > _MAX_OPEN_EPISODES:
                 del self._open_rows[next(iter(self._open_rows))]
 
@@ -392,6 +394,11 @@ class HindsightLearner:
             self.update()
         self.budget -= n
         return n
+
+
+def _link(observation: np.ndarray, ingress_ns: int) -> tuple[bytes, int]:
+    """Where a chain continues: an observation, bit for bit, and when it arrived."""
+    return observation.tobytes(), ingress_ns
 
 
 def bundle_for_learner(bundle_path: Path, config: LearnerConfig, directory: Path) -> Path:
