@@ -109,3 +109,20 @@ def test_a_run_serves_the_compiled_path_where_it_can_and_eager_where_not(
     served = config.served_engine(chunk.architecture)
     assert served.execution == "eager"
     assert PolicyEngine(chunk, served).execution == "eager"
+
+
+def test_robots_sample_only_under_a_learner_that_explores() -> None:
+    assert RunConfig().robots_deterministic()  # hindsight learns from the error at rest
+    assert not RunConfig.build(algorithm="sac").robots_deterministic()
+    assert not RunConfig.build(algorithm="ppo").robots_deterministic()
+    explicit = RunConfig.build({"fleet": {"deterministic": False}})
+    assert not explicit.robots_deterministic()
+    assert RunConfig.build(
+        {"fleet": {"deterministic": True}}, algorithm="sac"
+    ).robots_deterministic()
+
+
+def test_the_runs_canary_acts_at_the_live_limits() -> None:
+    """With one learning robot every episode is in the experiment while a canary runs; at
+    tightened limits it would be a restricted arm beside a baseline at full limits."""
+    assert RunConfig().versions.promotion.canary.safety_tightening == 1.0

@@ -38,15 +38,20 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # The serving defaults judge a canary on 30 task pairs at a 20 % share: 150 episodes of a
 # learning robot, 10 minutes at 50 Hz, longer than the whole default run. With one
 # learning robot every episode goes to the experiment while a canary runs (half to the
-# canary, half to its control, live under the same tightened limits, on the same tasks:
-# the robot runs each task twice in a row), and the canary is judged on 4 pairs (8
-# episodes, about 35 s), so that the gate can judge a candidate learned after the drift
-# and the next one before the run's last quarter. The rollback monitor watches live at
-# full limits between canaries. A harm test on 4 pairs catches a clearly harmful
-# candidate (negated actions: every pair far worse in final distance) but not a subtle
-# regression: the rollback monitor is what catches that.
+# canary, half to its control, live on the same tasks: the robot runs each task twice in
+# a row), and the canary is judged on 4 pairs (8 episodes, about 35 s), so that the gate
+# can judge a candidate learned after the drift and the next ones before the run's last
+# quarter. The learner publishes again as soon as a verdict lands, so the learning robot
+# serves the experiment nearly all the time: the canary and its control act at the live
+# limits (tightening 1.0; the serving default 0.9 shrinks each joint's usable range by a
+# tenth, which put a target near the base's range out of reach of the learning robot for
+# the whole run while the baseline kept it). The supervisor still checks every canary
+# action against those limits. The rollback monitor watches live between canaries. A
+# harm test on 4 pairs catches a clearly harmful candidate (negated actions: every pair
+# far worse in final distance) but not a subtle regression: the rollback monitor is what
+# catches that.
 _RUN_VERSIONS = VersionsConfig(
-    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=4)),
+    promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=4, safety_tightening=1.0)),
     rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
 )
 
@@ -66,9 +71,12 @@ class FleetConfig(BaseModel):
     control_rate_hz: float = Field(
         default=50.0, gt=0.0, le=1000.0, description="Control rate of each robot in real time (Hz)"
     )
-    deterministic: bool = Field(
-        default=False,
-        description="Robots ask for the mean action instead of a sample; sampling explores (flag)",
+    deterministic: bool | None = Field(
+        default=None,
+        description="Robots ask for the mean action instead of a sample (flag); unset: the "
+        "mean under the hindsight learner, which learns from the error at rest and needs no "
+        "exploration (a sample only costs precision), a sample under SAC and PPO, which "
+        "explore",
     )
     seed: int = Field(
         default=0, ge=0, description="Seed of the first robot; robot i uses seed+i (1)"
@@ -212,6 +220,13 @@ class RunConfig(BaseModel):
             return self.server
         admission = self.server.admission.model_copy(update={"rate_limit_hz": 0.0})
         return self.server.model_copy(update={"admission": admission})
+
+    def robots_deterministic(self) -> bool:
+        """Whether the robots ask for the mean action: ``fleet.deterministic`` when set,
+        else only under a learner that does not explore (hindsight)."""
+        if self.fleet.deterministic is not None:
+            return self.fleet.deterministic
+        return self.learner.algorithm == "hindsight"
 
     def served_engine(self, arch: ActorArchitecture) -> EngineConfig:
         """Every engine a run builds for ``arch`` (the bundle's, each candidate's): a fixed

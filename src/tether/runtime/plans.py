@@ -38,7 +38,7 @@ def robot_plans(
                 task_seeds=fleet.task_seeds(),
                 control_rate_hz=fleet.control_rate_hz,
                 fast=config.fast,
-                deterministic=fleet.deterministic,
+                deterministic=config.robots_deterministic(),
                 duration_s=config.duration_s,
                 drift=drift,
                 pin_version=pin_version if baseline else None,
