@@ -40,7 +40,6 @@ class RoleSummary:
     post_drift_episodes: int
     pre_drift_return: float | None
     post_drift_return: float | None
-    recovery_ratio: float | None
     success_rate: float | None
     pre_drift_success_rate: float | None
     post_drift_success_rate: float | None
@@ -230,17 +229,6 @@ def _role_summary(
             f"{role}: no episode ended after {post_from:.1f} s: post-drift return undefined"
         )
     k_pre, k_post = sum(e.success for e in pre), sum(e.success for e in post)
-    ratio: float | None = None
-    if pre_return is not None and post_return is not None:
-        if pre_return > 0.0:
-            ratio = post_return / pre_return
-        else:
-            # A ratio against a non-positive reference reads backwards (a worse, more
-            # negative return would give a ratio above 1), so it is not reported.
-            notes.append(
-                f"{role}: pre-drift return {pre_return:.3g} is not positive: "
-                "recovery ratio undefined, compare the returns themselves"
-            )
     return RoleSummary(
         role=role,
         robots=tuple(sorted({e.robot_id for e in episodes})),
@@ -249,7 +237,6 @@ def _role_summary(
         post_drift_episodes=len(post),
         pre_drift_return=pre_return,
         post_drift_return=post_return,
-        recovery_ratio=ratio,
         success_rate=_mean([float(e.success) for e in episodes]),
         pre_drift_success_rate=_mean([float(e.success) for e in pre]),
         post_drift_success_rate=_mean([float(e.success) for e in post]),

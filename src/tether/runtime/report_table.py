@@ -18,7 +18,6 @@ ROLE_COLUMNS: tuple[str, ...] = (
     "episodes",
     "pre-drift return",
     "post-drift return",
-    "recovery post/pre",
     "success pre / post / all",
     "success kept (95 % CI)",
     "final distance pre / post",
@@ -49,7 +48,6 @@ def role_row(r: RoleSummary) -> tuple[str, ...]:
         f"{r.episodes} ({r.pre_drift_episodes} pre, {r.post_drift_episodes} post)",
         number(r.pre_drift_return),
         number(r.post_drift_return),
-        percent(r.recovery_ratio),
         success,
         _kept(r.success_kept),
         " / ".join(
