@@ -3,9 +3,9 @@
 ``EpisodeOutcome`` is the record every layer judges an episode by (gate, report,
 benchmarks): **success** means the end effector stayed within the success radius over
 the episode's last ``settle_steps`` steps (settled, not passing through), and
-**final distance** is where it ended. An episode may end early once the arm has also come
-to rest there (``at_rest``): a task that is done. The return rides along as a secondary figure: a
-threshold in the reward makes it noisy, the two above are not.
+**final distance** is where it ended. An episode may end early once the arm has also
+come to rest there (``at_rest``): a task that is done. The return rides along as a
+secondary figure: a threshold in the reward makes it noisy, the two above are not.
 
 Invariant: an outcome is built from what the physics reported step by step
 (``OutcomeTracker.record``), never from what a policy believed.
