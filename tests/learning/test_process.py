@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tether.data.channel import ChannelConfig, TransitionChannel
 from tether.data.columns import TransitionArrays
 from tether.learning.config import SACConfig
@@ -18,6 +20,7 @@ from tether.learning.publication import PublicationConfig
 from tether.policy import PolicyBundle
 from tether.policy.shared_weights import SharedWeights
 from tether.versions.learner_gate import LearnerGateConfig
+from tether.versions.stages.offline import OfflineStageConfig
 from tether.versions.stages.simulation import SimulationStageConfig
 from tether.versions.verdict_files import read_gate_record
 
@@ -26,13 +29,23 @@ from .conftest import resolve_pending
 Traffic = Callable[..., TransitionArrays]
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    learner: LearnerProcess | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            state = "" if learner is None else f"; learner {learner.counters()}, {learner.events()}"
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{state}")
         time.sleep(0.05)
 
 
+# Its waits add up to 300 s and stop() may take 65 s more: a slow machine fails it with the
+# learner's counters in the message, not with pytest-timeout's stack dump.
+@pytest.mark.timeout(420)
 def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_served(
     small_bundle: PolicyBundle, tmp_path: Path, traffic: Traffic
 ) -> None:
@@ -40,8 +53,13 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
     config = LearnerConfig(
         algorithm="sac",
         sac=SACConfig(batch_size=32),
-        publication=PublicationConfig(min_interval_s=0.05),
-        gate=LearnerGateConfig(simulation=SimulationStageConfig(episodes=1)),
+        # What is under test is the process's life, not admission: every step the learner
+        # takes is publishable (tests/learning/test_gated_publication.py tests the gate).
+        publication=PublicationConfig(min_interval_s=0.05, max_action_change=10.0, max_kl=1e3),
+        gate=LearnerGateConfig(
+            offline=OfflineStageConfig(min_observations=1, max_action_change=10.0, max_kl=1e3),
+            simulation=SimulationStageConfig(enabled=False),
+        ),
         fine_tune=False,
         updates_per_transition=None,  # full speed
         checkpoint_interval_s=0.2,
@@ -69,8 +87,9 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
                 lambda: (
                     learner.counters().checkpoints >= 1 and learner.counters().publications >= 1
                 ),
-                120,
+                90,
                 "a checkpoint and a publication",
+                learner,
             )
             first_pid = learner.pid
             assert first_pid is not None
@@ -89,16 +108,19 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
                 lambda: any(e.kind is LearnerEventKind.RESTARTED for e in learner.events()),
                 30,
                 "the restart",
+                learner,
             )
             # Serving never lost its weights: the last publication is still readable.
             still = weights.read()
             assert still is not None
             assert still.version >= served.version
 
-            wait_for(lambda: learner.counters().resumed_from_updates > 0, 120, "the resume")
+            wait_for(lambda: learner.counters().resumed_from_updates > 0, 90, "the resume", learner)
             resumed_at = learner.counters().resumed_from_updates
             channel.put_arrays(traffic(small_bundle, 64, seed=1))
-            wait_for(lambda: learner.counters().updates > resumed_at, 60, "updates after resume")
+            wait_for(
+                lambda: learner.counters().updates > resumed_at, 45, "updates after resume", learner
+            )
             assert learner.pid != first_pid
             crashes = [e for e in learner.events() if e.kind is LearnerEventKind.CRASHED]
             assert [e.exitcode for e in crashes] == [-signal.SIGKILL]
@@ -106,7 +128,9 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_while_weights_stay_serve
             # then versions continue the lineage instead of restarting from the bundle's id.
             assert weights.latest_version() == still.version
             resolve_pending(weights, promote=True)
-            wait_for(lambda: weights.latest_version() != still.version, 60, "a new publication")
+            wait_for(
+                lambda: weights.latest_version() != still.version, 45, "a new publication", learner
+            )
             latest = weights.read()
             assert latest is not None
             assert latest.version > still.version
