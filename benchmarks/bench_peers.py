@@ -28,6 +28,12 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
+        [--busy-poll-us 2000]
+
+With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
+(its event loop polls that long before it sleeps, ``tether.serving.busy_poll``) and the
+echo on the same busy-polling loop, so the table shows what the loop change gives the
+transport floor too; the ratios stay against the plain echo.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.
@@ -58,6 +64,7 @@ from tether.assets import pretrained_bundle_path
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
 SERVERS = ("echo", "openpi-style", "LeRobot-style", "tether")
+POLLED = ("echo, busy-poll", "tether, busy-poll")
 
 
 class LeRobotStyleService(pb_grpc.PolicyServiceServicer):
@@ -160,23 +167,33 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
 class Servers:
     """The four servers, started once and kept for every cell and round."""
 
-    def __init__(self, bundle: str) -> None:
+    def __init__(self, bundle: str, busy_poll_us: float = 0.0) -> None:
         self.echo = ServerProcess("echo")
         self.tether = ServerProcess("policy", bundle, recorder=True)
         self.openpi = Child(_openpi_style_main, bundle)
         self.lerobot = Child(_lerobot_style_main, bundle)
+        self.polled: dict[str, ServerProcess] = {}
+        if busy_poll_us > 0:
+            self.polled = {
+                "echo, busy-poll": ServerProcess("echo", busy_poll_us=busy_poll_us),
+                "tether, busy-poll": ServerProcess(
+                    "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
+                ),
+            }
 
     def client(self, server: str, feed: Feed) -> Any:
         if server == "echo":
             return _control_client(self.echo.address, feed)
         if server == "tether":
             return _control_client(self.tether.address, feed)
+        if server in self.polled:
+            return _control_client(self.polled[server].address, feed)
         if server == "LeRobot-style":
             return _unary_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
         return _websocket_client(self.openpi.ws_port)
 
     def stop(self) -> None:
-        for child in (self.echo, self.tether, self.openpi, self.lerobot):
+        for child in (self.echo, self.tether, self.openpi, self.lerobot, *self.polled.values()):
             child.stop()
 
 
@@ -189,6 +206,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--busy-poll-us", type=float, default=0.0)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     bundle = str(pretrained_bundle_path())
@@ -200,11 +218,12 @@ def main() -> None:
         f"{args.rounds} rounds, median per cell; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
-    servers = Servers(bundle)
+    servers = Servers(bundle, args.busy_poll_us)
+    names = SERVERS + (POLLED if args.busy_poll_us > 0 else ())
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for round_ in range(args.rounds):
-            order = SERVERS[round_ % len(SERVERS) :] + SERVERS[: round_ % len(SERVERS)]
+            order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for clients in counts:
                 for server in order:
                     cell = asyncio.run(
@@ -217,7 +236,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for clients in counts:
         echo = _median(cells[("echo", clients)])
-        for server in SERVERS:
+        for server in names:
             m = _median(cells[(server, clients)])
             print(
                 f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "

@@ -236,8 +236,11 @@ def _server_main(
     execution: str,
     work: tuple[str, int, int],
     recorder: bool,
+    busy_poll_us: float = 0.0,
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
+    With ``busy_poll_us`` the event loop busy-polls (``tether.serving.busy_poll``), whatever
+    the server.
 
     Like ``tether serve``, a server freezes its start-up heap out of the garbage collector
     once it serves (``tether.serving.launch.freeze_startup_heap``)."""
@@ -305,7 +308,12 @@ def _server_main(
             steps.close()
             log.close()
 
-    asyncio.run(run())
+    if busy_poll_us > 0:
+        from tether.serving import busy_poll
+
+        busy_poll.run(run(), busy_poll_us)
+    else:
+        asyncio.run(run())
     if profiler is not None:
         threading.setprofile(None)
         out = io.StringIO()
@@ -329,12 +337,13 @@ class ServerProcess:
         execution: str = "auto",
         work: tuple[str, int, int] = ("none", 0, 0),
         recorder: bool = False,
+        busy_poll_us: float = 0.0,
     ) -> None:
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
         self.proc = ctx.Process(
             target=_server_main,
-            args=(kind, bundle, max_batch, ports, profile, execution, work, recorder),
+            args=(kind, bundle, max_batch, ports, profile, execution, work, recorder, busy_poll_us),
             daemon=True,
         )
         self.proc.start()

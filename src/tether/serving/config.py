@@ -277,6 +277,14 @@ class ServerConfig(BaseModel):
     stale_control_periods: float = Field(
         default=5.0, description="Control periods after which a queued step is stale (periods)"
     )
+    busy_poll_us: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=100_000.0,
+        description="After each burst of events the server's event loop polls for this long "
+        "before it sleeps, keeping its core awake and its caches warm for the next message "
+        "(tether.serving.busy_poll); costs up to this much CPU per burst. 0 turns it off (µs)",
+    )
     batcher: BatcherConfig = Field(default_factory=BatcherConfig, description="Batching")
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig, description="Admission")
     validation: ValidationConfig = Field(default_factory=ValidationConfig, description="Validation")
