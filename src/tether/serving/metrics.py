@@ -2,13 +2,21 @@
 
 Names follow Prometheus conventions (``tether_`` prefix, ``_seconds``, ``_total``).
 Each server owns a ``CollectorRegistry`` so several servers (tests, benchmarks) can live
-in one process. Label children are cached because ``labels()`` costs microseconds on a
-path that runs per request.
+in one process.
+
+The metrics every request touches (request counts, the latency and batch-size histograms,
+requests in flight) are plain Python numbers updated by the event loop's thread, which
+runs every handler and every batch report, and read into Prometheus families only when
+scraped (``_PerRequest``). prometheus_client's own metrics take a lock and validate on
+every update: about a dozen such updates per request cost more than the rest of the
+reply's bookkeeping. The rarely updated gauges stay prometheus_client's.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
+from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
 import numpy as np
@@ -16,8 +24,13 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     start_http_server,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
 )
 
 from tether.serving.errors import ServerSetupError
@@ -33,46 +46,101 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 _ACTION_EMA = 0.1
 
 
+class LoopHistogram:
+    """A histogram's buckets, count and sum as plain numbers, for one writing thread."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # Prometheus buckets are inclusive: a value equal to a bound counts in its bucket.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative (le, count) pairs, ``+Inf`` last, as Prometheus exports them."""
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            total += n
+            out.append((repr(float(bound)), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+
+class InFlight:
+    """Requests received and not yet answered (a gauge the loop's thread moves)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def dec(self) -> None:
+        self.value -= 1
+
+
+class _PerRequest:
+    """The per-request metrics as Prometheus families, built at scrape time."""
+
+    def __init__(self, metrics: ServingMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        requests = CounterMetricFamily(
+            "tether_requests",
+            "Requests answered, by RPC method, gRPC status and policy version",
+            labels=("method", "status", "version"),
+        )
+        for key, count in list(m.request_counts.items()):
+            requests.add_metric(key, count[0])
+        yield requests
+        for name, doc, hist in (
+            ("tether_queue_seconds", "Time a request waited before its batch started", m.queue_seconds),
+            ("tether_inference_seconds", "Compute time of one batch (policy forward and supervisor)", m.inference_seconds),
+            ("tether_batch_size", "Requests per batch", m.batch_size),
+        ):  # fmt: skip
+            family = HistogramMetricFamily(name, doc)
+            family.add_metric((), hist.buckets(), hist.sum)
+            yield family
+        latency = HistogramMetricFamily(
+            "tether_request_seconds",
+            "Server-side time from a request's arrival to its reply",
+            labels=("method",),
+        )
+        for method, hist in m.request_seconds.items():
+            latency.add_metric((method,), hist.buckets(), hist.sum)
+        yield latency
+        yield GaugeMetricFamily(
+            "tether_requests_in_flight",
+            "Requests received and not yet answered",
+            value=m.in_flight.value,
+        )
+
+
 class ServingMetrics:
-    """Every metric the edge exports; one instance per server."""
+    """Every metric the edge exports; one instance per server. The per-request ones
+    (``request``, the histograms, ``in_flight``) are updated from the event loop's thread
+    only (see the module docstring)."""
 
     def __init__(self, action_names: tuple[str, ...]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "tether_requests",
-            "Requests answered, by RPC method, gRPC status and policy version",
-            ("method", "status", "version"),
-            registry=r,
-        )
-        self.queue_seconds = Histogram(
-            "tether_queue_seconds",
-            "Time a request waited before its batch started",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.inference_seconds = Histogram(
-            "tether_inference_seconds",
-            "Compute time of one batch (policy forward and supervisor)",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.request_seconds = Histogram(
-            "tether_request_seconds",
-            "Server-side time from a request's arrival to its reply",
-            ("method",),
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.batch_size = Histogram(
-            "tether_batch_size",
-            "Requests per batch",
-            buckets=_BATCH_BUCKETS,
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            "tether_requests_in_flight", "Requests received and not yet answered", registry=r
-        )
+        self.request_counts: dict[tuple[str, str, str], list[int]] = {}
+        self.queue_seconds = LoopHistogram(_LATENCY_BUCKETS)
+        self.inference_seconds = LoopHistogram(_LATENCY_BUCKETS)
+        self.request_seconds = {m: LoopHistogram(_LATENCY_BUCKETS) for m in _METHODS}
+        self.batch_size = LoopHistogram(_BATCH_BUCKETS)
+        self.in_flight = InFlight()
+        r.register(_PerRequest(self))
         self.live_version = Gauge(
             "tether_live_policy_version", "Id of the policy version now serving", registry=r
         )
@@ -111,8 +179,6 @@ class ServingMetrics:
             ["level"],
             registry=r,
         )
-        self._request_children: dict[tuple[str, str, str], Counter] = {}
-        self._latency_children = {m: self.request_seconds.labels(m) for m in _METHODS}
         self._mean_children = [self.action_mean.labels(n) for n in action_names]
         self._bound_children = [self.action_at_bound.labels(n) for n in action_names]
         self._mean = np.zeros(len(action_names))
@@ -122,12 +188,12 @@ class ServingMetrics:
 
     def request(self, method: str, status: str, version: str, seconds: float) -> None:
         key = (method, status, version)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self.requests.labels(method, status, version)
-            self._request_children[key] = child
-        child.inc()
-        latency = self._latency_children.get(method)
+        count = self.request_counts.get(key)
+        if count is None:
+            self.request_counts[key] = [1]
+        else:
+            count[0] += 1
+        latency = self.request_seconds.get(method)
         if latency is not None:
             latency.observe(seconds)
 
