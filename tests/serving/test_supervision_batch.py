@@ -14,6 +14,7 @@ from tether.safety.degradation_config import DegradationConfig, LevelThresholds
 from tether.safety.for_spec import limits_for
 from tether.safety.levels import DegradationLevel
 from tether.serving.supervision import (
+    ARRAY_ROWS,
     SessionSupervisor,
     SupervisedRow,
     SupervisorFactory,
@@ -54,10 +55,11 @@ def fleet(rows: int, machines: int = 1) -> tuple[list[DegradationMachine], list[
 
 @np.errstate(over="ignore")
 @pytest.mark.parametrize("machines", [1, 2])
-def test_a_batch_decides_as_one_call_per_session(machines: int) -> None:
+@pytest.mark.parametrize("rows", [48, ARRAY_ROWS - 1])
+def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int) -> None:
     """Row for row, and the same degradation events in the same order, whether the
-    batch's sessions share one degradation machine (one observe_batch) or not."""
-    rows = 48
+    batch's sessions share one degradation machine (one observe_batch) or not, on the
+    array path (48 rows) and row by row (a small batch)."""
     rng = np.random.default_rng(5)
     machines_a, singles = fleet(rows, machines)
     machines_b, batched = fleet(rows, machines)
@@ -108,4 +110,4 @@ def test_a_batch_decides_as_one_call_per_session(machines: int) -> None:
         assert machine_a.robot_levels() == machine_b.robot_levels()
         # The same degradation events, in the same order (and some happened).
         assert machine_a.history() == machine_b.history()
-        assert len(machine_b.history()) >= 5
+        assert len(machine_b.history()) >= (5 if rows == 48 else 1)

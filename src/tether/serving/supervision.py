@@ -163,24 +163,31 @@ class SupervisedRow(NamedTuple):
 
 _session_of = operator.attrgetter("session")
 
+# From this many rows decide_batch runs the position rows through the array path; below,
+# one ``decide`` per row. The shipped arm's closed loop, µs per row, decide vs the array
+# path: 1 row 25 vs 81, 4 rows 21 vs 27, 8 rows 25 vs 16 (docs/benchmarks.md, issue 22).
+ARRAY_ROWS = 6
+
 
 def decide_batch(
     rows: Sequence[SupervisedRow], proposed: np.ndarray, policy_version: int
 ) -> list[tuple[np.ndarray, SafetyVerdict]]:
     """``rows[i].session.decide(...)`` for every row of one engine batch (``proposed``:
     its actions, float32 (rows, act_dim)), bit for bit and in the same order of
-    degradation events; the position supervisors' rows run in one compiled call
-    (``tether.safety.position.batch.filter_actions``), every other row (TAKEOVER, the
-    torque supervisor) as ``decide`` runs it."""
+    degradation events. In a batch of ``ARRAY_ROWS`` or more the position supervisors'
+    rows run in one compiled call (``tether.safety.position.batch.filter_actions``), every
+    other row (TAKEOVER, the torque supervisor) as ``decide`` runs it; a smaller batch
+    runs ``decide`` row by row."""
     from tether.safety.position.actions import PositionActionSupervisor
     from tether.safety.position.batch import filter_actions
 
     count = len(rows)
     if not count:
         return []
-    if len(set(map(id, map(_session_of, rows)))) < count:
-        # A session met twice (never in serving: one step per robot per batch) filters
-        # its rows in turn, as consecutive decide calls would.
+    if count < ARRAY_ROWS or len(set(map(id, map(_session_of, rows)))) < count:
+        # A small batch: one decide per row costs less than the array path's set-up. A
+        # session met twice (never in serving: one step per robot per batch) filters its
+        # rows in turn, as consecutive decide calls would.
         return [
             row.session.decide(
                 row.observation,
