@@ -14,10 +14,13 @@ returns the wrong number of results or raises fails every caller of that batch w
 ``BatchFailed``, and the worker keeps serving.
 
 Where a batch runs is chosen per batch: a thread hand-off costs tens of microseconds,
-more than a small MLP's forward, so in ``auto`` mode a lone robot's requests run on the
-event loop, as does any batch whose measured compute time is below
-``inline_threshold_s``; slower batches of several requests run in a worker thread so the
-loop keeps reading the next requests meanwhile. Concurrency is judged from evidence:
+more than a small MLP's forward, and the batch's own Python (supervision, bookkeeping)
+holds the GIL the loop needs, so the loop reads little meanwhile. In ``auto`` mode a lone
+robot's requests run on the event loop, as does any batch whose measured compute time is
+below ``inline_threshold_s`` (5 ms: at 64 robots on 2 cores the shipped arm's batches of
+~30 served 38 % more actions/s inline than threaded, docs/benchmarks.md); slower batches
+of several requests (a large network, a GPU forward that releases the GIL) run in a
+worker thread so the loop keeps reading the next requests meanwhile. Concurrency is judged from evidence:
 batches of several, or requests that queued while a threaded batch computed (one lone
 batch in ``_PROBE_EVERY`` runs threaded to look, because unary callers only reach the
 queue once the loop is free). benchmarks/bench_serving.py measures all three choices.

@@ -43,9 +43,10 @@ class BatcherConfig(BaseModel):
         "batch from its measured compute time (mode)",
     )
     inline_threshold_s: float = Field(
-        default=0.0002,
+        default=0.005,
         description="In auto mode, batches expected to compute faster than this run on the "
-        "event loop, since a thread hand-off costs more than they do (s)",
+        "event loop: a thread hand-off, and the GIL the batch's Python shares with the "
+        "loop, cost more than the loop gains by reading on meanwhile (s)",
     )
 
     @field_validator("max_batch_size")
