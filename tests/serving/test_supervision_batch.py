@@ -111,3 +111,35 @@ def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int) -> No
         # The same degradation events, in the same order (and some happened).
         assert machine_a.history() == machine_b.history()
         assert len(machine_b.history()) >= (5 if rows == 48 else 1)
+
+
+def test_serving_batches_compile_nothing_after_the_factory_warmed_the_kernel() -> None:
+    """A compile at the first large batch would stall every robot in it (seconds on a
+    fresh install): the factory's warm-up covers the array path's argument layouts."""
+    from tether.safety.position import kernel
+
+    if not kernel.AVAILABLE:
+        pytest.skip("the compiled kernel is off here")
+    _, sessions = fleet(ARRAY_ROWS + 2)  # the factory warms the kernel
+    compiled = {
+        name: len(getattr(kernel, name).signatures)
+        for name in ("step_batch", "targets_batch", "inputs_batch", "finish_batch", "step")
+    }
+    rng = np.random.default_rng(2)
+    rows = len(sessions)
+    low, high = np.asarray(SPEC.joint_position_low_rad), np.asarray(SPEC.joint_position_high_rad)
+    last: list[Any] = [None] * rows
+    for _ in range(3):
+        obs = np.zeros((rows, SPEC.obs_dim), np.float32)
+        obs[:, Q] = rng.uniform(low, high, (rows, 4))
+        proposed = rng.uniform(-1.0, 1.0, (rows, 4)).astype(np.float32)
+        got = decide_batch(
+            [
+                SupervisedRow(sessions[i], obs[i], last[i], 0.0, DegradationLevel.NORMAL)
+                for i in range(rows)
+            ],
+            proposed,
+            policy_version=1,
+        )
+        last = [g[0] for g in got]
+    assert {name: len(getattr(kernel, name).signatures) for name in compiled} == compiled
