@@ -20,10 +20,11 @@ robot's requests run on the event loop, as does any batch whose measured compute
 below ``inline_threshold_s`` (5 ms: at 64 robots on 2 cores the shipped arm's batches of
 ~30 served 38 % more actions/s inline than threaded, docs/benchmarks.md); slower batches
 of several requests (a large network, a GPU forward that releases the GIL) run in a
-worker thread so the loop keeps reading the next requests meanwhile. Concurrency is judged from evidence:
-batches of several, or requests that queued while a threaded batch computed (one lone
-batch in ``_PROBE_EVERY`` runs threaded to look, because unary callers only reach the
-queue once the loop is free). benchmarks/bench_serving.py measures all three choices.
+worker thread so the loop keeps reading the next requests meanwhile. Concurrency is
+judged from evidence: batches of several, or requests that queued while a threaded batch
+computed (one lone batch in ``_PROBE_EVERY`` queues instead of running at once, and runs
+threaded when nothing joined it, because unary callers only reach the queue once the
+loop is free). benchmarks/bench_serving.py measures all three choices.
 
 A lone robot's request does not even queue: when auto mode has no evidence of other
 robots and nothing is queued or computing, ``submit`` runs the batch of one right there,

@@ -101,7 +101,7 @@ class _PerRequest:
             labels=("method", "status", "version"),
         )
         for key, count in list(m.request_counts.items()):
-            requests.add_metric(key, count[0])
+            requests.add_metric(key, count)
         yield requests
         for name, doc, hist in (
             ("tether_queue_seconds", "Time a request waited before its batch started", m.queue_seconds),
@@ -134,7 +134,7 @@ class ServingMetrics:
     def __init__(self, action_names: tuple[str, ...]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.request_counts: dict[tuple[str, str, str], list[int]] = {}
+        self.request_counts: dict[tuple[str, str, str], int] = {}
         self.queue_seconds = LoopHistogram(_LATENCY_BUCKETS)
         self.inference_seconds = LoopHistogram(_LATENCY_BUCKETS)
         self.request_seconds = {m: LoopHistogram(_LATENCY_BUCKETS) for m in _METHODS}
@@ -188,11 +188,7 @@ class ServingMetrics:
 
     def request(self, method: str, status: str, version: str, seconds: float) -> None:
         key = (method, status, version)
-        count = self.request_counts.get(key)
-        if count is None:
-            self.request_counts[key] = [1]
-        else:
-            count[0] += 1
+        self.request_counts[key] = self.request_counts.get(key, 0) + 1
         latency = self.request_seconds.get(method)
         if latency is not None:
             latency.observe(seconds)
