@@ -292,19 +292,17 @@ def test_a_lone_request_runs_in_its_callers_coroutine_with_every_check() -> None
 
 
 def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
-    """The probe every _PROBE_EVERY lone requests queues instead of running at once;
-    robots that queue behind it switch the batcher to batching, so many robots are not
-    served one by one (without the probe every request here would run alone)."""
+    """The probe every _PROBE_EVERY lone requests runs threaded; robots that queue behind
+    it switch the batcher to batching, so many robots are not served one by one."""
     stats: list[BatchStats] = []
+    config = BatcherConfig(execution="auto")
 
     def slow(items: list[int]) -> list[int | ServingError]:
-        time.sleep(0.002)
+        time.sleep(2 * config.inline_threshold_s)  # slower than inline batches may be
         return list(items)
 
     async def scenario() -> None:
-        batcher: DynamicBatcher[int, int] = DynamicBatcher(
-            slow, BatcherConfig(execution="auto"), on_batch=stats.append
-        )
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(slow, config, on_batch=stats.append)
         batcher.start()
         try:
             for i in range(40):  # 40 robots, all at once, every round
@@ -313,6 +311,7 @@ def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
             await batcher.close()
 
     asyncio.run(scenario())
+    assert any(not s.inline for s in stats), "no probe ran threaded"
     assert max(s.size for s in stats) > 1, "requests never batched"
     assert sum(s.size for s in stats) == 40 * 40
     # Once batching took over, the later rounds are served in few batches each.
