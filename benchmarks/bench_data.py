@@ -158,13 +158,9 @@ def produce_steps(channel: TransitionChannel, seconds: float, sessions: int) -> 
         episode = 0
         while time.perf_counter() < t_end:
             for step in steps:
-                recorder.record(StepRecord(**{**_fields(step), "episode_id": f"e{episode}"}))
+                recorder.record(step._replace(episode_id=f"e{episode}"))
             episode += 1
     channel.close()
-
-
-def _fields(step: StepRecord) -> dict[str, object]:
-    return {name: getattr(step, name) for name in StepRecord.__dataclass_fields__}
 
 
 def bench_channel(seconds: float) -> tuple[float, int, int]:

@@ -129,12 +129,7 @@ def test_first_step_index_above_zero_counts_the_steps_before_it_as_missing() -> 
 def test_shapes_that_disagree_are_refused_and_counted() -> None:
     pairer = StepPairer()
     good, bad = make_step(0), make_step(1)
-    wrong = StepRecord(
-        **{
-            f: (np.zeros(2, np.float32) if f == "observation" else getattr(bad, f))
-            for f in StepRecord.__dataclass_fields__
-        }
-    )
+    wrong = bad._replace(observation=np.zeros(2, np.float32))
     assert feed(pairer, [good, wrong]) == []
     assert pairer.stats().malformed == 1
 

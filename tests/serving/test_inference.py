@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from tests.serving.serving_harness import relaxed_limits
@@ -66,7 +64,7 @@ def test_batch_watchers_get_each_rows_previous_action(engine: PolicyEngine, arm:
     rng = np.random.default_rng(3)
     for size in (1, 4):
         batch = [
-            replace(q, previous_action=rng.uniform(-1, 1, arm.act_dim).astype(np.float32))
+            q._replace(previous_action=rng.uniform(-1, 1, arm.act_dim).astype(np.float32))
             for q in queries(arm, [True] * size, seed=size)
         ]
         pipeline.run(batch)
@@ -78,5 +76,5 @@ def test_batch_watchers_get_each_rows_previous_action(engine: PolicyEngine, arm:
         pipeline.run(queries(arm, flags, seed=9))  # no previous action: a new episode
         assert seen.pop() is None
     known, unknown = queries(arm, [True, True], seed=11)
-    pipeline.run([replace(known, previous_action=np.zeros(arm.act_dim, np.float32)), unknown])
+    pipeline.run([known._replace(previous_action=np.zeros(arm.act_dim, np.float32)), unknown])
     assert seen.pop() is None

@@ -10,7 +10,7 @@ reads a clock or a live object to fill it in later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,14 +30,14 @@ def action_source_code(source: str) -> int:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
+class StepRecord(NamedTuple):
     """One control step of one robot session, as answered by the server.
 
     ``reward``, ``executed_previous_action`` and the episode-end flags describe the
     *previous* action and this observation; ``proposed_action``/``safe_action`` and the
     fields after them describe the action chosen *for* this observation. Actions are
-    normalized to [-1, 1].
+    normalized to [-1, 1]. A named tuple: immutable, and built on every step of every
+    session for a quarter of a frozen dataclass's cost.
     """
 
     session_id: str

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,9 +42,9 @@ from tether.versions.protocols import EngineLike, VersionLike
 from tether.versions.routing import RouteDecision
 
 
-@dataclass(frozen=True, slots=True)
-class ActionQuery:
-    """One validated request for an action."""
+class ActionQuery(NamedTuple):
+    """One validated request for an action (named tuples: immutable, and cheap to build
+    on every step)."""
 
     observation: np.ndarray  # (obs_dim,) float32, finite
     deterministic: bool
@@ -58,8 +58,7 @@ class ActionQuery:
     inputs: Mapping[str, np.ndarray] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ActionOutcome:
+class ActionOutcome(NamedTuple):
     """The supervised answer to one query."""
 
     action: np.ndarray  # (act_dim,) float32: the safe action, the one that may be executed
