@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -188,7 +187,7 @@ def test_a_malformed_transition_is_rejected_and_counted_without_blocking_the_log
     tmp_path: Path,
 ) -> None:
     good = make_transitions(3)
-    bad = dataclasses.replace(good[1], observation=np.zeros(OBS_DIM + 2, np.float32))
+    bad = good[1]._replace(observation=np.zeros(OBS_DIM + 2, np.float32))
     with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
         log.put([good[0], bad, good[2]])
         log.flush()
@@ -205,7 +204,7 @@ def test_a_malformed_transition_is_rejected_and_counted_without_blocking_the_log
 def test_a_stamp_beyond_int64_is_refused_alone_and_the_batch_is_kept(tmp_path: Path) -> None:
     """A stranger's step stamped 2**63 raised OverflowError and lost the whole flush."""
     good = make_transitions(3)
-    bad = dataclasses.replace(good[1], client_timestamp_ns=2**63)
+    bad = good[1]._replace(client_timestamp_ns=2**63)
     with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
         log.put([good[0], bad, good[2]])
         log.flush()

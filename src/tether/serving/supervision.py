@@ -40,6 +40,8 @@ from tether.safety.for_spec import kinematics_for, limits_for, supervisor_for
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind
 from tether.safety.limits import SafetyLimits
+from tether.safety.position.actions import PositionActionSupervisor
+from tether.safety.position.batch import filter_actions
 from tether.safety.supervises import ActionSupervisor
 from tether.safety.verdict import SafetyVerdict
 from tether.spec import RobotSpec
@@ -178,9 +180,6 @@ def decide_batch(
     rows run in one compiled call (``tether.safety.position.batch.filter_actions``), every
     other row (TAKEOVER, the torque supervisor) as ``decide`` runs it; a smaller batch
     runs ``decide`` row by row."""
-    from tether.safety.position.actions import PositionActionSupervisor
-    from tether.safety.position.batch import filter_actions
-
     count = len(rows)
     if not count:
         return []
