@@ -23,6 +23,10 @@ SMALL_RUNS = {
         "NaN -> backup",
     ),
     "bench_task.py": (["--tasks", "2"], "scripted controller"),
+    "bench_handler.py": (
+        ["--robots", "2", "--seconds", "0.2", "--rounds", "1"],
+        "everything else",
+    ),
     "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
 }
 
