@@ -82,7 +82,9 @@ class StepPairer:
     def add(self, step: StepRecord) -> list[Transition]:
         """Take one step; return the transitions it completes (often one, sometimes more)."""
         self._n["steps"] += 1
-        session = self._sessions.setdefault(step.session_id, _Session())
+        session = self._sessions.get(step.session_id)
+        if session is None:  # not setdefault: it would build a _Session for every step
+            session = self._sessions[step.session_id] = _Session()
         episode = session.current
         out: list[Transition] = []
         if episode is None or episode.episode_id != step.episode_id:
