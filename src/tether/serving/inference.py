@@ -96,7 +96,7 @@ class InferencePipeline:
         self,
         models: ModelSource,
         *,
-        on_actions: Callable[[EngineLike, np.ndarray], None] | None = None,
+        on_actions: Callable[[EngineLike, Sequence[np.ndarray]], None] | None = None,
         versions: PolicyVersions | None = None,
         step_period_s: float = 0.0,
     ) -> None:
@@ -177,15 +177,23 @@ class InferencePipeline:
         start = time.perf_counter_ns()
         decided = decide_batch(supervised, out.actions, version.id)
         per_row_ns = (time.perf_counter_ns() - start) // len(queries)
-        safe_rows = np.empty_like(out.actions)
-        for j, (q, s, row, (action, verdict)) in enumerate(
-            zip(queries, supervised, rows, decided, strict=True)
+        safe: list[np.ndarray] = []
+        # Per row only what differs by row; the rows' views and log-probs in one call each.
+        for q, s, row, proposed, log_prob, (action, verdict) in zip(
+            queries,
+            supervised,
+            rows,
+            list(out.actions),
+            out.log_probs.tolist(),
+            decided,
+            strict=True,
         ):
-            safe_rows[j] = action
+            action = np.asarray(action, dtype=np.float32)
+            safe.append(action)
             results[row] = ActionOutcome(
-                action=np.asarray(action, dtype=np.float32),
-                proposed_action=out.actions[j],
-                log_prob=float(out.log_probs[j]),
+                action=action,
+                proposed_action=proposed,
+                log_prob=log_prob,
                 version=version,
                 verdict=verdict,
                 safety_ns=per_row_ns,
@@ -194,7 +202,7 @@ class InferencePipeline:
                 experiment=q.route is not None and q.route.experiment,
             )
         if self._on_actions is not None:
-            self._on_actions(engine, safe_rows)
+            self._on_actions(engine, safe)
 
     def _run_chunks(
         self,
@@ -212,7 +220,7 @@ class InferencePipeline:
             # The versions layer compares single actions: it sees each chunk's first step.
             obs = np.stack([q.observation for q in queries])
             self._versions.on_batch(version.id, obs, first_steps, _previous_actions(queries))
-        safe_rows = np.empty_like(first_steps)
+        safe_rows: list[np.ndarray] = []
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             tightening = 1.0 if q.route is None else q.route.tightening
             level = q.supervisor.level()
@@ -247,7 +255,7 @@ class InferencePipeline:
                 step_period_s=self._step_period_s,
             )
             elapsed = time.perf_counter_ns() - start
-            safe_rows[j] = chunk.actions[0]
+            safe_rows.append(chunk.actions[0])
             results[row] = ActionOutcome(
                 action=chunk.actions[0],
                 proposed_action=chunks[j, 0],
