@@ -19,7 +19,12 @@ robots in a closed loop (send a step, wait for its action, send the next):
 - **tether**: ``tether.serving.launch.build_server`` as ``tether serve`` builds it, with
   every action through the arm's position supervisor and its degradation machine, and
   every step recorded to an experience log (``tether run``'s recorder), on the
-  ``Control`` stream.
+  ``Control`` stream, on the loop ``tether serve`` runs (``ServerConfig.event_loop``'s
+  default: uvloop, ``tether.serving.event_loop``).
+
+Two more rows separate the loop from the server: **echo, uvloop** (the same echo on
+uvloop) and **tether, asyncio loop** (tether on Python's own loop, where the echo runs).
+The ratios stay against the plain echo, the floor a grpc.aio user starts from.
 
 The clients replay the shipped policy's closed loop on the built-in arm
 (``bench_serving.record_closed_loop``): each robot its own episodes, so the supervisor
@@ -63,7 +68,14 @@ from bench_serving import Feed, ServerProcess, open_message, record_closed_loop
 from tether.assets import pretrained_bundle_path
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
-SERVERS = ("echo", "openpi-style", "LeRobot-style", "tether")
+SERVERS = (
+    "echo",
+    "openpi-style",
+    "LeRobot-style",
+    "tether",
+    "echo, uvloop",
+    "tether, asyncio loop",
+)
 POLLED = ("echo, busy-poll", "tether, busy-poll")
 
 
@@ -165,16 +177,19 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
 
 
 class Servers:
-    """The four servers, started once and kept for every cell and round."""
+    """The servers, started once and kept for every cell and round."""
 
     def __init__(self, bundle: str, busy_poll_us: float = 0.0) -> None:
         self.echo = ServerProcess("echo")
         self.tether = ServerProcess("policy", bundle, recorder=True)
         self.openpi = Child(_openpi_style_main, bundle)
         self.lerobot = Child(_lerobot_style_main, bundle)
-        self.polled: dict[str, ServerProcess] = {}
+        self.variants: dict[str, ServerProcess] = {
+            "echo, uvloop": ServerProcess("echo", loop="uvloop"),
+            "tether, asyncio loop": ServerProcess("policy", bundle, recorder=True, loop="asyncio"),
+        }
         if busy_poll_us > 0:
-            self.polled = {
+            self.variants |= {
                 "echo, busy-poll": ServerProcess("echo", busy_poll_us=busy_poll_us),
                 "tether, busy-poll": ServerProcess(
                     "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
@@ -186,14 +201,14 @@ class Servers:
             return _control_client(self.echo.address, feed)
         if server == "tether":
             return _control_client(self.tether.address, feed)
-        if server in self.polled:
-            return _control_client(self.polled[server].address, feed)
+        if server in self.variants:
+            return _control_client(self.variants[server].address, feed)
         if server == "LeRobot-style":
             return _unary_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
         return _websocket_client(self.openpi.ws_port)
 
     def stop(self) -> None:
-        for child in (self.echo, self.tether, self.openpi, self.lerobot, *self.polled.values()):
+        for child in (self.echo, self.tether, self.openpi, self.lerobot, *self.variants.values()):
             child.stop()
 
 

@@ -237,15 +237,19 @@ def _server_main(
     work: tuple[str, int, int],
     recorder: bool,
     busy_poll_us: float = 0.0,
+    loop: str = "",
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
-    With ``busy_poll_us`` the event loop busy-polls (``tether.serving.busy_poll``), whatever
-    the server.
+    The loop is ``tether.serving.event_loop``'s choice for ``loop`` and ``busy_poll_us``,
+    whatever the server; ``loop`` empty: the echo on asyncio's own loop (bare grpc.aio as
+    its users write it), tether on its default (``auto``: uvloop).
 
     Like ``tether serve``, a server freezes its start-up heap out of the garbage collector
     once it serves (``tether.serving.launch.freeze_startup_heap``)."""
+    from tether.serving import event_loop
     from tether.serving.launch import freeze_startup_heap
 
+    chosen: Any = loop or ("asyncio" if kind == "echo" else "auto")
     torch.set_num_threads(1)
     profiler = cProfile.Profile() if profile else None
     # cProfile sees one thread, and one profiler must not run in two: every thread the
@@ -279,7 +283,13 @@ def _server_main(
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
-        config = ServerConfig.model_validate(policy_config(max_batch, execution))
+        config = ServerConfig.model_validate(
+            {
+                **policy_config(max_batch, execution),
+                "event_loop": chosen,
+                "busy_poll_us": busy_poll_us,
+            }
+        )
         # tether run's recorder: every Control step to the experience log, paired by a
         # worker thread (the transport probe measures what it adds).
         log = (
@@ -308,12 +318,7 @@ def _server_main(
             steps.close()
             log.close()
 
-    if busy_poll_us > 0:
-        from tether.serving import busy_poll
-
-        busy_poll.run(run(), busy_poll_us)
-    else:
-        asyncio.run(run())
+    event_loop.run(run(), chosen, busy_poll_us)
     if profiler is not None:
         threading.setprofile(None)
         out = io.StringIO()
@@ -338,12 +343,24 @@ class ServerProcess:
         work: tuple[str, int, int] = ("none", 0, 0),
         recorder: bool = False,
         busy_poll_us: float = 0.0,
+        loop: str = "",
     ) -> None:
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
         self.proc = ctx.Process(
             target=_server_main,
-            args=(kind, bundle, max_batch, ports, profile, execution, work, recorder, busy_poll_us),
+            args=(
+                kind,
+                bundle,
+                max_batch,
+                ports,
+                profile,
+                execution,
+                work,
+                recorder,
+                busy_poll_us,
+                loop,
+            ),
             daemon=True,
         )
         self.proc.start()

@@ -16,7 +16,7 @@ from tether.policy.bundle import load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.limits import LimitsConfig, SafetyLimits
-from tether.serving import busy_poll
+from tether.serving import event_loop
 from tether.serving.config import ServerConfig
 from tether.serving.server import PolicyServer
 from tether.spec import RobotSpec
@@ -27,9 +27,10 @@ T = TypeVar("T")
 class RunningServer:
     def __init__(self, server: PolicyServer) -> None:
         self.server = server
-        # The loop tether's own entry points run (busy-polling when the config says so).
-        factory = busy_poll.loop_factory(server.config.busy_poll_us)
-        self.loop = factory() if factory is not None else asyncio.new_event_loop()
+        # The loop tether's own entry points run (uvloop, or busy-polling when the config
+        # says so).
+        config = server.config
+        self.loop = event_loop.loop_factory(config.event_loop, config.busy_poll_us)()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.call(server.start())

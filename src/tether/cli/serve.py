@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from tether.errors import TetherError
 from tether.policy.manifest import MANIFEST_FILE
-from tether.serving import busy_poll
+from tether.serving import event_loop
 from tether.serving.config import ServerConfig
 from tether.serving.server import PolicyServer
 from tether.serving.versions_launch import serve_versions
@@ -120,7 +120,11 @@ def serve(
         versions = VersionsConfig(
             model_dir=model_dir, admin_tokens_file=admin_tokens, admin_port=admin_port
         )
-        busy_poll.run(serve_versions(bundle, cfg, versions, announce=_announce), cfg.busy_poll_us)
+        event_loop.run(
+            serve_versions(bundle, cfg, versions, announce=_announce),
+            cfg.event_loop,
+            cfg.busy_poll_us,
+        )
     except (TetherError, ValueError) as exc:
         Console(stderr=True).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True

@@ -44,6 +44,7 @@ from tether.runtime.config import RunConfig
 from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
+from tether.serving import event_loop
 from tether.serving.bundle_check import for_robot
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server
@@ -156,7 +157,8 @@ class EdgeServer:
         self._syncs = 0
         self._sync_failures = 0
         self._swaps = 0
-        self._loop = asyncio.new_event_loop()
+        served = self._server.config
+        self._loop = event_loop.loop_factory(served.event_loop, served.busy_poll_us)()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name=f"{plan.edge_id}-grpc", daemon=True
         )

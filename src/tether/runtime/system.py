@@ -65,7 +65,7 @@ from tether.runtime.robot import RobotPlan, StartSignal, run_robot
 from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
-from tether.serving import busy_poll
+from tether.serving import event_loop
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.bundle_check import for_robot
@@ -416,7 +416,8 @@ class RunSystem:
         if stopped:
             log.warning("stopped %d processes an earlier run left running", len(stopped))
         try:
-            busy_poll.run(self._main(), self.config.served_server().busy_poll_us)
+            served = self.config.served_server()
+            event_loop.run(self._main(), served.event_loop, served.busy_poll_us)
         finally:
             forget_processes(self.run_dir)
         return build_report(self.run_dir)

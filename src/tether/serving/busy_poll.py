@@ -29,12 +29,9 @@ import logging
 import select
 import selectors
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class BusyPollSelector(selectors.EpollSelector):
@@ -79,9 +76,3 @@ def loop_factory(busy_poll_us: float) -> Callable[[], asyncio.AbstractEventLoop]
         return asyncio.SelectorEventLoop(BusyPollSelector(busy_poll_us / 1e6))
 
     return make
-
-
-def run(main: Coroutine[Any, Any, T], busy_poll_us: float = 0.0) -> T:
-    """``asyncio.run(main)``, on a busy-polling loop when ``busy_poll_us`` > 0."""
-    with asyncio.Runner(loop_factory=loop_factory(busy_poll_us)) as runner:
-        return runner.run(main)

@@ -1,0 +1,94 @@
+"""The serving loop: uvloop by default, asyncio's own on request or when busy-polling, and
+the same answers on every one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tests.serving.serving_harness import MakeServer, server_config
+from tether.policy.engine import PolicyEngine
+from tether.serving import event_loop
+from tether.serving.client import PolicyClient
+from tether.serving.config import ServerConfig
+from tether.spec import RobotSpec
+
+uvloop = pytest.importorskip("uvloop")
+
+
+def _made(kind: event_loop.EventLoopKind, busy_poll_us: float = 0.0) -> str:
+    loop = event_loop.loop_factory(kind, busy_poll_us)()
+    try:
+        return event_loop.loop_name(loop)
+    finally:
+        loop.close()
+
+
+def test_auto_is_uvloop_unless_busy_polling() -> None:
+    assert _made("auto") == "uvloop"
+    assert _made("uvloop") == "uvloop"
+    assert _made("asyncio") == "asyncio"
+    assert _made("auto", busy_poll_us=500.0) == "asyncio, busy-poll"
+    assert _made("asyncio", busy_poll_us=500.0) == "asyncio, busy-poll"
+    assert ServerConfig().event_loop == "auto"
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(event_loop, "_uvloop", lambda: None)
+    assert _made("auto") == "asyncio"
+    with pytest.raises(event_loop.EventLoopUnavailable, match="uvloop is not installed"):
+        event_loop.loop_factory("uvloop")
+
+    async def main() -> None:
+        raise AssertionError("never runs")
+
+    coro = main()
+    with pytest.raises(event_loop.EventLoopUnavailable):
+        event_loop.run(coro, "uvloop")
+    assert coro.cr_frame is None  # closed, not left for a "never awaited" warning
+
+
+def test_choices_no_loop_can_run_are_refused_with_the_fields_named() -> None:
+    with pytest.raises(ValueError, match="uvloop cannot busy-poll"):
+        ServerConfig(event_loop="uvloop", busy_poll_us=500.0)
+    with pytest.raises(ValueError, match="event_loop"):
+        ServerConfig(event_loop="trio")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected one of"):
+        event_loop.loop_factory("trio")  # type: ignore[arg-type]
+
+
+def test_run_runs_the_coroutine_on_the_chosen_loop() -> None:
+    async def which() -> str:
+        return event_loop.loop_name(asyncio.get_running_loop())
+
+    assert event_loop.run(which()) == "uvloop"
+    assert event_loop.run(which(), "asyncio") == "asyncio"
+    assert event_loop.run(which(), busy_poll_us=300.0) == "asyncio, busy-poll"
+
+
+def test_every_loop_serves_the_same_answers(
+    make_server: MakeServer, engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    rng = np.random.default_rng(3)
+    observations = [rng.uniform(-0.2, 0.2, arm.obs_dim).astype(np.float32) for _ in range(20)]
+    answers = []
+    configs = {
+        "uvloop": server_config(),
+        "asyncio": server_config(event_loop="asyncio"),
+        "asyncio, busy-poll": server_config(busy_poll_us=2000.0),
+    }
+    for name, config in configs.items():
+        running = make_server(config, engine=engine)
+        assert event_loop.loop_name(running.loop) == name
+        with PolicyClient(running.address) as client:
+            session = client.session(arm, robot_id="arm-1", control_deadline_s=5.0)
+            answers.append([session.step(o, deterministic=True).action for o in observations])
+            session.close()
+        running.stop()
+    for first, *others in zip(*answers, strict=True):
+        for other in others:
+            np.testing.assert_array_equal(first, other)
