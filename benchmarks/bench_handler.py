@@ -27,6 +27,7 @@ the N functions with the most own time (profiling inflates every Python call: re
 for where, not for how much).
 
     python benchmarks/bench_handler.py [--robots 1,64] [--seconds 2] [--rounds 5] [--profile N]
+        [--loop auto|uvloop|asyncio]
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import tether.serving.inference as inference
 import tether.serving.server as server_module
 from tether.assets import pretrained_bundle_path
 from tether.data import ExperienceLog, Recorder
+from tether.serving import event_loop
 from tether.serving.config import ServerConfig
 from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.service import PolicyService
@@ -251,14 +253,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument("--loop", choices=event_loop.EVENT_LOOPS, default="auto")
     args = parser.parse_args()
     counts = [int(x) for x in args.robots.split(",")]
-    rows = asyncio.run(_measure(counts, args.seconds, args.rounds, args.profile))
+    # The loop tether serve runs (ServerConfig.event_loop's default), or --loop's.
+    rows = event_loop.run(_measure(counts, args.seconds, args.rounds, args.profile), args.loop)
     if args.profile:
         return
     print(
         f"# bench_handler: shipped position policy, {args.seconds} s windows, median of "
-        f"{args.rounds}; {platform.machine()}, Python {platform.python_version()}\n"
+        f"{args.rounds}; event loop {args.loop}; {platform.machine()}, Python "
+        f"{platform.python_version()}\n"
     )
     print(
         "| robots | loop CPU µs/step | harness floor | loop less floor | other threads | "

@@ -36,9 +36,10 @@ neighbour's burst on a shared machine does not land on one server only.
         [--busy-poll-us 2000]
 
 With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
-(its event loop polls that long before it sleeps, ``tether.serving.busy_poll``) and the
-echo on the same busy-polling loop, so the table shows what the loop change gives the
-transport floor too; the ratios stay against the plain echo.
+(after each request its event loop polls that long before it sleeps,
+``tether.serving.busy_poll``) and the echo touching the same ``BusyPoll`` on each step, so
+the table shows what busy polling gives the transport floor too; the ratios stay against
+the plain echo.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.

@@ -79,6 +79,7 @@ from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.policy.initialize import init_bundle
 from tether.safety.for_spec import supervisor_for
+from tether.serving.busy_poll import BusyPoll
 from tether.sim import ArmEnv, arm_spec
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 
@@ -96,12 +97,14 @@ class EchoService(pb_grpc.PolicyServiceServicer):
 
     With ``work``, each Control step first runs ``work()`` (returns its ns, put in the
     reply's ``timings.total_ns``) and then answers the same prebuilt reply: the transport
-    probe's echo that spends as long between messages as the policy server does.
+    probe's echo that spends as long between messages as the policy server does. With
+    ``poll``, each step touches it as tether's batcher touches its own (busy polling).
     """
 
-    def __init__(self, work: Callable[[], int] | None = None) -> None:
+    def __init__(self, work: Callable[[], int] | None = None, poll: BusyPoll | None = None) -> None:
         zeros = [0.125] * SPEC.act_dim
         self._work = work
+        self._poll = poll
         self._action = pb.ActionResponse(
             action=zeros,
             proposed_action=zeros,
@@ -122,6 +125,8 @@ class EchoService(pb_grpc.PolicyServiceServicer):
             if message.WhichOneof("kind") == "open":
                 yield pb.ControlReply(opened=pb.SessionOpened(session_id="echo"))
             else:
+                if self._poll is not None:
+                    self._poll.touch()
                 step = message.step
                 spent = work() if work is not None else 0
                 reply = pb.ControlReply(
@@ -240,8 +245,9 @@ def _server_main(
     loop: str = "",
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
-    The loop is ``tether.serving.event_loop``'s choice for ``loop`` and ``busy_poll_us``,
-    whatever the server; ``loop`` empty: the echo on asyncio's own loop (bare grpc.aio as
+    The loop is ``tether.serving.event_loop``'s choice for ``loop``, and with
+    ``busy_poll_us`` it busy-polls (``tether.serving.busy_poll``), whatever the server;
+    ``loop`` empty: the echo on asyncio's own loop (bare grpc.aio as
     its users write it), tether on its default (``auto``: uvloop).
 
     Like ``tether serve``, a server freezes its start-up heap out of the garbage collector
@@ -271,7 +277,8 @@ def _server_main(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         if kind == "echo":
             server = grpc.aio.server()
-            echo = EchoService(probe_work(*work))
+            poll = BusyPoll(loop, busy_poll_us / 1e6) if busy_poll_us > 0 else None
+            echo = EchoService(probe_work(*work), poll)
             pb_grpc.add_PolicyServiceServicer_to_server(echo, server)  # type: ignore[no-untyped-call]
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
@@ -318,7 +325,7 @@ def _server_main(
             steps.close()
             log.close()
 
-    event_loop.run(run(), chosen, busy_poll_us)
+    event_loop.run(run(), chosen)
     if profiler is not None:
         threading.setprofile(None)
         out = io.StringIO()

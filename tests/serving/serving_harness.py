@@ -27,10 +27,8 @@ T = TypeVar("T")
 class RunningServer:
     def __init__(self, server: PolicyServer) -> None:
         self.server = server
-        # The loop tether's own entry points run (uvloop, or busy-polling when the config
-        # says so).
-        config = server.config
-        self.loop = event_loop.loop_factory(config.event_loop, config.busy_poll_us)()
+        # The loop tether's own entry points run (uvloop unless the config says otherwise).
+        self.loop = event_loop.loop_factory(server.config.event_loop)()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.call(server.start())

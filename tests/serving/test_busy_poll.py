@@ -1,4 +1,5 @@
-"""The busy-polling event loop: same events, same timers, same replies; bounded spins."""
+"""Busy polling: after each request the loop polls instead of sleeping, for a bounded time,
+on either event loop; events, timers and other threads run as always meanwhile."""
 
 from __future__ import annotations
 
@@ -9,64 +10,68 @@ import time
 
 import pytest
 
-from tether.serving import busy_poll, event_loop
-from tether.serving.busy_poll import BusyPollSelector
+from tether.serving import event_loop
+from tether.serving.busy_poll import BusyPoll
 from tether.serving.config import ServerConfig
 
+LOOPS = pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
 
-def test_a_ready_socket_is_reported_and_an_idle_one_waits_out_the_timeout() -> None:
-    a, b = socket.socketpair()
-    with a, b, BusyPollSelector(0.002) as sel:
-        sel.register(a, 1)  # EVENT_READ
+
+@LOOPS
+def test_a_touch_keeps_the_loop_awake_for_the_budget_then_it_sleeps(
+    kind: event_loop.EventLoopKind,
+) -> None:
+    async def main() -> tuple[int, bool, int, bool]:
+        poll = BusyPoll(asyncio.get_running_loop(), 0.05)
+        poll.touch()
+        assert poll.spinning
+        await asyncio.sleep(0.02)
+        early, awake = poll.spins, poll.spinning
+        await asyncio.sleep(0.15)  # past the budget: the loop sleeps again
+        return early, awake, poll.spins, poll.spinning
+
+    early, awake, total, still = event_loop.run(main(), kind)
+    # The loop iterated many times while nothing was ready: it polled, it did not sleep.
+    assert awake
+    assert early > 50
+    assert not still
+    assert total >= early
+
+
+@LOOPS
+def test_without_a_touch_the_loop_sleeps(kind: event_loop.EventLoopKind) -> None:
+    async def main() -> int:
+        poll = BusyPoll(asyncio.get_running_loop(), 0.05)
+        await asyncio.sleep(0.05)
+        return poll.spins
+
+    assert event_loop.run(main(), kind) == 0
+
+
+@LOOPS
+def test_each_touch_extends_the_spin(kind: event_loop.EventLoopKind) -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        poll = BusyPoll(loop, 0.03)
         start = time.perf_counter()
-        assert sel.select(0.05) == []
-        waited = time.perf_counter() - start
-        assert 0.045 <= waited < 1.0  # the spin counts against the loop's timeout
-        assert sel.select(0) == []
-        b.send(b"x")
-        ready = sel.select(1.0)
-        assert [(key.fileobj, events) for key, events in ready] == [(a, 1)]
-        assert sel.select(None) == ready  # level-triggered: still readable, nothing consumed
+        for _ in range(4):  # touched every 20 ms: never 30 ms without one
+            poll.touch()
+            await asyncio.sleep(0.02)
+            assert poll.spinning
+        while poll.spinning:
+            await asyncio.sleep(0.005)
+        return time.perf_counter() - start
+
+    # The last touch came at 60 ms: the spin ends 30 ms later, not 30 ms after the first.
+    assert 0.085 <= event_loop.run(main(), kind) < 2.0
 
 
-def test_an_event_during_the_spin_ends_it_at_once() -> None:
-    a, b = socket.socketpair()
-    with a, b, BusyPollSelector(5.0) as sel:
-        sel.register(a, 1)
-        threading.Timer(0.05, b.send, (b"x",)).start()
-        start = time.perf_counter()
-        assert len(sel.select(10.0)) == 1
-        assert time.perf_counter() - start < 2.0  # not the 5 s spin, not the 10 s timeout
-
-
-def test_other_threads_run_while_the_loop_spins() -> None:
-    """Each poll releases the GIL: a Python thread keeps counting through a 0.3 s spin."""
-    a, b = socket.socketpair()
-    counted = [0]
-    stop = threading.Event()
-
-    def count() -> None:
-        while not stop.is_set():
-            counted[0] += 1
-
-    with a, b, BusyPollSelector(0.3) as sel:
-        sel.register(a, 1)
-        worker = threading.Thread(target=count)
-        worker.start()
-        time.sleep(0.05)
-        before = counted[0]
-        sel.select(0.3)
-        during = counted[0] - before
-        stop.set()
-        worker.join()
-    # A thread that got the GIL only at the switch interval would count ~60 times less.
-    assert during > 10_000
-
-
-def test_the_loop_runs_timers_and_readers_as_the_default_loop() -> None:
+@LOOPS
+def test_readers_and_timers_run_while_it_spins(kind: event_loop.EventLoopKind) -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
-        assert isinstance(loop._selector, BusyPollSelector)  # type: ignore[attr-defined]
+        poll = BusyPoll(loop, 1.0)
+        poll.touch()
         seen: list[str] = []
         a, b = socket.socketpair()
         got = asyncio.Event()
@@ -76,17 +81,47 @@ def test_the_loop_runs_timers_and_readers_as_the_default_loop() -> None:
         await asyncio.wait_for(got.wait(), 5.0)
         await asyncio.sleep(0.01)
         seen.append("timer" if loop.time() - start >= 0.02 else "early")
+        seen.append("spinning" if poll.spinning else "asleep")
         loop.remove_reader(a)
         a.close()
         b.close()
         return seen
 
-    assert event_loop.run(main(), busy_poll_us=500.0) == ["r", "timer"]
+    assert event_loop.run(main(), kind) == ["r", "timer", "spinning"]
 
 
-def test_off_means_the_default_loop() -> None:
-    assert busy_poll.loop_factory(0.0) is None
+@LOOPS
+def test_other_threads_run_while_the_loop_spins(kind: event_loop.EventLoopKind) -> None:
+    """The loop releases the GIL in each poll: a Python thread keeps counting through a
+    0.3 s spin."""
+    counted = [0]
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.is_set():
+            counted[0] += 1
+
+    async def main() -> int:
+        poll = BusyPoll(asyncio.get_running_loop(), 0.3)
+        worker = threading.Thread(target=count)
+        worker.start()
+        await asyncio.sleep(0.05)
+        before = counted[0]
+        poll.touch()
+        while poll.spinning:
+            await asyncio.sleep(0)  # let the spin run; never sleep on a timer
+        during = counted[0] - before
+        stop.set()
+        worker.join()
+        return during
+
+    # A thread that got the GIL only at the switch interval would count ~60 times less.
+    assert event_loop.run(main(), kind) > 10_000
+
+
+def test_off_and_bad_values() -> None:
+    assert ServerConfig().busy_poll_us == 0.0
     with pytest.raises(ValueError, match="busy_poll_us"):
         ServerConfig(busy_poll_us=-1.0)
     with pytest.raises(ValueError, match="spin_s must be positive"):
-        BusyPollSelector(0.0)
+        BusyPoll(asyncio.new_event_loop(), 0.0)

@@ -123,7 +123,6 @@ def serve(
         event_loop.run(
             serve_versions(bundle, cfg, versions, announce=_announce),
             cfg.event_loop,
-            cfg.busy_poll_us,
         )
     except (TetherError, ValueError) as exc:
         Console(stderr=True).print(

@@ -157,8 +157,7 @@ class EdgeServer:
         self._syncs = 0
         self._sync_failures = 0
         self._swaps = 0
-        served = self._server.config
-        self._loop = event_loop.loop_factory(served.event_loop, served.busy_poll_us)()
+        self._loop = event_loop.loop_factory(self._server.config.event_loop)()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name=f"{plan.edge_id}-grpc", daemon=True
         )

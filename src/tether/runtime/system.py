@@ -416,8 +416,7 @@ class RunSystem:
         if stopped:
             log.warning("stopped %d processes an earlier run left running", len(stopped))
         try:
-            served = self.config.served_server()
-            event_loop.run(self._main(), served.event_loop, served.busy_poll_us)
+            event_loop.run(self._main(), self.config.served_server().event_loop)
         finally:
             forget_processes(self.run_dir)
         return build_report(self.run_dir)

@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
+from tether.serving.busy_poll import BusyPoll
 from tether.serving.config import BatcherConfig
 from tether.serving.errors import AdmissionRefused, BatchFailed, DeadlineExpired
 
@@ -95,8 +96,11 @@ class DynamicBatcher(Generic[In, Out]):
         max_queued: int = 1024,
         before_batch: Callable[[], None] | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
+        busy_poll_s: float = 0.0,
     ) -> None:
         self._run_batch = run_batch
+        self._busy_poll_s = busy_poll_s
+        self._poll: BusyPoll | None = None  # made on the loop, by start
         self._config = config or BatcherConfig()
         self._max_queued = max_queued
         self._before_batch = before_batch
@@ -115,6 +119,11 @@ class DynamicBatcher(Generic[In, Out]):
         self._lone_batches = 0
         self._quiet_batches = 0
         self._probe_queued = False  # submit queued a lone request so that it runs threaded
+
+    @property
+    def busy_poll(self) -> BusyPoll | None:
+        """What keeps the loop polling after each request (``busy_poll_s`` > 0, once started)."""
+        return self._poll
 
     @property
     def queued(self) -> int:
@@ -168,7 +177,10 @@ class DynamicBatcher(Generic[In, Out]):
     def start(self) -> None:
         """Start the worker task on the running event loop."""
         if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(self._work())
+            loop = asyncio.get_running_loop()
+            if self._busy_poll_s > 0:
+                self._poll = BusyPoll(loop, self._busy_poll_s)
+            self._worker = loop.create_task(self._work())
 
     async def close(self) -> None:
         """Stop the worker; callers still queued get ``BatchFailed``."""
@@ -194,6 +206,8 @@ class DynamicBatcher(Generic[In, Out]):
                 f"request queue is full: {len(self._queue)} queued, the bound is "
                 f"{self._max_queued}; retry with backoff or raise admission.max_queued_requests"
             )
+        if self._poll is not None:
+            self._poll.touch()
         if self._alone():
             if not self._probe_due():
                 return self._run_alone(item, deadline)

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.config import describe_validation_error
 from tether.errors import ConfigError
-from tether.serving import event_loop
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -283,15 +282,16 @@ class ServerConfig(BaseModel):
         default=0.0,
         ge=0.0,
         le=100_000.0,
-        description="After each burst of events the server's event loop polls for this long "
+        description="After each request the server's event loop keeps polling for this long "
         "before it sleeps, keeping its core awake and its caches warm for the next message "
-        "(tether.serving.busy_poll); costs up to this much CPU per burst. 0 turns it off (µs)",
+        "(tether.serving.busy_poll, on either event loop); costs up to this much CPU per "
+        "request burst. 0 turns it off (µs)",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
         description="The serving process's event loop (tether.serving.event_loop): auto runs "
-        "uvloop where it is installed and asyncio's loop otherwise or when busy_poll_us is "
-        "set; uvloop insists on it; asyncio runs Python's own loop",
+        "uvloop where it is installed and asyncio's loop otherwise; uvloop insists on it; "
+        "asyncio runs Python's own loop",
     )
     batcher: BatcherConfig = Field(default_factory=BatcherConfig, description="Batching")
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig, description="Admission")
@@ -306,11 +306,6 @@ class ServerConfig(BaseModel):
         if not 0 <= v <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {v}")
         return v
-
-    @model_validator(mode="after")
-    def _loop_polls(self) -> ServerConfig:
-        event_loop.check(self.event_loop, self.busy_poll_us)
-        return self
 
     @field_validator("metrics_port")
     @classmethod

@@ -1,26 +1,23 @@
-"""The event loop a serving process runs on: uvloop, asyncio's own, or asyncio's with busy
-polling.
+"""The event loop a serving process runs on: uvloop or asyncio's own.
 
 Every Control step is a handful of loop callbacks: grpc.aio's poller wakes the loop, the
 stream's task resumes, the step's future is resolved by the batch, the reply's write
 completes. asyncio's own loop runs that bookkeeping in Python (``_run_once``, its
 handles, ``call_soon``); uvloop runs it in C on libuv. At 64 robots on a 2-core machine
-the same server answered 16 % more actions per second on uvloop, and bare grpc.aio echoed
-11 % more (``benchmarks/bench_peers.py``, docs/benchmarks.md).
+the same server answered 6-11 % more actions per second on uvloop, and bare grpc.aio
+echoed 7-8 % more (``benchmarks/bench_peers.py``, docs/benchmarks.md).
 
 ``ServerConfig.event_loop`` chooses:
 
 - ``auto`` (the default): uvloop where it is installed (a dependency of tether on every
-  platform uvloop supports), else asyncio's loop; asyncio's selector loop when
-  ``busy_poll_us`` is set, since busy polling spins on that loop's selector
-  (``tether.serving.busy_poll``);
-- ``uvloop``: uvloop, and an error at start where it is not installed (the config
-  refuses it together with busy polling);
+  platform uvloop supports), else asyncio's loop;
+- ``uvloop``: uvloop, and an error at start where it is not installed;
 - ``asyncio``: asyncio's loop.
 
-``run`` is the one way tether's entry points (``tether serve``, ``tether run``) start
-their loop; ``loop_factory`` gives the same choice to code that runs a loop in a thread
-of its own (the test harness, a fleet edge).
+Busy polling (``ServerConfig.busy_poll_us``, ``tether.serving.busy_poll``) works on
+either. ``run`` is the one way tether's entry points (``tether serve``, ``tether run``)
+start their loop; ``loop_factory`` gives the same choice to code that runs a loop in a
+thread of its own (the test harness, a fleet edge).
 """
 
 from __future__ import annotations
@@ -30,8 +27,6 @@ import importlib
 from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, Literal, TypeVar
-
-from tether.serving import busy_poll
 
 T = TypeVar("T")
 
@@ -50,26 +45,10 @@ def _uvloop() -> ModuleType | None:
         return None
 
 
-def check(kind: str, busy_poll_us: float) -> None:
-    """Refuse a choice no machine can run (ValueError, naming the fields)."""
+def loop_factory(kind: EventLoopKind = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes the loop ``kind`` names (see the module docstring)."""
     if kind not in EVENT_LOOPS:
         raise ValueError(f"event_loop is {kind!r}, expected one of {list(EVENT_LOOPS)}")
-    if kind == "uvloop" and busy_poll_us > 0:
-        raise ValueError(
-            "event_loop: uvloop cannot busy-poll (busy_poll_us > 0 spins on asyncio's "
-            "selector); set event_loop to auto or asyncio, or busy_poll_us to 0"
-        )
-
-
-def loop_factory(
-    kind: EventLoopKind = "auto", busy_poll_us: float = 0.0
-) -> Callable[[], asyncio.AbstractEventLoop]:
-    """What makes the loop ``kind`` names (see the module docstring)."""
-    check(kind, busy_poll_us)
-    if busy_poll_us > 0:
-        polling = busy_poll.loop_factory(busy_poll_us)
-        if polling is not None:
-            return polling
     if kind != "asyncio":
         uvloop = _uvloop()
         if uvloop is not None:
@@ -84,17 +63,14 @@ def loop_factory(
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
-    """``uvloop``, ``asyncio`` or ``asyncio, busy-poll``: which loop this is, for logs."""
-    if type(loop).__module__.split(".")[0] == "uvloop":
-        return "uvloop"
-    selector = getattr(loop, "_selector", None)
-    return "asyncio, busy-poll" if isinstance(selector, busy_poll.BusyPollSelector) else "asyncio"
+    """``uvloop`` or ``asyncio``: which loop this is, for logs and tests."""
+    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
 
 
-def run(main: Coroutine[Any, Any, T], kind: EventLoopKind = "auto", busy_poll_us: float = 0.0) -> T:
-    """``asyncio.run(main)`` on the loop ``kind`` and ``busy_poll_us`` choose."""
+def run(main: Coroutine[Any, Any, T], kind: EventLoopKind = "auto") -> T:
+    """``asyncio.run(main)`` on the loop ``kind`` chooses."""
     try:
-        factory = loop_factory(kind, busy_poll_us)
+        factory = loop_factory(kind)
     except BaseException:
         main.close()  # never awaited: say so quietly instead of a RuntimeWarning
         raise

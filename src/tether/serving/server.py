@@ -139,6 +139,7 @@ class PolicyServer:
             max_queued=cfg.admission.max_queued_requests,
             before_batch=self._before_batch,
             on_batch=self._observe_batch,
+            busy_poll_s=cfg.busy_poll_us / 1e6,
         )
         server = grpc.aio.server(
             interceptors=[BearerTokenInterceptor(token)] if token else None,
