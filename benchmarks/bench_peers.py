@@ -33,13 +33,17 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000]
+        [--busy-poll-us 2000] [--spin-us 20,40]
 
 With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
 (after each request its event loop polls that long before it sleeps,
 ``tether.serving.busy_poll``) and the echo touching the same ``BusyPoll`` on each step, so
 the table shows what busy polling gives the transport floor too; the ratios stay against
 the plain echo.
+
+With ``--spin-us 20,40`` echoes that hold the GIL spinning that long before each answer
+(``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
+whose per-step Python costs that much can answer, against tether's.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.
@@ -55,6 +59,7 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -180,7 +185,9 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
 class Servers:
     """The servers, started once and kept for every cell and round."""
 
-    def __init__(self, bundle: str, busy_poll_us: float = 0.0) -> None:
+    def __init__(
+        self, bundle: str, busy_poll_us: float = 0.0, spin_us: Sequence[float] = ()
+    ) -> None:
         self.echo = ServerProcess("echo")
         self.tether = ServerProcess("policy", bundle, recorder=True)
         self.openpi = Child(_openpi_style_main, bundle)
@@ -196,6 +203,8 @@ class Servers:
                     "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
                 ),
             }
+        for us in spin_us:
+            self.variants[spun(us)] = ServerProcess("echo", work=("spin", int(us * 1e3), 0))
 
     def client(self, server: str, feed: Feed) -> Any:
         if server == "echo":
@@ -213,6 +222,10 @@ class Servers:
             child.stop()
 
 
+def spun(us: float) -> str:
+    return f"echo + {us:g} µs spin"
+
+
 def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
@@ -223,6 +236,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy-poll-us", type=float, default=0.0)
+    parser.add_argument("--spin-us", default="", help="echoes spinning this long per step")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     bundle = str(pretrained_bundle_path())
@@ -234,8 +248,9 @@ def main() -> None:
         f"{args.rounds} rounds, median per cell; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
-    servers = Servers(bundle, args.busy_poll_us)
-    names = SERVERS + (POLLED if args.busy_poll_us > 0 else ())
+    spin_us = [float(x) for x in args.spin_us.split(",") if x]
+    servers = Servers(bundle, args.busy_poll_us, spin_us)
+    names = SERVERS + (POLLED if args.busy_poll_us > 0 else ()) + tuple(map(spun, spin_us))
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for round_ in range(args.rounds):
