@@ -33,7 +33,7 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000] [--spin-us 20,40]
+        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--servers 'echo;tether']
 
 With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
 (after each request its event loop polls that long before it sleeps,
@@ -41,7 +41,8 @@ With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_po
 the table shows what busy polling gives the transport floor too; the ratios stay against
 the plain echo.
 
-With ``--spin-us 20,40`` echoes that hold the GIL spinning that long before each answer
+With ``--recorder-off`` tether also serves without its recorder (what recording every
+step costs the server). With ``--spin-us 20,40`` echoes that hold the GIL spinning that long before each answer
 (``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
 whose per-step Python costs that much can answer, against tether's.
 
@@ -59,7 +60,7 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -183,43 +184,50 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
 
 
 class Servers:
-    """The servers, started once and kept for every cell and round."""
+    """The servers ``names`` (rows of the table), started once and kept for every cell."""
 
-    def __init__(
-        self, bundle: str, busy_poll_us: float = 0.0, spin_us: Sequence[float] = ()
-    ) -> None:
-        self.echo = ServerProcess("echo")
-        self.tether = ServerProcess("policy", bundle, recorder=True)
-        self.openpi = Child(_openpi_style_main, bundle)
-        self.lerobot = Child(_lerobot_style_main, bundle)
-        self.variants: dict[str, ServerProcess] = {
-            "echo, uvloop": ServerProcess("echo", loop="uvloop"),
-            "tether, asyncio loop": ServerProcess("policy", bundle, recorder=True, loop="asyncio"),
+    def __init__(self, bundle: str, names: Sequence[str], busy_poll_us: float = 0.0) -> None:
+        makers: dict[str, Callable[[], Any]] = {
+            "echo": lambda: ServerProcess("echo"),
+            "tether": lambda: ServerProcess("policy", bundle, recorder=True),
+            "openpi-style": lambda: Child(_openpi_style_main, bundle),
+            "LeRobot-style": lambda: Child(_lerobot_style_main, bundle),
+            "echo, uvloop": lambda: ServerProcess("echo", loop="uvloop"),
+            "tether, asyncio loop": lambda: ServerProcess(
+                "policy", bundle, recorder=True, loop="asyncio"
+            ),
+            "echo, busy-poll": lambda: ServerProcess("echo", busy_poll_us=busy_poll_us),
+            "tether, busy-poll": lambda: ServerProcess(
+                "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
+            ),
+            UNRECORDED: lambda: ServerProcess("policy", bundle, recorder=False),
         }
-        if busy_poll_us > 0:
-            self.variants |= {
-                "echo, busy-poll": ServerProcess("echo", busy_poll_us=busy_poll_us),
-                "tether, busy-poll": ServerProcess(
-                    "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
-                ),
-            }
-        for us in spin_us:
-            self.variants[spun(us)] = ServerProcess("echo", work=("spin", int(us * 1e3), 0))
+        self.running: dict[str, Any] = {}
+        try:
+            for name in names:
+                if name in makers:
+                    self.running[name] = makers[name]()
+                else:  # spun(us)
+                    us = float(name.removeprefix("echo + ").removesuffix(" µs spin"))
+                    self.running[name] = ServerProcess("echo", work=("spin", int(us * 1e3), 0))
+        except BaseException:
+            self.stop()
+            raise
 
     def client(self, server: str, feed: Feed) -> Any:
-        if server == "echo":
-            return _control_client(self.echo.address, feed)
-        if server == "tether":
-            return _control_client(self.tether.address, feed)
-        if server in self.variants:
-            return _control_client(self.variants[server].address, feed)
+        child = self.running[server]
         if server == "LeRobot-style":
-            return _unary_client(f"127.0.0.1:{self.lerobot.grpc_port}", feed)
-        return _websocket_client(self.openpi.ws_port)
+            return _unary_client(f"127.0.0.1:{child.grpc_port}", feed)
+        if server == "openpi-style":
+            return _websocket_client(child.ws_port)
+        return _control_client(child.address, feed)
 
     def stop(self) -> None:
-        for child in (self.echo, self.tether, self.openpi, self.lerobot, *self.variants.values()):
+        for child in self.running.values():
             child.stop()
+
+
+UNRECORDED = "tether, recorder off"
 
 
 def spun(us: float) -> str:
@@ -237,6 +245,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy-poll-us", type=float, default=0.0)
     parser.add_argument("--spin-us", default="", help="echoes spinning this long per step")
+    parser.add_argument(
+        "--recorder-off", action="store_true", help="also tether without its recorder"
+    )
+    parser.add_argument(
+        "--servers",
+        default="",
+        help="only these rows, ';'-separated (the echo among them), e.g. "
+        "'echo;tether;tether, recorder off'",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     bundle = str(pretrained_bundle_path())
@@ -249,8 +266,19 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     spin_us = [float(x) for x in args.spin_us.split(",") if x]
-    servers = Servers(bundle, args.busy_poll_us, spin_us)
-    names = SERVERS + (POLLED if args.busy_poll_us > 0 else ()) + tuple(map(spun, spin_us))
+    names = (
+        SERVERS
+        + (POLLED if args.busy_poll_us > 0 else ())
+        + ((UNRECORDED,) if args.recorder_off else ())
+        + tuple(map(spun, spin_us))
+    )
+    if args.servers:
+        chosen = [name.strip() for name in args.servers.split(";")]
+        unknown = [name for name in chosen if name not in names]
+        if unknown or "echo" not in chosen:
+            parser.error(f"--servers takes 'echo' and rows of {list(names)}; got {unknown}")
+        names = tuple(name for name in names if name in chosen)
+    servers = Servers(bundle, names, args.busy_poll_us)
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for round_ in range(args.rounds):
