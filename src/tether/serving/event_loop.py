@@ -4,8 +4,9 @@ Every Control step is a handful of loop callbacks: grpc.aio's poller wakes the l
 stream's task resumes, the step's future is resolved by the batch, the reply's write
 completes. asyncio's own loop runs that bookkeeping in Python (``_run_once``, its
 handles, ``call_soon``); uvloop runs it in C on libuv. At 64 robots on a 2-core machine
-the same server answered 6-11 % more actions per second on uvloop, and bare grpc.aio
-echoed 7-8 % more (``benchmarks/bench_peers.py``, docs/benchmarks.md).
+the same server answered 6-20 % more actions per second on uvloop (median 8 % over five
+runs), and bare grpc.aio echoed up to 8 % more (``benchmarks/bench_peers.py``,
+docs/benchmarks.md).
 
 ``ServerConfig.event_loop`` chooses:
 
