@@ -55,7 +55,7 @@ class BusyPoll:
             self._loop.call_soon(self._spin)
 
     def _spin(self) -> None:
-        if time.perf_counter_ns() < self._until_ns and not self._loop.is_closed():
+        if time.perf_counter_ns() < self._until_ns:
             self.spins += 1
             self._loop.call_soon(self._spin)
         else:

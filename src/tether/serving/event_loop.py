@@ -29,13 +29,15 @@ from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
+from tether.errors import ConfigError
+
 T = TypeVar("T")
 
 EventLoopKind = Literal["auto", "uvloop", "asyncio"]
 EVENT_LOOPS: tuple[EventLoopKind, ...] = ("auto", "uvloop", "asyncio")
 
 
-class EventLoopUnavailable(RuntimeError):
+class EventLoopUnavailable(ConfigError):
     """The configured event loop cannot run on this machine."""
 
 
@@ -64,7 +66,7 @@ def loop_factory(kind: EventLoopKind = "auto") -> Callable[[], asyncio.AbstractE
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
-    """``uvloop`` or ``asyncio``: which loop this is, for logs and tests."""
+    """``uvloop`` or ``asyncio``: which loop this is (the server logs it at start)."""
     return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
 
 

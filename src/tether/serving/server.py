@@ -29,6 +29,7 @@ from grpc_reflection.v1alpha import reflection
 
 from tether.data.step import StepRecord
 from tether.safety.levels import DegradationLevel
+from tether.serving import event_loop
 from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
@@ -226,6 +227,13 @@ class PolicyServer:
         await server.start()
         self._server = server
         await self._publish_health()
+        log.info(
+            "serving on %s:%d, event loop %s, busy polling %s",
+            cfg.host,
+            port,
+            event_loop.loop_name(asyncio.get_running_loop()),
+            f"{cfg.busy_poll_us:g} µs" if cfg.busy_poll_us > 0 else "off",
+        )
 
     async def _release(self, server: grpc.aio.Server) -> None:
         """Undo a start that failed after the gRPC server was built."""
