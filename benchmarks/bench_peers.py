@@ -42,8 +42,8 @@ the table shows what busy polling gives the transport floor too; the ratios stay
 the plain echo.
 
 With ``--recorder-off`` tether also serves without its recorder (what recording every
-step costs the server). With ``--spin-us 20,40`` echoes that hold the GIL spinning that long before each answer
-(``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
+step costs the server). With ``--spin-us 20,40`` echoes that hold the GIL spinning that
+long before each answer (``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
 whose per-step Python costs that much can answer, against tether's.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
@@ -186,7 +186,13 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
 class Servers:
     """The servers ``names`` (rows of the table), started once and kept for every cell."""
 
-    def __init__(self, bundle: str, names: Sequence[str], busy_poll_us: float = 0.0) -> None:
+    def __init__(
+        self,
+        bundle: str,
+        names: Sequence[str],
+        busy_poll_us: float = 0.0,
+        spin_us: Sequence[float] = (),
+    ) -> None:
         makers: dict[str, Callable[[], Any]] = {
             "echo": lambda: ServerProcess("echo"),
             "tether": lambda: ServerProcess("policy", bundle, recorder=True),
@@ -202,14 +208,12 @@ class Servers:
             ),
             UNRECORDED: lambda: ServerProcess("policy", bundle, recorder=False),
         }
+        for us in spin_us:
+            makers[spun(us)] = lambda us=us: ServerProcess("echo", work=("spin", int(us * 1e3), 0))
         self.running: dict[str, Any] = {}
         try:
             for name in names:
-                if name in makers:
-                    self.running[name] = makers[name]()
-                else:  # spun(us)
-                    us = float(name.removeprefix("echo + ").removesuffix(" µs spin"))
-                    self.running[name] = ServerProcess("echo", work=("spin", int(us * 1e3), 0))
+                self.running[name] = makers[name]()
         except BaseException:
             self.stop()
             raise
@@ -278,7 +282,7 @@ def main() -> None:
         if unknown or "echo" not in chosen:
             parser.error(f"--servers takes 'echo' and rows of {list(names)}; got {unknown}")
         names = tuple(name for name in names if name in chosen)
-    servers = Servers(bundle, names, args.busy_poll_us)
+    servers = Servers(bundle, names, args.busy_poll_us, spin_us)
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for round_ in range(args.rounds):
