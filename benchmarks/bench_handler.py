@@ -155,7 +155,12 @@ async def _robot(
             break
         steps.put(message)
         reply = await replies.__anext__()
-        if reply.WhichOneof("kind") != "action":
+        # A batch's replies come as the bytes it encoded (field 4, ``action``, after the
+        # step's index and episode), a lone step's as a message.
+        if type(reply) is bytes:
+            if b"\x22" not in reply:
+                raise RuntimeError(f"robot {robot}: {pb.ControlReply.FromString(reply)}")
+        elif reply.WhichOneof("kind") != "action":
             raise RuntimeError(f"robot {robot}: {reply}")
         done += 1
     tally["steps"] += done

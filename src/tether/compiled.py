@@ -10,6 +10,8 @@ never use fast-math (their results must not depend on the CPU).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -41,3 +43,24 @@ def compiler(numba: Any | None, **options: Any) -> Callable[[F], F]:
             return cast(F, numba.njit(**settings)(fn))
 
     return compile_one
+
+
+def warm_once(available: bool, compile_all: Callable[[], None]) -> Callable[[], float]:
+    """A kernel module's ``warm()``: the first call runs ``compile_all`` (calls that compile
+    every signature serving uses, or load them from numba's cache) and returns the
+    seconds it took; later calls, and every call without numba, return 0.0 at once."""
+    lock = threading.Lock()
+    done: list[float] = []
+
+    def warm() -> float:
+        if not available:
+            return 0.0
+        with lock:
+            if done:
+                return 0.0
+            start = time.perf_counter()
+            compile_all()
+            done.append(time.perf_counter() - start)
+            return done[0]
+
+    return warm

@@ -43,14 +43,12 @@ float32 scalars and compute the same bits, far too slowly to serve (the engine r
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from tether.compiled import compiler, import_numba
+from tether.compiled import compiler, import_numba, warm_once
 
 numba: Any = import_numba("TETHER_POLICY_COMPILED")  # None: plain Python (see tether.compiled)
 AVAILABLE = numba is not None
@@ -541,40 +539,32 @@ class _NoNoise(dict[int, np.ndarray]):
 
 _NO_NOISE = _NoNoise()
 
-_WARM_LOCK = threading.Lock()
-_WARMED: list[float] = []
+
+def _compile_all() -> None:
+    """Compile :func:`act_rows` for the signatures serving uses."""
+    w = np.zeros((2, 2), dtype=np.float32)
+    b = np.zeros(2, dtype=np.float32)
+    two = np.ones(2, dtype=np.float32)
+    packed = pack(
+        layers=[(w, b), (w, b)],
+        goal_layers=[(w, b), (w[:1], b[:1])],
+        goal=(0, 1),
+        goal_scale=two[:1],
+        activation="relu",
+        mean=two * 0,
+        inv_std=two,
+        clip=5.0,
+        low=-two[:1],
+        half_range=two[:1],
+        high=two[:1],
+        log_std_bounds=(-5.0, 2.0),
+        frame=FrameConstants(0, 1, (0.0,), (1.0,), (0.1,), (0.1,)),
+    )
+    obs = np.zeros((3, 2), dtype=np.float32)
+    run(packed, obs, None)
+    run(packed, obs, np.zeros((3, 1), dtype=np.float32))
 
 
-def warm() -> float:
-    """Compile :func:`act_rows` (or load it from numba's cache) before it serves; seconds
-    taken (0.0 after the first call, or without numba)."""
-    if not AVAILABLE:
-        return 0.0
-    with _WARM_LOCK:
-        if _WARMED:
-            return 0.0
-        start = time.perf_counter()
-        w = np.zeros((2, 2), dtype=np.float32)
-        b = np.zeros(2, dtype=np.float32)
-        two = np.ones(2, dtype=np.float32)
-        packed = pack(
-            layers=[(w, b), (w, b)],
-            goal_layers=[(w, b), (w[:1], b[:1])],
-            goal=(0, 1),
-            goal_scale=two[:1],
-            activation="relu",
-            mean=two * 0,
-            inv_std=two,
-            clip=5.0,
-            low=-two[:1],
-            half_range=two[:1],
-            high=two[:1],
-            log_std_bounds=(-5.0, 2.0),
-            frame=FrameConstants(0, 1, (0.0,), (1.0,), (0.1,), (0.1,)),
-        )
-        obs = np.zeros((3, 2), dtype=np.float32)
-        run(packed, obs, None)
-        run(packed, obs, np.zeros((3, 1), dtype=np.float32))
-        taken = time.perf_counter() - start
-        _WARMED.append(taken)
-        return taken
+warm = warm_once(AVAILABLE, _compile_all)
+"""Compile :func:`act_rows` (or load it from numba's cache) before it serves; seconds
+taken (0.0 after the first call, or without numba)."""

@@ -6,16 +6,28 @@ proposed one (which travels separately, labelled as such).
 
 Replies are filled in place (``fill_action_response`` writes into the ``ControlReply``'s
 own ``action`` field) rather than built as separate messages and copied in: every step
-of every session builds one, and the copies were most of its cost.
+of every session builds one, and the copies were most of its cost. A batch of Control
+replies of a single-step policy is written as wire bytes instead, every row in one
+compiled call (``encode_control_replies``, ``tether.serving.reply_kernel``): the same
+bytes ``SerializeToString`` makes of the message built here.
 """
 
 from __future__ import annotations
 
-from tether.safety.verdict import ActionSource, SafetyVerdict, check_names
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tether.safety.levels import DegradationLevel
+from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict, check_names
+from tether.serving import reply_kernel
 from tether.serving.batcher import Batched
-from tether.serving.inference import ActionOutcome
 from tether.v1 import policy_pb2 as pb
 from tether.versions.protocols import VersionLike
+
+if TYPE_CHECKING:
+    from tether.serving.inference import ActionOutcome
 
 _SOURCES = {
     ActionSource.POLICY: pb.ACTION_SOURCE_POLICY,
@@ -98,3 +110,102 @@ def fill_action_response(
             reply.proposed_chunk.extend(outcome.proposed_chunk.reshape(-1).tolist())
         for verdict in chunk.verdicts:
             fill_verdict(reply.chunk_safety.add(), verdict)
+
+
+# The wire enum of each source and level, and the name of each check bit, as
+# ``encode_control_replies`` hands them to the kernel.
+_SOURCE_CODES = {source: int(code) for source, code in _SOURCES.items()}
+_LEVEL_CODES = tuple(int(degradation_to_proto(level)) for level in DegradationLevel)
+_CHECK_BITS = max(int(check).bit_length() for check in SafetyCheck)
+_NAMES = [check_names(1 << bit) for bit in range(_CHECK_BITS)]
+_NAME_BLOB = np.frombuffer(
+    "".join(names[0] if names else "" for names in _NAMES).encode(), dtype=np.uint8
+)
+_NAME_ENDS = np.cumsum([0] + [len(names[0]) if names else 0 for names in _NAMES], dtype=np.int64)
+_NO_JOINTS = np.zeros(0, dtype=np.int64)
+_NO_BYTES = np.frombuffer(b"", dtype=np.uint8)
+
+
+class _VersionBytes:
+    """The encoded ``PolicyVersion`` of the last version asked for."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        # One attribute, replaced whole: a batch on another thread reads a matching pair.
+        self._last: tuple[VersionLike | None, np.ndarray] = (None, _NO_BYTES)
+
+    def of(self, version: VersionLike) -> np.ndarray:
+        last, blob = self._last
+        if version is not last:
+            blob = np.frombuffer(version_to_proto(version).SerializeToString(), dtype=np.uint8)
+            self._last = (version, blob)
+        return blob
+
+
+_VERSION = _VersionBytes()
+
+
+def encode_control_replies(
+    steps: Sequence[tuple[int, str]],
+    actions: np.ndarray,
+    proposed: np.ndarray,
+    log_probs: np.ndarray,
+    verdicts: Sequence[SafetyVerdict],
+    levels: Sequence[DegradationLevel],
+    version: VersionLike,
+    timings: np.ndarray,
+) -> list[bytes]:
+    """Every row's ``ControlReply`` as wire bytes, in one compiled call: row ``i`` answers
+    step ``steps[i]`` (index, episode id) with the safe action ``actions[i]``, what was
+    proposed, its verdict and level, and ``timings[i]`` (queue, inference, safety, total
+    ns, batch size; int64 >= 0). The bytes equal ``SerializeToString`` of the reply that
+    ``fill_action_response`` fills (a single-step policy's: no chunk)."""
+    rows, act_dim = actions.shape
+    floats = np.empty((rows, 2 * act_dim + 2), dtype="<f4")
+    floats[:, :act_dim] = actions
+    floats[:, act_dim : 2 * act_dim] = proposed
+    floats[:, 2 * act_dim] = log_probs
+    floats[:, 2 * act_dim + 1] = [v.correction_norm for v in verdicts]
+    ints = np.empty((rows, reply_kernel.INT_COLUMNS), dtype=np.int64)
+    ints[:, reply_kernel.I_STEP] = [step for step, _ in steps]
+    ints[:, reply_kernel.I_SOURCE] = [_SOURCE_CODES.get(v.source, 0) for v in verdicts]
+    ints[:, reply_kernel.I_CHECKS] = [int(v.checks) for v in verdicts]
+    ints[:, reply_kernel.I_DEGRADATION] = [_LEVEL_CODES[level] for level in levels]
+    ints[:, reply_kernel.I_QUEUE_NS : reply_kernel.I_BATCH_SIZE + 1] = timings
+    counts = [len(v.joints) for v in verdicts]
+    ints[:, reply_kernel.I_JOINTS_END] = np.cumsum(counts)
+    joints = (
+        np.fromiter((j for v in verdicts for j in v.joints), np.int64)
+        if any(counts)
+        else _NO_JOINTS
+    )
+    episode_ids = [episode for _, episode in steps]
+    text = "".join(episode_ids).encode()
+    lengths = [len(episode) for episode in episode_ids]
+    if len(text) != sum(lengths):  # not all ASCII: count each id's UTF-8 bytes
+        lengths = [len(episode.encode()) for episode in episode_ids]
+    episode_ends = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=episode_ends[1:])
+    episodes = np.frombuffer(text, dtype=np.uint8)
+    blob = _VERSION.of(version)
+    out = np.empty(
+        reply_kernel.capacity(rows, act_dim, len(text), len(blob), len(joints), len(_NAME_BLOB)),
+        dtype=np.uint8,
+    )
+    ends = np.empty(rows, dtype=np.int64)
+    size = reply_kernel.encode(
+        floats.view(np.uint8),
+        ints,
+        episodes,
+        episode_ends,
+        blob,
+        joints,
+        _NAME_BLOB,
+        _NAME_ENDS,
+        out,
+        ends,
+    )
+    data = out[:size].tobytes()
+    bounds = [0, *ends.tolist()]
+    return [data[bounds[i] : bounds[i + 1]] for i in range(rows)]

@@ -90,6 +90,11 @@ async def refuse(context: grpc.aio.ServicerContext[Any, Any], bad: Undecodable) 
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad.message())
 
 
+def _control_reply(reply: pb.ControlReply | bytes) -> bytes:
+    """A Control reply's bytes: encoded already by its batch, or serialized here."""
+    return reply if type(reply) is bytes else reply.SerializeToString()  # type: ignore[union-attr]
+
+
 def add_policy_service(servicer: Any, server: grpc.aio.Server) -> None:
     """``add_PolicyServiceServicer_to_server`` with tolerant request deserializers."""
     handlers = {
@@ -101,7 +106,7 @@ def add_policy_service(servicer: Any, server: grpc.aio.Server) -> None:
         "Control": grpc.stream_stream_rpc_method_handler(
             servicer.Control,
             request_deserializer=tolerant(pb.ControlStep),
-            response_serializer=pb.ControlReply.SerializeToString,
+            response_serializer=_control_reply,
         ),
         "Describe": grpc.unary_unary_rpc_method_handler(
             servicer.Describe,

@@ -29,7 +29,7 @@ from grpc_reflection.v1alpha import reflection
 
 from tether.data.step import StepRecord
 from tether.safety.levels import DegradationLevel
-from tether.serving import event_loop
+from tether.serving import event_loop, reply_kernel
 from tether.serving.admission import Admission
 from tether.serving.batcher import BatchStats, DynamicBatcher
 from tether.serving.config import ServerConfig
@@ -134,6 +134,8 @@ class PolicyServer:
         )
         if self.exposure_warning is not None:
             log.warning("%s", self.exposure_warning)
+        # Compile the reply encoder (or load it from numba's cache) before the first batch.
+        reply_kernel.warm()
         self._batcher = DynamicBatcher(
             self._pipeline.run,
             cfg.batcher,

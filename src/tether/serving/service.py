@@ -168,7 +168,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     async def Control(
         self, request_iterator: AsyncIterator[pb.ControlStep | Undecodable], context: Context
-    ) -> AsyncIterator[pb.ControlReply]:
+    ) -> AsyncIterator[pb.ControlReply | bytes]:
         session, ticket = await self._open(request_iterator, context)
         self._metrics.sessions.inc()
         try:
@@ -245,8 +245,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     async def _step(
         self, session: ControlSession, step: pb.StepData, context: Context
-    ) -> tuple[pb.ControlReply, StepRecord | None]:
-        """The reply to one step, and the record the recorder hook gets once it is sent.
+    ) -> tuple[pb.ControlReply | bytes, StepRecord | None]:
+        """The reply to one step (the bytes the batch encoded, else a message), and the
+        record the recorder hook gets once it is sent.
 
         The hand-off waits until grpc has sent the reply: the recorder's worker thread
         wakes on it and takes the GIL to pair the step, and woken before the reply left
@@ -292,6 +293,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 pinned_version=session.pinned_version,
                 route=route,
                 inputs=named,
+                reply_to=(step.step_index, episode),
             )
             batched = await self._batcher.submit(query, self._step_deadline(context))
             self._queued(batched)
@@ -337,8 +339,10 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 ingress_ns=ingress,
                 client_timestamp_ns=step.client_timestamp_ns,
             )
-        reply = pb.ControlReply(step_index=step.step_index, episode_id=step.episode_id)
-        fill_action_response(reply.action, batched, time.perf_counter_ns() - arrival)
+        reply: pb.ControlReply | bytes | None = outcome.reply
+        if reply is None:
+            reply = pb.ControlReply(step_index=step.step_index, episode_id=step.episode_id)
+            fill_action_response(reply.action, batched, time.perf_counter_ns() - arrival)
         self._finish("Control", "OK", version, arrival)
         return reply, record
 

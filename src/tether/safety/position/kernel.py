@@ -27,13 +27,11 @@ loads the cache) before a supervisor serves its first command.
 from __future__ import annotations
 
 import math
-import threading
-import time
 from typing import Any
 
 import numpy as np
 
-from tether.compiled import compiler, import_numba
+from tether.compiled import compiler, import_numba, warm_once
 from tether.safety.reach import SLACK_M
 from tether.safety.verdict import (
     ACCELERATION_BIT,
@@ -1084,49 +1082,40 @@ def finish_batch(
     return out, candidate, change, checks, passed, untouched
 
 
-_WARM_LOCK = threading.Lock()
-_WARMED: list[float] = []
+def _compile_all() -> None:
+    """Compile every kernel function for the signatures serving uses."""
+    n = 4
+    joints = np.ones((n, _J))
+    geo = np.zeros(_GEO)
+    geo[_CARTESIAN] = 1.0
+    geo[_HAS_WS] = geo[_HAS_OBS] = 1.0
+    geo[_SPACING] = geo[_MAX_SAMPLES] = 1.0
+    obstacles = np.zeros((1, 5))
+    groups = np.zeros((1, 4))
+    groups[0, 2] = 1.0
+    inputs = np.zeros(5 * n)
+    step(joints, geo, obstacles, groups, new_anchors(n), inputs, True, False)
+    step_batch(
+        joints,
+        geo,
+        obstacles,
+        groups,
+        new_anchors(n)[None],
+        inputs[None],
+        np.ones(1, np.bool_),
+        np.zeros(1, np.bool_),
+    )
+    targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
+    inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
+                 0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
+    # batch._array_group passes column slices of the inputs: strided ('A' layout) from
+    # two rows on, contiguous for one; both compiled here, not at the first batch.
+    for rows in (1, 2):
+        sliced = np.zeros((rows, 5 * n))
+        finish_batch(np.zeros((rows, 2 * n + OUT_EXTRA)), sliced[:, 4 * n :],
+                     np.zeros((rows, n), np.float32), sliced[:, 2 * n : 3 * n])  # fmt: skip
 
 
-def warm() -> float:
-    """Compile the kernel (or load it from the cache) before it serves; seconds taken
-    (0.0 after the first call, or when the compiled path is off)."""
-    if not AVAILABLE:
-        return 0.0
-    with _WARM_LOCK:
-        if _WARMED:
-            return 0.0
-        start = time.perf_counter()
-        n = 4
-        joints = np.ones((n, _J))
-        geo = np.zeros(_GEO)
-        geo[_CARTESIAN] = 1.0
-        geo[_HAS_WS] = geo[_HAS_OBS] = 1.0
-        geo[_SPACING] = geo[_MAX_SAMPLES] = 1.0
-        obstacles = np.zeros((1, 5))
-        groups = np.zeros((1, 4))
-        groups[0, 2] = 1.0
-        inputs = np.zeros(5 * n)
-        step(joints, geo, obstacles, groups, new_anchors(n), inputs, True, False)
-        step_batch(
-            joints,
-            geo,
-            obstacles,
-            groups,
-            new_anchors(n)[None],
-            inputs[None],
-            np.ones(1, np.bool_),
-            np.zeros(1, np.bool_),
-        )
-        targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
-        inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
-                     0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
-        # batch._array_group passes column slices of the inputs: strided ('A' layout) from
-        # two rows on, contiguous for one; both compiled here, not at the first batch.
-        for rows in (1, 2):
-            sliced = np.zeros((rows, 5 * n))
-            finish_batch(np.zeros((rows, 2 * n + OUT_EXTRA)), sliced[:, 4 * n :],
-                         np.zeros((rows, n), np.float32), sliced[:, 2 * n : 3 * n])  # fmt: skip
-        taken = time.perf_counter() - start
-        _WARMED.append(taken)
-        return taken
+warm = warm_once(AVAILABLE, _compile_all)
+"""Compile the kernel (or load it from the cache) before it serves; seconds taken (0.0
+after the first call, or when the compiled path is off)."""

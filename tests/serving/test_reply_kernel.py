@@ -1,0 +1,178 @@
+"""A batch's Control replies written as wire bytes are the bytes protobuf makes of the
+reply ``fill_action_response`` fills, row for row, compiled or as plain Python; and the
+pipeline hands them out only for a batch of Control steps large enough to pay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.serving.test_inference import queries
+from tether.data.clock import ingress_ns
+from tether.policy.engine import PolicyEngine
+from tether.policy.manifest import VersionInfo
+from tether.safety.levels import DegradationLevel
+from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+from tether.serving import reply_kernel
+from tether.serving.batcher import Batched
+from tether.serving.convert import encode_control_replies, fill_action_response
+from tether.serving.decoding import _control_reply
+from tether.serving.inference import ENCODE_ROWS, ActionOutcome, ActionQuery, InferencePipeline
+from tether.spec import RobotSpec
+from tether.v1 import policy_pb2 as pb
+from tether.versions.holder import LiveModel
+
+ACT_DIM = 7
+floats32 = st.floats(width=32, allow_nan=False)  # ±0.0, subnormals, ±inf, extremes
+rows = st.fixed_dictionaries(
+    {
+        "safe": st.lists(floats32, min_size=ACT_DIM, max_size=ACT_DIM),
+        "proposed": st.lists(floats32, min_size=ACT_DIM, max_size=ACT_DIM),
+        "log_prob": st.one_of(st.just(0.0), st.just(-0.0), floats32),
+        "verdict": st.builds(
+            SafetyVerdict,
+            source=st.sampled_from(list(ActionSource)),
+            # Bits beyond the named checks too: they travel in ``checks``, without a name.
+            checks=st.one_of(st.integers(0, (1 << 13) - 1).map(SafetyCheck), st.integers(0, 2**62)),
+            correction_norm=st.one_of(st.just(0.0), st.floats(0.0, 1e30)),
+            joints=st.lists(st.integers(0, 2**31), max_size=9).map(tuple),
+        ),
+        "level": st.sampled_from(list(DegradationLevel)),
+        "step": st.one_of(st.just(0), st.integers(0, 2**63 - 1)),
+        "episode": st.one_of(st.just(""), st.text(max_size=80)),
+        "timings": st.tuples(*(st.integers(0, 2**63 - 1) for _ in range(4))),
+    }
+)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def kernel_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The compiled kernel, and the same function run as Python (numba's ``py_func``)."""
+    if request.param == "python":
+        encode: Any = reply_kernel.encode
+        monkeypatch.setattr(reply_kernel, "encode", getattr(encode, "py_func", encode))
+    elif not reply_kernel.AVAILABLE:
+        pytest.skip("numba is not importable here")
+    return str(request.param)
+
+
+def _message(row: dict[str, Any], version: VersionInfo, size: int) -> bytes:
+    outcome = ActionOutcome(
+        action=np.asarray(row["safe"], np.float32),
+        proposed_action=np.asarray(row["proposed"], np.float32),
+        log_prob=row["log_prob"],
+        version=version,
+        verdict=row["verdict"],
+        safety_ns=row["timings"][2],
+        degradation=row["level"],
+    )
+    queue_ns, inference_ns, _, total_ns = row["timings"]
+    reply = pb.ControlReply(step_index=row["step"], episode_id=row["episode"])
+    fill_action_response(reply.action, Batched(outcome, queue_ns, inference_ns, size), total_ns)
+    return reply.SerializeToString()
+
+
+# The fixture only picks the kernel, the same one for every generated batch.
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=st.lists(rows, min_size=1, max_size=12), version_id=st.integers(0, 2**63 - 1))
+def test_encoded_replies_are_the_serialized_messages(
+    kernel_mode: str, batch: list[dict[str, Any]], version_id: int
+) -> None:
+    version = VersionInfo(id=version_id, name="ü-version", weights_sha256="ab" * 32)
+    size = len(batch)
+    timings = np.array([[*row["timings"], size] for row in batch], dtype=np.int64)
+    got = encode_control_replies(
+        [(row["step"], row["episode"]) for row in batch],
+        np.array([row["safe"] for row in batch], np.float32),
+        np.array([row["proposed"] for row in batch], np.float32),
+        np.array([row["log_prob"] for row in batch], np.float32),
+        [row["verdict"] for row in batch],
+        [row["level"] for row in batch],
+        version,
+        timings,
+    )
+    assert got == [_message(row, version, size) for row in batch]
+
+
+def test_the_encoder_follows_a_new_version() -> None:
+    """The encoded PolicyVersion is cached per version object: a swap changes it."""
+    verdict = SafetyVerdict(ActionSource.POLICY, SafetyCheck.NONE, 0.0, ())
+    for version_id in (1, 2, 1):
+        version = VersionInfo(id=version_id, name=f"v{version_id}", weights_sha256="cd" * 32)
+        (reply,) = encode_control_replies(
+            [(1, "e")],
+            np.zeros((1, ACT_DIM), np.float32),
+            np.zeros((1, ACT_DIM), np.float32),
+            np.zeros(1, np.float32),
+            [verdict],
+            [DegradationLevel.NORMAL],
+            version,
+            np.ones((1, 5), np.int64),
+        )
+        assert pb.ControlReply.FromString(reply).action.version.policy_version == version_id
+
+
+def _steps(spec: RobotSpec, count: int, *, answering: bool = True) -> list[ActionQuery]:
+    """``count`` Control steps of as many robots (GetAction queries: not ``answering``)."""
+    return [
+        q._replace(reply_to=(100 + i, f"episode-{i}") if answering else None)
+        for i, q in enumerate(queries(spec, [True] * count, seed=count))
+    ]
+
+
+def test_a_batch_of_control_steps_carries_its_encoded_replies(
+    engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    pipeline = InferencePipeline(LiveModel(engine))
+    steps = _steps(arm, ENCODE_ROWS + 3)
+    results = pipeline.run(steps)
+    for i, (step, outcome) in enumerate(zip(steps, results, strict=True)):
+        assert isinstance(outcome, ActionOutcome)
+        assert outcome.reply is not None
+        reply = pb.ControlReply.FromString(outcome.reply)
+        assert (reply.step_index, reply.episode_id) == (100 + i, f"episode-{i}")
+        action = reply.action
+        np.testing.assert_array_equal(np.asarray(action.action, np.float32), outcome.action)
+        np.testing.assert_array_equal(
+            np.asarray(action.proposed_action, np.float32), outcome.proposed_action
+        )
+        assert action.version.policy_version == engine.version.id
+        assert action.safety.source == pb.ACTION_SOURCE_POLICY + list(ActionSource).index(
+            outcome.verdict.source
+        )
+        assert action.safety.checks == int(outcome.verdict.checks)
+        assert action.degradation == pb.DEGRADATION_LEVEL_NORMAL
+        timings = action.timings
+        assert timings.batch_size == len(steps)
+        assert timings.safety_ns == outcome.safety_ns
+        # Arrival, then the batch's start, then the replies: each span holds the last.
+        assert timings.total_ns >= timings.queue_ns
+        assert timings.total_ns >= timings.inference_ns > 0
+        assert step.ingress_ns + timings.total_ns <= ingress_ns()
+        # The handler's serializer passes the batch's bytes through untouched.
+        assert _control_reply(outcome.reply) is outcome.reply
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(lambda arm: _steps(arm, ENCODE_ROWS - 1), id="a small batch"),
+        pytest.param(lambda arm: _steps(arm, ENCODE_ROWS, answering=False), id="GetAction"),
+        pytest.param(
+            lambda arm: [*_steps(arm, ENCODE_ROWS), *_steps(arm, 1, answering=False)],
+            id="mixed",
+        ),
+    ],
+)
+def test_other_batches_leave_the_reply_to_the_handler(
+    engine: PolicyEngine, arm: RobotSpec, batch: Any
+) -> None:
+    pipeline = InferencePipeline(LiveModel(engine))
+    for outcome in pipeline.run(batch(arm)):
+        assert isinstance(outcome, ActionOutcome)
+        assert outcome.reply is None
