@@ -135,11 +135,13 @@ class MemoryGuard:
 
 @dataclass(frozen=True)
 class SessionTicket:
-    """An admitted session: what :meth:`Admission.close_session` gives back."""
+    """An admitted session: what :meth:`Admission.close_session` gives back, holding the
+    session's own token bucket (None without a rate limit) for ``admit_step``."""
 
     session_id: str
     robot_id: str
     client: str  # the peer's host
+    bucket: TokenBucket | None = None
 
 
 def client_of(peer: str) -> str:
@@ -210,8 +212,10 @@ class Admission:
                 f"client {client} holds {self._per_client[client]} sessions, its limit "
                 "(admission.max_sessions_per_client); close one first"
             )
-        self.memory.check(time.monotonic() if now is None else now, new_session=True)
-        ticket = SessionTicket(session_id, robot_id, client)
+        t = time.monotonic() if now is None else now
+        self.memory.check(t, new_session=True)
+        bucket = TokenBucket(self.rate_hz, self.burst, t) if self.rate_hz > 0 else None
+        ticket = SessionTicket(session_id, robot_id, client, bucket)
         self._sessions[session_id] = ticket
         self._per_client[client] += 1
         self._per_robot[robot_id] += 1
@@ -225,11 +229,18 @@ class Admission:
             counter[key] -= 1
             if counter[key] <= 0:
                 del counter[key]
-        self._buckets.pop(_session_key(ticket.session_id), None)
 
-    def admit_step(self, session_id: str, now: float | None = None) -> None:
+    def admit_step(self, ticket: SessionTicket, now: float | None = None) -> None:
         """Admit one step of an open session: its own bucket, never another robot's."""
-        self.admit(_session_key(session_id), now)
+        t = time.monotonic() if now is None else now
+        bucket = ticket.bucket
+        if bucket is not None and not bucket.take(t):
+            raise AdmissionRefused(
+                f"session {ticket.session_id!r} is over its rate limit of {self.rate_hz:g} "
+                f"requests/s (burst {self.burst:g}); slow down to the robot's control rate or "
+                "raise admission.rate_limit_hz"
+            )
+        self.memory.check(t)
 
     def admit(self, client_id: str, now: float | None = None) -> None:
         """Raise ``AdmissionRefused`` if the caller keyed ``client_id`` may not send a
@@ -251,7 +262,3 @@ class Admission:
                     "admission.rate_limit_hz"
                 )
         self.memory.check(t)
-
-
-def _session_key(session_id: str) -> str:
-    return f"session:{session_id}"

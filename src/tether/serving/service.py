@@ -170,6 +170,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self, request_iterator: AsyncIterator[pb.ControlStep | Undecodable], context: Context
     ) -> AsyncIterator[pb.ControlReply | bytes]:
         session, ticket = await self._open(request_iterator, context)
+        # A call's deadline is fixed when it starts: read once, not on every step.
+        stream_deadline = _deadline(context)
         self._metrics.sessions.inc()
         try:
             live = self._models.live_engine()
@@ -194,7 +196,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                         "ControlStep.kind is 'open' after the session opened; expected 'step' "
                         "(open a new stream for a new session)",
                     )
-                reply, record = await self._step(session, message.step, context)
+                reply, record = await self._step(session, ticket, message.step, stream_deadline)
                 try:
                     yield reply
                 finally:
@@ -244,7 +246,11 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         return session, ticket
 
     async def _step(
-        self, session: ControlSession, step: pb.StepData, context: Context
+        self,
+        session: ControlSession,
+        ticket: SessionTicket,
+        step: pb.StepData,
+        stream_deadline: float | None,
     ) -> tuple[pb.ControlReply | bytes, StepRecord | None]:
         """The reply to one step (the bytes the batch encoded, else a message), and the
         record the recorder hook gets once it is sent.
@@ -263,7 +269,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         try:
             cfg = self._config.validation
             obs = vector(step.observation, "step.observation", self._spec.obs_dim, self._max_obs)
-            named = self._inputs(obs, step.inputs, "step.inputs")
+            named = None
+            if self._signature.named or len(step.inputs):
+                named = self._inputs(obs, step.inputs, "step.inputs")
             reward = scalar(step.reward, "step.reward", cfg.max_abs_reward)
             stored_int(step.step_index, "step.step_index")
             stored_int(step.client_timestamp_ns, "step.client_timestamp_ns")
@@ -280,7 +288,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 session.supervisor.watchdog_misses(
                     missed, live.version.id if live else None, session_step=session.steps
                 )
-            self._admission.admit_step(session.session_id)
+            self._admission.admit_step(ticket)
             route = None
             if self._versions is not None and session.pinned_version is None:
                 route = self._versions.route(session.session_id, episode, task)
@@ -295,7 +303,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 inputs=named,
                 reply_to=(step.step_index, episode),
             )
-            batched = await self._batcher.submit(query, self._step_deadline(context))
+            batched = await self._batcher.submit(query, self._step_deadline(stream_deadline))
             self._queued(batched)
         except asyncio.CancelledError:  # the robot disconnected mid-step
             self._finish("Control", "CANCELLED", version, arrival)
@@ -357,10 +365,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             within(executed, field, engine.action_low, engine.action_high)
         return executed
 
-    def _step_deadline(self, context: Context) -> float | None:
+    def _step_deadline(self, stream: float | None) -> float | None:
         """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
         own = self._config.step_deadline(self._spec.control_period_s, time.monotonic())
-        stream = _deadline(context)
         if own is None or stream is None:
             return own if stream is None else stream
         return min(own, stream)
