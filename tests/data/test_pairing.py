@@ -145,3 +145,34 @@ def test_storage_codes_cover_exactly_the_safety_layers_action_sources() -> None:
     from tether.safety import ActionSource
 
     assert set(ACTION_SOURCES) == {s.value for s in ActionSource}
+
+
+def test_a_transition_takes_each_field_from_the_right_step() -> None:
+    """Every field of a transition, by name, from the step it belongs to (the pairer builds
+    transitions positionally: a swapped field would pass every other test here)."""
+    step = make_step(0, session="s9", episode="e9", source="clipped", checks=5)._replace(
+        truncated=False, client_timestamp_ns=11
+    )
+    nxt = make_step(1, session="s9", episode="e9", last=True)
+    (t,) = feed(StepPairer(), [step, nxt])
+    expected = {
+        "session_id": "s9",
+        "robot_id": "robot-s9",
+        "episode_id": "e9",
+        "step_index": 0,
+        "reward": nxt.reward,
+        "terminated": True,
+        "truncated": False,
+        "action_source": "clipped",
+        "safety_checks": 5,
+        "policy_version": step.policy_version,
+        "weights_sha256": step.weights_sha256,
+        "ingress_ns": step.ingress_ns,
+        "next_ingress_ns": nxt.ingress_ns,
+        "client_timestamp_ns": 11,
+    }
+    assert {name: getattr(t, name) for name in expected} == expected
+    assert t.observation is step.observation
+    assert t.next_observation is nxt.observation
+    assert t.proposed_action is step.proposed_action
+    assert t.action is step.safe_action

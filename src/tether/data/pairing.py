@@ -179,32 +179,36 @@ class StepPairer:
 def _pair(step: StepRecord, nxt: StepRecord) -> Transition | None:
     """The transition from ``step`` to ``nxt``; None if their shapes or the source are unusable."""
     override = nxt.executed_previous_action
-    action = step.safe_action if override is None else override
+    safe = step.safe_action
+    action = safe if override is None else override
+    observation = step.observation
+    next_observation = nxt.observation
     if (
         step.action_source not in ACTION_SOURCES
-        or step.observation.shape != nxt.observation.shape
-        or action.shape != step.safe_action.shape
-        or step.proposed_action.shape != step.safe_action.shape
+        or observation.shape != next_observation.shape
+        or action.shape != safe.shape
+        or step.proposed_action.shape != safe.shape
     ):
         return None
+    # Positional, in Transition's field order: the recorder builds one per served step.
     return Transition(
-        session_id=step.session_id,
-        robot_id=step.robot_id,
-        episode_id=step.episode_id,
-        step_index=step.step_index,
-        observation=step.observation,
-        proposed_action=step.proposed_action,
-        action=action,
-        reward=nxt.reward,
-        next_observation=nxt.observation,
-        terminated=nxt.terminated,
-        truncated=nxt.truncated,
+        step.session_id,
+        step.robot_id,
+        step.episode_id,
+        step.step_index,
+        observation,
+        step.proposed_action,
+        action,
+        nxt.reward,
+        next_observation,
+        nxt.terminated,
+        nxt.truncated,
         # A person's override is what the robot did, whatever the server proposed.
-        action_source=step.action_source if override is None else "human",
-        safety_checks=step.safety_checks,
-        policy_version=step.policy_version,
-        weights_sha256=step.weights_sha256,
-        ingress_ns=step.ingress_ns,
-        next_ingress_ns=nxt.ingress_ns,
-        client_timestamp_ns=step.client_timestamp_ns,
+        step.action_source if override is None else "human",
+        step.safety_checks,
+        step.policy_version,
+        step.weights_sha256,
+        step.ingress_ns,
+        nxt.ingress_ns,
+        step.client_timestamp_ns,
     )

@@ -130,24 +130,27 @@ class ControlSession:
         ingress_ns: int,
         client_timestamp_ns: int,
     ) -> StepRecord:
+        verdict = outcome.verdict
+        version = outcome.version
+        # Positional, in StepRecord's field order: built on every step of every session.
         return StepRecord(
-            session_id=self.session_id,
-            robot_id=self.robot_id,
-            episode_id=episode_id,
-            step_index=step_index,
-            observation=observation,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            executed_previous_action=executed,
-            proposed_action=outcome.proposed_action,
-            safe_action=outcome.action,
-            action_source=str(outcome.verdict.source.value),
-            safety_checks=int(outcome.verdict.checks),
-            policy_version=outcome.version.id,
-            weights_sha256=outcome.version.weights_sha256,
-            ingress_ns=ingress_ns,
-            client_timestamp_ns=client_timestamp_ns,
+            self.session_id,
+            self.robot_id,
+            episode_id,
+            step_index,
+            observation,
+            reward,
+            terminated,
+            truncated,
+            executed,
+            outcome.proposed_action,
+            outcome.action,
+            verdict.source.value,
+            int(verdict.checks),
+            version.id,
+            version.weights_sha256,
+            ingress_ns,
+            client_timestamp_ns,
         )
 
 
