@@ -7,6 +7,7 @@ import numpy as np
 from tests.serving.serving_harness import relaxed_limits
 from tether.data.clock import ingress_ns
 from tether.policy.engine import PolicyEngine
+from tether.serving.errors import RequestInvalid
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
 from tether.serving.supervision import SupervisorFactory
 from tether.spec import RobotSpec
@@ -78,3 +79,32 @@ def test_batch_watchers_get_each_rows_previous_action(engine: PolicyEngine, arm:
     known, unknown = queries(arm, [True, True], seed=11)
     pipeline.run([known._replace(previous_action=np.zeros(arm.act_dim, np.float32)), unknown])
     assert seen.pop() is None
+
+
+def test_an_observation_out_of_bounds_is_refused_alone(
+    engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    """The pipeline checks a whole group's observations in one pass; a row with NaN, Inf
+    or a magnitude over the bound gets its own INVALID_ARGUMENT, the others their actions."""
+    pipeline = InferencePipeline(LiveModel(engine), max_abs_observation=10.0)
+    batch = queries(arm, [True] * 6, seed=5)
+    bad = {1: np.nan, 3: np.inf, 4: 10.5}
+    for k, value in bad.items():
+        observation = batch[k].observation.copy()
+        observation[2] = value
+        batch[k] = batch[k]._replace(observation=observation)
+    batch[4] = batch[4]._replace(reply_to=(7, "e"))  # a Control step: its field's name
+    results = pipeline.run(batch)
+    for k, result in enumerate(results):
+        if k in bad:
+            assert isinstance(result, RequestInvalid)
+        else:
+            assert isinstance(result, ActionOutcome)
+            assert np.isfinite(result.action).all()
+    assert "observation[2] is nan, expected a finite number" in str(results[1])
+    assert "observation[2] is inf" in str(results[3])
+    assert "step.observation[2] is 10.5, expected a magnitude of at most 10" in str(results[4])
+    # Without the bound the pipeline leaves the values to the engine, which refuses the
+    # non-finite group as a whole: the check is what keeps one bad row from the others.
+    unchecked = InferencePipeline(LiveModel(engine)).run(batch)
+    assert all(isinstance(result, RequestInvalid) for result in unchecked)

@@ -45,6 +45,7 @@ from tether.safety.verdict import SafetyVerdict
 from tether.serving.convert import encode_control_replies
 from tether.serving.errors import REQUEST_ERRORS, RequestError, RequestInvalid
 from tether.serving.supervision import SessionSupervisor, SupervisedRow, decide_batch
+from tether.serving.validation import refusal
 from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
 from tether.versions.protocols import EngineLike, VersionLike
@@ -119,8 +120,12 @@ class InferencePipeline:
         on_actions: Callable[[EngineLike, Sequence[np.ndarray]], None] | None = None,
         versions: PolicyVersions | None = None,
         step_period_s: float = 0.0,
+        max_abs_observation: float | None = None,
     ) -> None:
         self._models = models
+        # The bound on every observation entry (validation.max_abs_observation), checked
+        # for a whole group at once; None: the callers checked their observations.
+        self._max_abs = max_abs_observation
         # A chunk's step k is executed k control periods after step 0: the supervisor
         # judges its staleness at that age.
         self._step_period_s = step_period_s
@@ -160,6 +165,15 @@ class InferencePipeline:
         start_ns: int,
     ) -> None:
         obs, deterministic = _engine_input(queries)
+        if self._max_abs is not None and obs.shape[1]:
+            # One pass for the group: NaN compares false, Inf exceeds any finite bound.
+            fine = np.abs(obs).max(axis=1) <= self._max_abs
+            if not fine.all():
+                kept = self._refuse_observations(queries, rows, results, fine)
+                if kept:
+                    picked = [queries[k] for k in kept]
+                    self._run_group(engine, picked, [rows[k] for k in kept], results, start_ns)
+                return
         try:
             named = _named_inputs(queries)
             # Named inputs exist only for a PolicyEngine that declared them
@@ -225,20 +239,43 @@ class InferencePipeline:
             replies,
             strict=True,
         ):
+            # Positional, in field order: one outcome per row of every batch.
             results[row] = ActionOutcome(
-                action=action,
-                proposed_action=proposed,
-                log_prob=log_prob,
-                version=version,
-                verdict=verdict,
-                safety_ns=per_row_ns,
-                degradation=s.level,
-                tightened=s.tightening < 1.0,
-                experiment=q.route is not None and q.route.experiment,
-                reply=reply,
+                action,
+                proposed,
+                log_prob,
+                version,
+                verdict,
+                per_row_ns,
+                s.level,
+                s.tightening < 1.0,
+                q.route is not None and q.route.experiment,
+                None,  # chunk
+                None,  # proposed_chunk
+                reply,
             )
         if self._on_actions is not None:
             self._on_actions(engine, safe)
+
+    def _refuse_observations(
+        self,
+        queries: list[ActionQuery],
+        rows: list[int],
+        results: list[ActionOutcome | RequestError | None],
+        fine: np.ndarray,
+    ) -> list[int]:
+        """Refuse each row whose observation is out of bounds (not ``fine``), alone; the
+        indices of the others."""
+        assert self._max_abs is not None
+        kept: list[int] = []
+        for k, ok in enumerate(fine.tolist()):
+            if ok:
+                kept.append(k)
+                continue
+            query = queries[k]
+            field = "observation" if query.reply_to is None else "step.observation"
+            results[rows[k]] = refusal(query.observation, field, self._max_abs)
+        return kept
 
     def _run_chunks(
         self,

@@ -97,6 +97,7 @@ class PolicyServer:
             on_actions=self._observe_actions,
             versions=versions,
             step_period_s=spec.control_period_s,
+            max_abs_observation=config.validation.max_abs_observation,
         )
         self._record_step = record_step
         self._end_session = end_session

@@ -2,7 +2,10 @@
 
 Every request follows the same path: validate (INVALID_ARGUMENT), resolve the engine
 (UNAVAILABLE / FAILED_PRECONDITION), admit (RESOURCE_EXHAUSTED), queue for a batch with
-the caller's deadline (DEADLINE_EXCEEDED), then reply with the supervised action. Each
+the caller's deadline (DEADLINE_EXCEEDED), then reply with the supervised action. The
+observation's values are the one check made after queueing: the pipeline checks a whole
+batch's against ``validation.max_abs_observation`` in one pass and refuses an offending
+row alone (INVALID_ARGUMENT, naming the entry), as it would have been refused here. Each
 failure is a ``ServingError`` that becomes exactly one status code; a request never
 crashes the server. In a Control session a failed step is answered with a ``StepError``
 reply and the session stays open, because a robot mid-task should fall back to its
@@ -52,6 +55,7 @@ from tether.serving.validation import (
     WireTensor,
     identifier,
     named_inputs,
+    observation,
     scalar,
     stored_int,
     vector,
@@ -116,7 +120,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._metrics.in_flight.inc()
         version = "none"
         try:
-            obs = vector(request.observation, "observation", self._spec.obs_dim, self._max_obs)
+            obs = observation(request.observation, "observation", self._spec.obs_dim)
             named = self._inputs(obs, request.inputs, "inputs")
             identifier(request.client_id, "client_id", self._config.validation)
             pin = request.model_version if request.HasField("model_version") else None
@@ -268,7 +272,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         version = "none"
         try:
             cfg = self._config.validation
-            obs = vector(step.observation, "step.observation", self._spec.obs_dim, self._max_obs)
+            obs = observation(step.observation, "step.observation", self._spec.obs_dim)
             named = None
             if self._signature.named or len(step.inputs):
                 named = self._inputs(obs, step.inputs, "step.inputs")
@@ -292,16 +296,16 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             route = None
             if self._versions is not None and session.pinned_version is None:
                 route = self._versions.route(session.session_id, episode, task)
-            query = ActionQuery(
+            query = ActionQuery(  # positional, in field order: built on every step
                 obs,
                 step.deterministic,
                 session.previous_action(episode, executed),
                 session.supervisor,
                 ingress,
-                pinned_version=session.pinned_version,
-                route=route,
-                inputs=named,
-                reply_to=(step.step_index, episode),
+                session.pinned_version,
+                route,
+                named,
+                (step.step_index, episode),  # reply_to
             )
             batched = await self._batcher.submit(query, self._step_deadline(stream_deadline))
             self._queued(batched)

@@ -115,15 +115,22 @@ def named_inputs(
     return out
 
 
-def vector(values: Sequence[float], field: str, expected_len: int, max_abs: float) -> np.ndarray:
-    """``values`` as a finite float32 vector of ``expected_len`` entries within ``max_abs``."""
+def observation(values: Sequence[float], field: str, expected_len: int) -> np.ndarray:
+    """``values`` as a float32 vector of ``expected_len`` entries, its values unchecked:
+    the inference pipeline checks a whole batch's observations against
+    ``validation.max_abs_observation`` in one pass (``InferencePipeline``)."""
     if len(values) != expected_len:
         raise RequestInvalid(
             f"{field} has {len(values)} entries, expected {expected_len}; send one value per "
             f"entry of the robot spec (see Describe)"
         )
     # fromiter reads a protobuf repeated field without building a list first.
-    arr = np.fromiter(values, np.float32, expected_len)
+    return np.fromiter(values, np.float32, expected_len)
+
+
+def vector(values: Sequence[float], field: str, expected_len: int, max_abs: float) -> np.ndarray:
+    """``values`` as a finite float32 vector of ``expected_len`` entries within ``max_abs``."""
+    arr = observation(values, field, expected_len)
     # One pass decides: NaN compares false and Inf exceeds any finite bound.
     if expected_len and not np.abs(arr).max() <= max_abs:
         raise refusal(arr, field, max_abs)
