@@ -165,15 +165,16 @@ class InferencePipeline:
         start_ns: int,
     ) -> None:
         obs, deterministic = _engine_input(queries)
-        if self._max_abs is not None and obs.shape[1]:
-            # One pass for the group: NaN compares false, Inf exceeds any finite bound.
-            fine = np.abs(obs).max(axis=1) <= self._max_abs
-            if not fine.all():
-                kept = self._refuse_observations(queries, rows, results, fine)
-                if kept:
-                    picked = [queries[k] for k in kept]
-                    self._run_group(engine, picked, [rows[k] for k in kept], results, start_ns)
-                return
+        # One pass for the group: NaN compares false, Inf exceeds any finite bound; the
+        # rows are told apart only when one failed.
+        if self._max_abs is not None and obs.size and not np.abs(obs).max() <= self._max_abs:
+            kept = self._refuse_observations(
+                queries, rows, results, np.abs(obs).max(axis=1) <= self._max_abs
+            )
+            if kept:
+                picked = [queries[k] for k in kept]
+                self._run_group(engine, picked, [rows[k] for k in kept], results, start_ns)
+            return
         try:
             named = _named_inputs(queries)
             # Named inputs exist only for a PolicyEngine that declared them
