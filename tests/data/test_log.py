@@ -25,6 +25,7 @@ from tether.data import (
     read_log,
     rebuild_buffer,
 )
+from tether.data.log import FLUSH_SLICE_ROWS
 from tether.data.log_reader import chunk_paths
 
 FAST = ExperienceLogConfig(flush_interval_s=0.05, fsync=False)
@@ -238,6 +239,40 @@ def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: 
     assert table is not None
     assert table.column("step_index").to_pylist() == [0, 1, 2, 3, 4]
     assert len(report.chunks) == 2
+
+
+def test_a_large_flush_is_written_in_slices_and_a_failed_slice_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A flush appends FLUSH_SLICE_ROWS rows at a time; when a slice fails, its rows and
+    every later one are kept, in order, and the next flush writes them once each."""
+    config = ExperienceLogConfig(flush_interval_s=60, fsync=False)
+    log = ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, config)
+    total = 2 * FLUSH_SLICE_ROWS + 7
+    write = log._write
+    calls = 0
+
+    def second_slice_fails(batch: pa.RecordBatch) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError("disk full")
+        write(batch)
+
+    try:
+        log.put(make_transitions(total))
+        log._write = second_slice_fails  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="disk full"):
+            log.flush()
+        assert log.stats().rows_flushed == FLUSH_SLICE_ROWS
+        assert log.stats().pending_rows == total - FLUSH_SLICE_ROWS
+        assert log.flush() == total
+        assert log.stats().flushes == 1 + 2  # the first slice, then the two left
+    finally:
+        log.close()
+    table, _ = read_log(tmp_path)
+    assert table is not None
+    assert table.column("step_index").to_pylist() == list(range(total))
 
 
 def test_first_flush_imports_nothing_after_open(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,11 @@ from tether.data.log_reader import chunk_paths, chunk_sequence, is_sealed, read_
 from tether.data.records import Transition
 
 logger = logging.getLogger(__name__)
+
+# Rows a flush converts and appends at a time. A second of 64 robots is ~8,000 rows, whose
+# conversion in one piece held the GIL for milliseconds at a time and set the Control
+# p99 (docs/benchmarks.md); between slices the serving loop takes the GIL.
+FLUSH_SLICE_ROWS = 512
 
 
 # What a row that cannot be stored raises while it is converted (an int beyond int64 is an
@@ -76,7 +82,7 @@ class ExperienceLogStats:
 
     rows_flushed: int
     pending_rows: int
-    flushes: int
+    flushes: int  # record batches appended (a flush writes one per FLUSH_SLICE_ROWS rows)
     chunks_written: int
     chunks_removed: int
     bytes_removed: int
@@ -142,33 +148,48 @@ class ExperienceLog:
             self._pending_rows += len(transitions)
 
     def flush(self) -> int:
-        """Write everything queued so far; return the total rows flushed since opening."""
+        """Write everything queued so far; return the total rows flushed since opening.
+
+        The rows are converted and appended ``FLUSH_SLICE_ROWS`` at a time, the GIL handed
+        over between slices (the serving loop waits for it otherwise), and synced once."""
         with self._write_lock:
             with self._pending_lock:
                 parts, self._pending = self._pending, []
                 self._pending_rows = 0
             rows = [t for part in parts for t in part]
-            try:
-                batch, rows = self._convert(rows) if rows else (None, rows)
-            except Exception as exc:  # unforeseen: keep every row for the next try, loudly
-                with self._pending_lock:
-                    self._pending.insert(0, rows)
-                    self._pending_rows += len(rows)
-                self._n["flush_errors"] += 1
-                self._last_error = repr(exc)
-                raise
-            if batch is not None:
-                try:
-                    self._write(batch)
-                except Exception as exc:
-                    self._abandon_chunk()
-                    with self._pending_lock:  # keep them for the next try, in order
-                        self._pending.insert(0, rows)
-                        self._pending_rows += len(rows)
-                    self._n["flush_errors"] += 1
-                    self._last_error = repr(exc)
-                    raise
+            for start in range(0, len(rows), FLUSH_SLICE_ROWS):
+                if start:
+                    time.sleep(0)  # a thread waiting for the GIL takes it now
+                self._append(
+                    rows[start : start + FLUSH_SLICE_ROWS], rows[start + FLUSH_SLICE_ROWS :]
+                )
+            chunk = self._chunk
+            if rows and self.config.fsync and chunk is not None:
+                os.fsync(chunk.file.fileno())
             return int(self._n["rows_flushed"])
+
+    def _append(self, rows: list[Transition], later: list[Transition]) -> None:
+        """Convert and write ``rows``; on a failure they and ``later`` go back to the front
+        of the queue, in order, to be tried again, and the error is raised."""
+        try:
+            batch, rows = self._convert(rows)
+        except Exception as exc:  # unforeseen: keep every row for the next try, loudly
+            self._requeue(rows + later, exc)
+            raise
+        if batch is not None:
+            try:
+                self._write(batch)
+            except Exception as exc:
+                self._abandon_chunk()
+                self._requeue(rows + later, exc)
+                raise
+
+    def _requeue(self, rows: list[Transition], exc: Exception) -> None:
+        with self._pending_lock:
+            self._pending.insert(0, rows)
+            self._pending_rows += len(rows)
+        self._n["flush_errors"] += 1
+        self._last_error = repr(exc)
 
     def close(self) -> None:
         """Flush, seal the open chunk, and stop the flusher thread."""
@@ -228,10 +249,9 @@ class ExperienceLog:
         return True
 
     def _write(self, batch: pa.RecordBatch) -> None:
+        """Append ``batch`` (synced by ``flush`` after its last slice, or when sealed)."""
         chunk = self._chunk or self._open_chunk()
         chunk.writer.write_batch(batch)
-        if self.config.fsync:
-            os.fsync(chunk.file.fileno())
         self._n["rows_flushed"] += batch.num_rows
         self._n["flushes"] += 1
         if chunk.path.stat().st_size >= self.config.chunk_max_bytes:

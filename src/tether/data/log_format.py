@@ -1,7 +1,8 @@
 """The experience log's on-disk format: one Arrow schema, and conversions to and from it.
 
 A chunk is an Arrow IPC *file* (Feather v2: ``pandas.read_feather`` and
-``pyarrow.ipc.open_file`` read it) whose record batches are the flushes of the writer.
+``pyarrow.ipc.open_file`` read it) whose record batches are the flushes of the writer
+(``FLUSH_SLICE_ROWS`` rows at most each).
 Because the IPC file format is the IPC stream format between a magic prefix and a
 footer, a chunk whose writer was killed before the footer is still readable batch by
 batch up to its torn tail. Invariant: every chunk of one log has the same schema,
