@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tether.data.columns import TransitionArrays
+from tether.data.columns import TransitionArrays, fields_of
 from tether.data.errors import LogFormatError
 from tether.data.records import Transition
 from tether.data.step import ACTION_SOURCES
@@ -68,10 +68,15 @@ def schema_dims(schema: pa.Schema, where: str) -> tuple[int, int]:
 def record_batch(transitions: Sequence[Transition], schema: pa.Schema) -> pa.RecordBatch:
     """One flush worth of ``transitions`` as a record batch of ``schema``."""
     obs_dim, act_dim = schema_dims(schema, "log schema")
-    arrays = TransitionArrays.from_transitions(transitions, obs_dim, act_dim)
+    fields = fields_of(transitions)
+    arrays = TransitionArrays.from_fields(fields, obs_dim, act_dim)
+    names = Transition._fields
 
     def strings(name: str) -> pa.Array:
-        return pa.array([getattr(t, name) for t in transitions], pa.string())
+        return pa.array(fields[names.index(name)] if fields else [], pa.string())
+
+    def integers(name: str) -> pa.Array:
+        return pa.array(fields[names.index(name)] if fields else [], pa.int64())
 
     def fixed(matrix: np.ndarray) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1])
@@ -80,7 +85,7 @@ def record_batch(transitions: Sequence[Transition], schema: pa.Schema) -> pa.Rec
         "session_id": strings("session_id"),
         "robot_id": strings("robot_id"),
         "episode_id": strings("episode_id"),
-        "step_index": pa.array([t.step_index for t in transitions], pa.int64()),
+        "step_index": integers("step_index"),
         "observation": fixed(arrays.observations),
         "proposed_action": fixed(arrays.proposed_actions),
         "action": fixed(arrays.actions),
@@ -94,7 +99,7 @@ def record_batch(transitions: Sequence[Transition], schema: pa.Schema) -> pa.Rec
         "weights_sha256": strings("weights_sha256"),
         "ingress_ns": pa.array(arrays.ingress_ns),
         "next_ingress_ns": pa.array(arrays.next_ingress_ns),
-        "client_timestamp_ns": pa.array([t.client_timestamp_ns for t in transitions], pa.int64()),
+        "client_timestamp_ns": integers("client_timestamp_ns"),
     }
     return pa.record_batch([columns[name] for name in schema.names], schema=schema)
 
