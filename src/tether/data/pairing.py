@@ -94,7 +94,23 @@ class StepPairer:
             if episode is not None:
                 out.extend(self._retire(session, episode))
             episode = session.current = _Episode(step.episode_id)
-        if self._classify(episode, step):
+        index = step.step_index
+        if index == episode.cursor + 1 and not episode.pending and not episode.ended:
+            # The common step: the successor of the one held, nothing waiting (so none
+            # above it seen). What _classify, the pending table and _advance would do.
+            held = episode.held
+            if held is not None:
+                transition = _pair(held, step)
+                if transition is None:
+                    self._n["malformed"] += 1
+                else:
+                    out.append(transition)
+            episode.held = step
+            episode.cursor = episode.highest = index
+            if step.terminated or step.truncated:
+                episode.ended = True
+                self._n["episodes_ended"] += 1
+        elif self._classify(episode, step):
             episode.pending[step.step_index] = step
             episode.highest = max(episode.highest, step.step_index)
             self._advance(episode, out)
