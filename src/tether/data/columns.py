@@ -86,11 +86,15 @@ class TransitionArrays(NamedTuple):
         return int(self.actions.shape[1])
 
     @classmethod
-    def empty(cls, rows: int, obs_dim: int, act_dim: int) -> TransitionArrays:
-        """Zeroed, preallocated columns for ``rows`` transitions."""
+    def empty(
+        cls, rows: int, obs_dim: int, act_dim: int, *, zeroed: bool = True
+    ) -> TransitionArrays:
+        """Preallocated columns for ``rows`` transitions, zeroed unless the caller fills
+        every entry (``zeroed=False``)."""
+        make = np.zeros if zeroed else np.empty
         return cls(
             *(
-                np.zeros((rows, *row_shape(name, obs_dim, act_dim)), dtype=COLUMN_DTYPES[name])
+                make((rows, *row_shape(name, obs_dim, act_dim)), dtype=COLUMN_DTYPES[name])
                 for name in cls._fields
             )
         )
@@ -108,7 +112,7 @@ class TransitionArrays(NamedTuple):
     ) -> TransitionArrays:
         """The columns of transitions given field by field (``fields_of``)."""
         rows = len(fields[0]) if fields else 0
-        out = cls.empty(rows, obs_dim, act_dim)
+        out = cls.empty(rows, obs_dim, act_dim, zeroed=False)  # every column is filled below
         if not rows:
             return out
         vectors = (

@@ -160,28 +160,28 @@ class ExperienceLog:
             for start in range(0, len(rows), FLUSH_SLICE_ROWS):
                 if start:
                     time.sleep(0)  # a thread waiting for the GIL takes it now
-                self._append(
-                    rows[start : start + FLUSH_SLICE_ROWS], rows[start + FLUSH_SLICE_ROWS :]
-                )
+                self._append(rows, start)
             chunk = self._chunk
             if rows and self.config.fsync and chunk is not None:
                 os.fsync(chunk.file.fileno())
             return int(self._n["rows_flushed"])
 
-    def _append(self, rows: list[Transition], later: list[Transition]) -> None:
-        """Convert and write ``rows``; on a failure they and ``later`` go back to the front
-        of the queue, in order, to be tried again, and the error is raised."""
+    def _append(self, rows: list[Transition], start: int) -> None:
+        """Convert and write the slice of ``rows`` from ``start``; on a failure it and every
+        later row go back to the front of the queue, in order, to be tried again (the
+        slice without the rows it rejected), and the error is raised."""
+        end = start + FLUSH_SLICE_ROWS
         try:
-            batch, rows = self._convert(rows)
+            batch, kept = self._convert(rows[start:end])
         except Exception as exc:  # unforeseen: keep every row for the next try, loudly
-            self._requeue(rows + later, exc)
+            self._requeue(rows[start:], exc)
             raise
         if batch is not None:
             try:
                 self._write(batch)
             except Exception as exc:
                 self._abandon_chunk()
-                self._requeue(rows + later, exc)
+                self._requeue(kept + rows[end:], exc)
                 raise
 
     def _requeue(self, rows: list[Transition], exc: Exception) -> None:

@@ -125,8 +125,10 @@ class Recorder:
                 self._dropped += 1
             return False
         self._queue.append(step)
-        if len(self._queue) >= self.config.wake_after_steps:
-            self._wake.set()
+        wake = self._wake
+        # set() takes a lock and notifies; while the worker has not woken yet, once is enough.
+        if len(self._queue) >= self.config.wake_after_steps and not wake.is_set():
+            wake.set()
         return True
 
     def end_session(self, session_id: str) -> None:
