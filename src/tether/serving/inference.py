@@ -52,8 +52,8 @@ from tether.versions.protocols import EngineLike, VersionLike
 from tether.versions.routing import RouteDecision
 
 # From this many Control steps a batch encodes their replies in one call (µs per row,
-# the batch call against a message each: 1 row 21.8 vs 5.9, 4 rows 4.9 vs 4.9, 8 rows
-# 2.9 vs 4.9, 64 rows 1.0 vs 4.8; docs/benchmarks.md).
+# the batch call against a message each, benchmarks/bench_replies.py: 1 row 19.6 vs 6.1,
+# 4 rows 5.6 vs 5.4, 8 rows 3.2 vs 5.5, 64 rows 1.2 vs 4.8; docs/benchmarks.md).
 ENCODE_ROWS = 8
 
 
