@@ -4,6 +4,7 @@ pipeline hands them out only for a batch of Control steps large enough to pay.""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -176,3 +177,54 @@ def test_other_batches_leave_the_reply_to_the_handler(
     for outcome in pipeline.run(batch(arm)):
         assert isinstance(outcome, ActionOutcome)
         assert outcome.reply is None
+
+
+def test_the_largest_row_fits_the_buffer_the_encoder_allots(kernel_mode: str) -> None:
+    """Every number at its widest (ten-byte varints), every check named, long ids and
+    many joints: still within ``capacity`` (as Python, writing past it raises), and still
+    the serialized message."""
+    version = VersionInfo(id=2**63 - 1, name="v" * 300, weights_sha256="ab" * 32)
+    row = {
+        "safe": [-1.0] * ACT_DIM,
+        "proposed": [float("inf")] * ACT_DIM,
+        "log_prob": -0.0,
+        "verdict": SafetyVerdict(
+            ActionSource.HUMAN,
+            2**63 - 1,
+            1e30,
+            tuple(range(2**32 - 40, 2**32)),  # type: ignore[arg-type]
+        ),
+        "level": DegradationLevel.TAKEOVER,
+        "step": 2**63 - 1,
+        "episode": "é" * 1000,
+        "timings": (2**63 - 1,) * 4,
+    }
+    # Without joints a row's slack in the joints' allowance is gone: the tightest case.
+    bare = {**row, "verdict": dataclasses.replace(row["verdict"], joints=())}
+    batch = [bare, row, bare]
+    got = encode_control_replies(
+        [(r["step"], r["episode"]) for r in batch],
+        np.array([r["safe"] for r in batch], np.float32),
+        np.array([r["proposed"] for r in batch], np.float32),
+        np.array([r["log_prob"] for r in batch], np.float32),
+        [r["verdict"] for r in batch],
+        [r["level"] for r in batch],
+        version,
+        np.array([[*r["timings"], 2**31] for r in batch], np.int64),
+    )
+    assert got == [_message(r, version, 2**31) for r in batch]
+
+
+def test_a_joint_the_wire_cannot_carry_is_refused_not_encoded() -> None:
+    verdict = SafetyVerdict(ActionSource.CLIPPED, SafetyCheck.RATE, 0.1, (2**32,))
+    with pytest.raises(ValueError, match="outside the wire's uint32"):
+        encode_control_replies(
+            [(1, "e")],
+            np.zeros((1, ACT_DIM), np.float32),
+            np.zeros((1, ACT_DIM), np.float32),
+            np.zeros(1, np.float32),
+            [verdict],
+            [DegradationLevel.NORMAL],
+            VersionInfo(id=1, name="v", weights_sha256="cd" * 32),
+            np.ones((1, 5), np.int64),
+        )

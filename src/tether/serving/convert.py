@@ -123,6 +123,7 @@ _NAME_BLOB = np.frombuffer(
 )
 _NAME_ENDS = np.cumsum([0] + [len(names[0]) if names else 0 for names in _NAMES], dtype=np.int64)
 _NO_JOINTS = np.zeros(0, dtype=np.int64)
+_UINT32_MAX = 2**32 - 1
 _NO_BYTES = np.frombuffer(b"", dtype=np.uint8)
 
 
@@ -175,11 +176,14 @@ def encode_control_replies(
     ints[:, reply_kernel.I_QUEUE_NS : reply_kernel.I_BATCH_SIZE + 1] = timings
     counts = [len(v.joints) for v in verdicts]
     ints[:, reply_kernel.I_JOINTS_END] = np.cumsum(counts)
-    joints = (
-        np.fromiter((j for v in verdicts for j in v.joints), np.int64)
-        if any(counts)
-        else _NO_JOINTS
-    )
+    joints = _NO_JOINTS
+    if any(counts):
+        joints = np.fromiter((j for v in verdicts for j in v.joints), np.int64)
+        if joints.min() < 0 or joints.max() > _UINT32_MAX:
+            raise ValueError(
+                f"a verdict names joint {int(joints.min())} or {int(joints.max())}, outside "
+                "the wire's uint32; the reply cannot carry it"
+            )
     episode_ids = [episode for _, episode in steps]
     text = "".join(episode_ids).encode()
     lengths = [len(episode) for episode in episode_ids]
@@ -190,7 +194,9 @@ def encode_control_replies(
     episodes = np.frombuffer(text, dtype=np.uint8)
     blob = _VERSION.of(version)
     out = np.empty(
-        reply_kernel.capacity(rows, act_dim, len(text), len(blob), len(joints), len(_NAME_BLOB)),
+        reply_kernel.capacity(
+            rows, act_dim, len(text), len(blob), len(joints), len(_NAME_BLOB), _CHECK_BITS
+        ),
         dtype=np.uint8,
     )
     ends = np.empty(rows, dtype=np.int64)
@@ -206,6 +212,8 @@ def encode_control_replies(
         out,
         ends,
     )
+    if size > len(out):  # never: capacity bounds every field; checked, not trusted
+        raise AssertionError(f"the reply encoder wrote {size} bytes into {len(out)}")
     data = out[:size].tobytes()
     bounds = [0, *ends.tolist()]
     return [data[bounds[i] : bounds[i + 1]] for i in range(rows)]

@@ -31,6 +31,7 @@ Invariant: ``run`` returns exactly one entry per query, in query order: an
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
@@ -217,17 +218,19 @@ class InferencePipeline:
         safe = [np.asarray(action, dtype=np.float32) for action, _ in decided]
         replies: Sequence[bytes | None] = [None] * len(queries)
         if len(queries) >= ENCODE_ROWS and all(q.reply_to is not None for q in queries):
-            replies = _encode_replies(
-                queries,
-                safe,
-                out.actions,
-                out.log_probs,
-                decided,
-                supervised,
-                version,
-                start_ns,
-                per_row_ns,
-            )
+            # A number the wire cannot carry (ValueError): the handlers' messages say so.
+            with contextlib.suppress(ValueError):
+                replies = _encode_replies(
+                    queries,
+                    safe,
+                    out.actions,
+                    out.log_probs,
+                    decided,
+                    supervised,
+                    version,
+                    start_ns,
+                    per_row_ns,
+                )
         # Per row only what differs by row; the rows' views and log-probs in one call each.
         for q, s, row, proposed, log_prob, action, (_, verdict), reply in zip(
             queries,

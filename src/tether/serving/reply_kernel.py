@@ -49,10 +49,20 @@ _compiled = compiler(numba)
 ) = range(10)
 INT_COLUMNS = 10
 
-# Bytes a varint of a non-negative int64 takes at most, and a row's fixed fields at most
-# (tags, lengths, the scalars and the timings), beyond its floats, strings and joints.
+# Bytes a varint of a non-negative int64 takes at most, a length prefix (below 2**35),
+# and a row's tags, prefixes and numbers at most, beyond its floats, strings and joints.
 _VARINT_MAX = 10
-ROW_OVERHEAD = 160
+_LENGTH_MAX = 5
+_ROW_FIXED = (
+    (1 + _VARINT_MAX) + 2 * (1 + _LENGTH_MAX)  # step_index; episode_id's, action's prefixes
+    + 2 * (1 + _LENGTH_MAX) + 5 + 4  # the two vectors' prefixes; log_prob; status "ok"
+    + (1 + _LENGTH_MAX)  # version's prefix
+    + (1 + _LENGTH_MAX) + 2 * (1 + _VARINT_MAX) + 5 + (1 + _LENGTH_MAX)  # safety: prefix,
+    # source, checks, correction_norm, the joints' prefix
+    + (1 + _LENGTH_MAX) + 5 * (1 + _VARINT_MAX)  # timings
+    + (1 + _VARINT_MAX)  # degradation
+)  # fmt: skip
+_NAME_PREFIX = 1 + _LENGTH_MAX  # each check name's tag and length
 
 
 @_compiled
@@ -232,14 +242,15 @@ def encode(
     return at
 
 
-def capacity(rows: int, act_dim: int, episodes: int, version: int, joints: int, names: int) -> int:
-    """Bytes ``encode`` may write at most for these sizes (bytes of episode ids, version,
-    check names; joints counted, each at most a varint)."""
-    return (
-        rows * (ROW_OVERHEAD + 8 * act_dim + version + names + 2 * _VARINT_MAX)
-        + episodes
-        + joints * _VARINT_MAX
-    )
+def capacity(
+    rows: int, act_dim: int, episodes: int, version: int, joints: int, names: int, name_count: int
+) -> int:
+    """Bytes ``encode`` may write at most: ``rows`` rows of ``act_dim`` actions, their
+    episode ids (``episodes`` bytes in all), the encoded version (``version`` bytes) in
+    every row, ``joints`` joint indices in all (each a varint), and in every row at most
+    every one of the ``name_count`` check names (``names`` bytes together)."""
+    per_row = _ROW_FIXED + 8 * act_dim + version + names + name_count * _NAME_PREFIX
+    return rows * per_row + episodes + joints * _VARINT_MAX
 
 
 def _compile_all() -> None:
@@ -247,7 +258,7 @@ def _compile_all() -> None:
     ints = np.zeros((1, INT_COLUMNS), dtype=np.int64)
     blob = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as the callers' blobs
     bounds = np.zeros(2, dtype=np.int64)
-    out = np.zeros(capacity(1, 1, 1, 1, 0, 1), dtype=np.uint8)
+    out = np.zeros(capacity(1, 1, 1, 1, 0, 1, 1), dtype=np.uint8)
     ends = np.zeros(1, dtype=np.int64)
     joints = np.zeros(0, dtype=np.int64)
     encode(floats, ints, blob, bounds, blob, joints, blob, bounds, out, ends)
