@@ -76,6 +76,24 @@ def _message(row: dict[str, Any], version: VersionInfo, size: int) -> bytes:
     return reply.SerializeToString()
 
 
+def assert_encoded_as_serialized(
+    batch: list[dict[str, Any]], version: VersionInfo, size: int
+) -> None:
+    """``batch`` (rows as ``rows`` draws them) encoded in one call, as a batch of ``size``:
+    row for row the bytes protobuf serializes from the message path's reply."""
+    got = encode_control_replies(
+        [(row["step"], row["episode"]) for row in batch],
+        np.array([row["safe"] for row in batch], np.float32),
+        np.array([row["proposed"] for row in batch], np.float32),
+        np.array([row["log_prob"] for row in batch], np.float32),
+        [row["verdict"] for row in batch],
+        [row["level"] for row in batch],
+        version,
+        np.array([[*row["timings"], size] for row in batch], np.int64),
+    )
+    assert got == [_message(row, version, size) for row in batch]
+
+
 # The fixture only picks the kernel, the same one for every generated batch.
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -85,19 +103,7 @@ def test_encoded_replies_are_the_serialized_messages(
     kernel_mode: str, batch: list[dict[str, Any]], version_id: int
 ) -> None:
     version = VersionInfo(id=version_id, name="ü-version", weights_sha256="ab" * 32)
-    size = len(batch)
-    timings = np.array([[*row["timings"], size] for row in batch], dtype=np.int64)
-    got = encode_control_replies(
-        [(row["step"], row["episode"]) for row in batch],
-        np.array([row["safe"] for row in batch], np.float32),
-        np.array([row["proposed"] for row in batch], np.float32),
-        np.array([row["log_prob"] for row in batch], np.float32),
-        [row["verdict"] for row in batch],
-        [row["level"] for row in batch],
-        version,
-        timings,
-    )
-    assert got == [_message(row, version, size) for row in batch]
+    assert_encoded_as_serialized(batch, version, len(batch))
 
 
 def test_the_encoder_follows_a_new_version() -> None:
@@ -201,18 +207,7 @@ def test_the_largest_row_fits_the_buffer_the_encoder_allots(kernel_mode: str) ->
     }
     # Without joints a row's slack in the joints' allowance is gone: the tightest case.
     bare = {**row, "verdict": dataclasses.replace(row["verdict"], joints=())}
-    batch = [bare, row, bare]
-    got = encode_control_replies(
-        [(r["step"], r["episode"]) for r in batch],
-        np.array([r["safe"] for r in batch], np.float32),
-        np.array([r["proposed"] for r in batch], np.float32),
-        np.array([r["log_prob"] for r in batch], np.float32),
-        [r["verdict"] for r in batch],
-        [r["level"] for r in batch],
-        version,
-        np.array([[*r["timings"], 2**31] for r in batch], np.int64),
-    )
-    assert got == [_message(r, version, 2**31) for r in batch]
+    assert_encoded_as_serialized([bare, row, bare], version, 2**31)
 
 
 def test_a_joint_the_wire_cannot_carry_is_refused_not_encoded() -> None:
