@@ -4,26 +4,31 @@ pipeline hands them out only for a batch of Control steps large enough to pay.""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests.serving.serving_harness import MakeServer, server_config
 from tests.serving.test_inference import queries
 from tether.data.clock import ingress_ns
+from tether.data.step import StepRecord
 from tether.policy.engine import PolicyEngine
 from tether.policy.manifest import VersionInfo
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
-from tether.serving import reply_kernel
+from tether.serving import inference, reply_kernel
 from tether.serving.batcher import Batched
 from tether.serving.convert import encode_control_replies, fill_action_response
 from tether.serving.decoding import _control_reply
 from tether.serving.inference import ENCODE_ROWS, ActionOutcome, ActionQuery, InferencePipeline
 from tether.spec import RobotSpec
-from tether.v1 import policy_pb2 as pb
+from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
 from tether.versions.holder import LiveModel
 
 ACT_DIM = 7
@@ -222,4 +227,67 @@ def test_a_joint_the_wire_cannot_carry_is_refused_not_encoded() -> None:
             [DegradationLevel.NORMAL],
             VersionInfo(id=1, name="v", weights_sha256="cd" * 32),
             np.ones((1, 5), np.int64),
+        )
+
+
+def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(
+    make_server: MakeServer, arm: RobotSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve robots' steps, sent together once every session is open, coalesce into one
+    batch (it waits until it is full), so the replies go out as the bytes the batch
+    encoded; each robot's client parses its own step's answer, the action the recorder
+    logged for it."""
+    robots = ENCODE_ROWS + 4
+    records: dict[str, StepRecord] = {}
+    encoded: list[int] = []  # rows per call of the encoder (its bytes equal the messages')
+
+    def counted(steps: Any, *args: Any) -> list[bytes]:
+        encoded.append(len(steps))
+        return encode_control_replies(steps, *args)
+
+    monkeypatch.setattr(inference, "encode_control_replies", counted)
+    running = make_server(
+        server_config(batcher={"max_batch_size": robots, "batch_timeout_s": 1.0}),
+        record_step=lambda record: records.setdefault(record.episode_id, record),
+    )
+    rng = np.random.default_rng(7)
+    observations = rng.uniform(-0.2, 0.2, (robots, arm.obs_dim)).astype(np.float32)
+
+    async def all_robots() -> list[pb.ControlReply]:
+        async with grpc.aio.insecure_channel(running.address) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
+            calls = [stub.Control() for _ in range(robots)]
+            for i, call in enumerate(calls):
+                opening = pb.SessionOpen(
+                    robot_id=f"arm-{i}",
+                    spec_fingerprint=arm.fingerprint(),
+                    obs_dim=arm.obs_dim,
+                    act_dim=arm.act_dim,
+                    joint_names=list(arm.joint_names),
+                )
+                await call.write(pb.ControlStep(open=opening))
+            for call in calls:
+                assert (await call.read()).WhichOneof("kind") == "opened"
+            for i, call in enumerate(calls):
+                step = pb.StepData(
+                    observation=observations[i].tolist(), episode_id=f"ep-{i}", step_index=40 + i
+                )
+                await call.write(pb.ControlStep(step=step))
+            replies = [await call.read() for call in calls]
+            for call in calls:
+                await call.done_writing()
+            return replies
+
+    replies = asyncio.run(all_robots())
+    assert encoded == [robots]
+    deadline = time.monotonic() + 5
+    while len(records) < robots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i, reply in enumerate(replies):
+        assert reply.WhichOneof("kind") == "action", reply
+        assert (reply.step_index, reply.episode_id) == (40 + i, f"ep-{i}")
+        assert reply.action.timings.batch_size == robots
+        assert reply.action.status == "ok"
+        np.testing.assert_array_equal(
+            np.asarray(reply.action.action, np.float32), records[f"ep-{i}"].safe_action
         )
