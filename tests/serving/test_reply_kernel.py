@@ -24,6 +24,7 @@ from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
 from tether.serving import inference, reply_kernel
 from tether.serving.batcher import Batched
+from tether.serving.client.protocol import RobotIdentity
 from tether.serving.convert import encode_control_replies, fill_action_response
 from tether.serving.decoding import _control_reply
 from tether.serving.inference import ENCODE_ROWS, ActionOutcome, ActionQuery, InferencePipeline
@@ -258,14 +259,10 @@ def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(
             stub = pb_grpc.PolicyServiceStub(channel)  # type: ignore[no-untyped-call]
             calls = [stub.Control() for _ in range(robots)]
             for i, call in enumerate(calls):
-                opening = pb.SessionOpen(
-                    robot_id=f"arm-{i}",
-                    spec_fingerprint=arm.fingerprint(),
-                    obs_dim=arm.obs_dim,
-                    act_dim=arm.act_dim,
-                    joint_names=list(arm.joint_names),
+                robot = RobotIdentity(
+                    f"arm-{i}", arm.fingerprint(), arm.obs_dim, arm.act_dim, arm.joint_names
                 )
-                await call.write(pb.ControlStep(open=opening))
+                await call.write(robot.open_message())
             for call in calls:
                 assert (await call.read()).WhichOneof("kind") == "opened"
             for i, call in enumerate(calls):
