@@ -373,7 +373,7 @@ def _encode_replies(
     timings[:, 4] = rows
     return encode_control_replies(
         [q.reply_to for q in queries],  # type: ignore[misc]  # run checked every row has one
-        np.stack(safe),
+        np.array(safe),
         proposed,
         log_probs,
         [verdict for _, verdict in decided],
@@ -411,7 +411,8 @@ def _engine_input(queries: list[ActionQuery]) -> tuple[np.ndarray, bool | np.nda
     """
     if len(queries) == 1:
         return queries[0].observation[None], queries[0].deterministic
-    obs = np.stack([q.observation for q in queries])
+    # np.array of equal-length rows: np.stack's result without its per-row Python.
+    obs = np.array([q.observation for q in queries])
     flags = np.fromiter((q.deterministic for q in queries), bool, len(queries))
     if flags.all() or not flags.any():
         return obs, bool(flags[0])

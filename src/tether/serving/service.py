@@ -104,6 +104,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
         self._max_obs = config.validation.max_abs_observation
+        # How long a Control step may wait for its batch (s), None: no limit of its own.
+        self._step_limit_s = config.step_deadline(spec.control_period_s, 0.0)
         self._signature = served_signature(models, spec.obs_dim)
 
     # ------------------------------------------------------------------ GetAction
@@ -371,7 +373,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
 
     def _step_deadline(self, stream: float | None) -> float | None:
         """A step is stale after ``control_step_deadline_s``, or at the stream's deadline."""
-        own = self._config.step_deadline(self._spec.control_period_s, time.monotonic())
+        limit = self._step_limit_s
+        own = None if limit is None else time.monotonic() + limit
         if own is None or stream is None:
             return own if stream is None else stream
         return min(own, stream)

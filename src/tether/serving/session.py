@@ -111,6 +111,8 @@ class ControlSession:
         one step claiming 2**63 misses kept the event loop counting them one by one.
         """
         self._received += 1
+        if not cumulative:  # the common step: no misses reported, nothing can be new
+            return 0
         bounded = min(cumulative, self._received)
         new = max(0, bounded - self.watchdog_misses)
         self.watchdog_misses = max(self.watchdog_misses, bounded)
