@@ -112,21 +112,26 @@ def test_encoded_replies_are_the_serialized_messages(
     assert_encoded_as_serialized(batch, version, len(batch))
 
 
+def encode_one(verdict: SafetyVerdict, version: VersionInfo) -> list[bytes]:
+    """One row of zeros (step 1 of episode "e") with ``verdict``, named ``version``."""
+    return encode_control_replies(
+        [(1, "e")],
+        np.zeros((1, ACT_DIM), np.float32),
+        np.zeros((1, ACT_DIM), np.float32),
+        np.zeros(1, np.float32),
+        [verdict],
+        [DegradationLevel.NORMAL],
+        version,
+        np.ones((1, 5), np.int64),
+    )
+
+
 def test_the_encoder_follows_a_new_version() -> None:
     """The encoded PolicyVersion is cached per version object: a swap changes it."""
     verdict = SafetyVerdict(ActionSource.POLICY, SafetyCheck.NONE, 0.0, ())
     for version_id in (1, 2, 1):
         version = VersionInfo(id=version_id, name=f"v{version_id}", weights_sha256="cd" * 32)
-        (reply,) = encode_control_replies(
-            [(1, "e")],
-            np.zeros((1, ACT_DIM), np.float32),
-            np.zeros((1, ACT_DIM), np.float32),
-            np.zeros(1, np.float32),
-            [verdict],
-            [DegradationLevel.NORMAL],
-            version,
-            np.ones((1, 5), np.int64),
-        )
+        (reply,) = encode_one(verdict, version)
         assert pb.ControlReply.FromString(reply).action.version.policy_version == version_id
 
 
@@ -219,16 +224,7 @@ def test_the_largest_row_fits_the_buffer_the_encoder_allots(kernel_mode: str) ->
 def test_a_joint_the_wire_cannot_carry_is_refused_not_encoded() -> None:
     verdict = SafetyVerdict(ActionSource.CLIPPED, SafetyCheck.RATE, 0.1, (2**32,))
     with pytest.raises(ValueError, match="outside the wire's uint32"):
-        encode_control_replies(
-            [(1, "e")],
-            np.zeros((1, ACT_DIM), np.float32),
-            np.zeros((1, ACT_DIM), np.float32),
-            np.zeros(1, np.float32),
-            [verdict],
-            [DegradationLevel.NORMAL],
-            VersionInfo(id=1, name="v", weights_sha256="cd" * 32),
-            np.ones((1, 5), np.int64),
-        )
+        encode_one(verdict, VersionInfo(id=1, name="v", weights_sha256="cd" * 32))
 
 
 def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(

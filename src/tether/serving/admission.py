@@ -232,20 +232,13 @@ class Admission:
 
     def admit_step(self, ticket: SessionTicket, now: float | None = None) -> None:
         """Admit one step of an open session: its own bucket, never another robot's."""
-        t = time.monotonic() if now is None else now
-        bucket = ticket.bucket
-        if bucket is not None and not bucket.take(t):
-            raise AdmissionRefused(
-                f"session {ticket.session_id!r} is over its rate limit of {self.rate_hz:g} "
-                f"requests/s (burst {self.burst:g}); slow down to the robot's control rate or "
-                "raise admission.rate_limit_hz"
-            )
-        self.memory.check(t)
+        self._spend(ticket.bucket, f"session {ticket.session_id!r}", now)
 
     def admit(self, client_id: str, now: float | None = None) -> None:
         """Raise ``AdmissionRefused`` if the caller keyed ``client_id`` may not send a
-        request now; the key is one the server knows (a connection, a session)."""
+        request now; the key is one the server knows (a connection)."""
         t = time.monotonic() if now is None else now
+        bucket = None
         if self.rate_hz > 0:
             bucket = self._buckets.get(client_id)
             if bucket is None:
@@ -255,10 +248,15 @@ class Admission:
                     self._buckets.popitem(last=False)
             else:
                 self._buckets.move_to_end(client_id)
-            if not bucket.take(t):
-                raise AdmissionRefused(
-                    f"client {client_id!r} is over its rate limit of {self.rate_hz:g} requests/s "
-                    f"(burst {self.burst:g}); slow down to the robot's control rate or raise "
-                    "admission.rate_limit_hz"
-                )
+        self._spend(bucket, f"client {client_id!r}", t)
+
+    def _spend(self, bucket: TokenBucket | None, who: str, now: float | None) -> None:
+        """One token of ``bucket`` (None: no rate limit), then the memory guard."""
+        t = time.monotonic() if now is None else now
+        if bucket is not None and not bucket.take(t):
+            raise AdmissionRefused(
+                f"{who} is over its rate limit of {self.rate_hz:g} requests/s "
+                f"(burst {self.burst:g}); slow down to the robot's control rate or raise "
+                "admission.rate_limit_hz"
+            )
         self.memory.check(t)
