@@ -8,7 +8,7 @@ order and with the omissions of protobuf's own serializer, so each row's bytes e
 ``tether.serving.convert.encode_control_replies``; the numbers of a row sit in two
 tables so the call unboxes few arguments:
 
-* ``floats`` (rows, 4 * (2 * act_dim + 2)) uint8: a float32 table viewed as its
+* ``raw`` (rows, 4 * (2 * act_dim + 2)) uint8: a float32 table viewed as its
   little-endian bytes, a row holding the safe action, the proposed action, the
   log-probability and the verdict's correction norm;
 * ``ints`` (rows, ``INT_COLUMNS``) int64, every entry >= 0: the columns named ``I_*``
@@ -126,6 +126,12 @@ def _verdict_size(
 
 
 @_compiled
+def _nested_size(length: int) -> int:
+    """Bytes of a length-delimited field (one-byte tag) holding ``length`` bytes."""
+    return 1 + _varint_size(length) + length
+
+
+@_compiled
 def _timings_size(row: np.ndarray) -> int:
     size = 0
     for column in range(I_QUEUE_NS, I_BATCH_SIZE + 1):
@@ -135,7 +141,7 @@ def _timings_size(row: np.ndarray) -> int:
 
 @_compiled
 def encode(
-    floats: np.ndarray,
+    raw: np.ndarray,
     ints: np.ndarray,
     episodes: np.ndarray,
     episode_ends: np.ndarray,
@@ -148,9 +154,8 @@ def encode(
 ) -> int:
     """Write every row's ``ControlReply`` into ``out``; row ``i`` ends at ``ends[i]``.
     Returns the bytes written. ``out`` must hold ``capacity(...)`` bytes."""
-    rows = floats.shape[0]
-    act = (floats.shape[1] // 4 - 2) // 2
-    raw = floats
+    rows = raw.shape[0]
+    act = (raw.shape[1] // 4 - 2) // 2
     at = 0
     joint_start = 0
     for i in range(rows):
@@ -159,22 +164,15 @@ def encode(
         norm_bits = _nonzero(raw[i], 8 * act + 4)
         verdict, packed = _verdict_size(row, norm_bits, joints, joint_start, name_ends)
         timings = _timings_size(row)
-        vector = 1 + _varint_size(4 * act) + 4 * act
+        vector = _nested_size(4 * act)
         body = (
-            vector
+            2 * vector
             + (5 if log_prob_bits != 0 else 0)
             + 4  # status "ok"
-            + 1
-            + _varint_size(version.shape[0])
-            + version.shape[0]
-            + 1
-            + _varint_size(verdict)
-            + verdict
-            + 1
-            + _varint_size(timings)
-            + timings
+            + _nested_size(version.shape[0])
+            + _nested_size(verdict)
+            + _nested_size(timings)
             + _field_size(row[I_DEGRADATION])
-            + vector
         )
         # ControlReply: step_index = 1, episode_id = 2, action = 4.
         if row[I_STEP]:
@@ -254,14 +252,14 @@ def capacity(
 
 
 def _compile_all() -> None:
-    floats = np.zeros((1, 16), dtype=np.uint8)
+    raw = np.zeros((1, 16), dtype=np.uint8)
     ints = np.zeros((1, INT_COLUMNS), dtype=np.int64)
     blob = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as the callers' blobs
     bounds = np.zeros(2, dtype=np.int64)
     out = np.zeros(capacity(1, 1, 1, 1, 0, 1, 1), dtype=np.uint8)
     ends = np.zeros(1, dtype=np.int64)
     joints = np.zeros(0, dtype=np.int64)
-    encode(floats, ints, blob, bounds, blob, joints, blob, bounds, out, ends)
+    encode(raw, ints, blob, bounds, blob, joints, blob, bounds, out, ends)
 
 
 warm = warm_once(AVAILABLE, _compile_all)
