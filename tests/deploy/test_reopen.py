@@ -87,3 +87,19 @@ def test_link_takes_failures_and_acceptances_and_drops_late_replies() -> None:
     assert link.reopen_due()
     link.reopening()
     assert link.failure is None
+
+
+def test_a_send_lost_with_the_connection_reopens() -> None:
+    """grpc.aio says INTERNAL for a write the transport dropped (the server's own status is
+    hidden); read as a refusal, the session would hold backups forever."""
+    lost = RemoteError(grpc.StatusCode.INTERNAL, "Internal error from Core")
+    link = SessionLink(ClientOptions())
+    link.note(lost)
+    assert not link.reopen_due()  # what the session did before: never fails over
+    link = SessionLink(ClientOptions())
+    link.send_failed(lost)
+    assert link.failure is not None
+    assert link.failure.code is grpc.StatusCode.UNAVAILABLE
+    assert link.reopen_due()
+    link.send_failed(RemoteError(grpc.StatusCode.UNAUTHENTICATED, "bad token"))
+    assert link.failure.code is grpc.StatusCode.UNAUTHENTICATED  # a reason stays a reason

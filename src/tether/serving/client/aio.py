@@ -269,7 +269,7 @@ class AsyncControlSession:
         except (TimeoutError, ValueError):
             return self.watchdog.fallback(obs, previous, "control deadline passed")
         except grpc.RpcError as exc:
-            self.link.note(remote_error(exc))
+            self.link.send_failed(remote_error(exc))
             return self.watchdog.fallback(obs, previous, f"session failed: {self.failure}")
         except asyncio.InvalidStateError:  # the call had already ended: say how
             self.link.note(await stream.ended())
@@ -308,7 +308,7 @@ class AsyncControlSession:
                 deadline - time.monotonic(),
             )
         except grpc.RpcError as exc:
-            self.link.note(remote_error(exc))
+            self.link.send_failed(remote_error(exc))
         except asyncio.InvalidStateError:
             self.link.note(await self._stream.ended())
         except (TimeoutError, ValueError) as exc:  # not written in time, or the call ended

@@ -6,11 +6,15 @@ Only a failure that says the server went away is worth a new stream: UNAVAILABLE
 connection dropped, no ready server) or CANCELLED (the server ended the session, e.g.
 while draining for shutdown); and ALREADY_EXISTS, the server still holding this robot's
 previous session because it has not yet seen that stream close (one live session per
-robot id), which ends by itself within its keepalive time. A refusal for a reason — FAILED_PRECONDITION for another
-robot spec, UNAUTHENTICATED — would only be refused again. The first attempt after a
-served step is immediate (the channel has usually moved to another ready server by
-then); consecutive failures wait the retry backoff, doubling up to its maximum, so a
-fleet whose servers are all down does not hammer them from every control cycle.
+robot id), which ends by itself within its keepalive time. When the connection goes
+while a step or open is being written, grpc.aio reports the lost send as INTERNAL
+("Internal error from Core") in place of the status the server sent; a send that fails
+INTERNAL therefore counts as UNAVAILABLE. A refusal for a reason — FAILED_PRECONDITION
+for another robot spec, UNAUTHENTICATED — would only be refused again. The first
+attempt after a served step is immediate (the channel has usually moved to another
+ready server by then); consecutive failures wait the retry backoff, doubling up to its
+maximum, so a fleet whose servers are all down does not hammer them from every control
+cycle.
 
 Invariant: ``due`` only reads the clock; it never waits, so the control loop keeps its rate.
 """
@@ -86,6 +90,14 @@ class SessionLink:
             self.reopens += 1
             return False
         return True
+
+    def send_failed(self, failure: RemoteError) -> None:
+        """A step or open could not be written to the stream: the stream is gone."""
+        if failure.code is grpc.StatusCode.INTERNAL:  # grpc.aio's word for a lost send
+            failure = RemoteError(
+                grpc.StatusCode.UNAVAILABLE, f"the stream broke while sending ({failure.details})"
+            )
+        self.note(failure)
 
     def take_pending(self, get_nowait: Callable[[], pb.ControlReply | RemoteError]) -> None:
         """Read what arrived since the last step (``get_nowait`` raises when nothing did):
