@@ -290,13 +290,21 @@ def main() -> None:
             for clients in counts:
                 for server in order:
                     cell = asyncio.run(
-                        _closed_loop(clients, args.seconds, servers.client(server, feed))
+                        _closed_loop(
+                            clients,
+                            args.seconds,
+                            servers.client(server, feed),
+                            servers.running[server].proc.pid,
+                        )
                     )
                     cells.setdefault((server, clients), []).append(cell)
     finally:
         servers.stop()
-    print("\n| server | robots | p50 ms | p99 ms | actions/s | p50 / echo | actions/s / echo |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "\n| server | robots | p50 ms | p99 ms | actions/s | p50 / echo | actions/s / echo "
+        "| server CPU µs/action | clients' CPU µs/action |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for clients in counts:
         echo = _median(cells[("echo", clients)])
         for server in names:
@@ -304,7 +312,8 @@ def main() -> None:
             print(
                 f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
                 f"{m['actions_per_s']:,.0f} | {m['p50_ms'] / echo['p50_ms']:.2f} | "
-                f"{m['actions_per_s'] / echo['actions_per_s']:.2f} |"
+                f"{m['actions_per_s'] / echo['actions_per_s']:.2f} | "
+                f"{m['server_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
             )
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 

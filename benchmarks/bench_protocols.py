@@ -186,10 +186,28 @@ def _observations(client: int) -> np.ndarray:
     return np.take(_FEED, range(start, start + _CYCLE), axis=0, mode="wrap")
 
 
-class _Window:
-    """The measured window: it opens once every client has warmed up."""
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of every thread of process ``pid`` so far (ns, from /proc; 0 elsewhere)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total
 
-    def __init__(self, clients: int, seconds: float) -> None:
+
+class _Window:
+    """The measured window: it opens once every client has warmed up. With ``server_pid``
+    it also reads the CPU the server process and this (the clients') process spend while it
+    is open."""
+
+    def __init__(self, clients: int, seconds: float, server_pid: int | None = None) -> None:
         self.clients = clients
         self.seconds = seconds
         self.ready = 0
@@ -197,24 +215,46 @@ class _Window:
         self.deadline = 0.0
         self.latencies: list[float] = []
         self.actions = 0
+        self._pid = server_pid
+        self._cpu = (0, 0)
+        self.cpu_ns = (0, 0)  # (server, clients) while the window was open
+        self.actions_in_window = 0  # actions when it closed (the CPU's denominator)
+
+    def _cpu_now(self) -> tuple[int, int]:
+        server = process_cpu_ns(self._pid) if self._pid is not None else 0
+        return server, time.process_time_ns()
+
+    def _closed(self) -> None:
+        server, clients = self._cpu_now()
+        self.cpu_ns = (server - self._cpu[0], clients - self._cpu[1])
+        self.actions_in_window = self.actions
 
     async def opened(self) -> None:
         self.ready += 1
         if self.ready == self.clients:
             self.deadline = time.perf_counter() + self.seconds
+            self._cpu = self._cpu_now()
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.seconds, self._closed)
             self.go.set()
         await self.go.wait()
 
 
-async def _closed_loop(clients: int, seconds: float, one_client: Any) -> dict[str, float]:
-    """Run ``clients`` coroutines for ``seconds`` after their warm-up; every completed call."""
-    window = _Window(clients, seconds)
+async def _closed_loop(
+    clients: int, seconds: float, one_client: Any, server_pid: int | None = None
+) -> dict[str, float]:
+    """Run ``clients`` coroutines for ``seconds`` after their warm-up; every completed call,
+    and with ``server_pid`` the server's and the clients' CPU µs per action in the window."""
+    window = _Window(clients, seconds, server_pid)
     await asyncio.gather(*(one_client(i, window) for i in range(clients)))
     lat = sorted(window.latencies)
+    done = max(1, window.actions_in_window)
     return {
         "p50_ms": 1000 * statistics.median(lat),
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "actions_per_s": window.actions / seconds,
+        "server_cpu_us": window.cpu_ns[0] / done / 1e3,
+        "client_cpu_us": window.cpu_ns[1] / done / 1e3,
     }
 
 
