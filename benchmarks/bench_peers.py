@@ -46,6 +46,11 @@ step costs the server). With ``--spin-us 20,40`` echoes that hold the GIL spinni
 long before each answer (``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
 whose per-step Python costs that much can answer, against tether's.
 
+Besides latency and actions/s, each cell reports the CPU the server process spends per
+action (all its threads, ``/proc/PID/task/*/schedstat``) and the CPU the clients (this
+process) spend, both over the measured window only: when the two together keep every
+core busy, the actions/s ratio between servers is the ratio of their CPU per action.
+
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.
 """
