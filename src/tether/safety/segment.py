@@ -27,6 +27,7 @@ from it, bit for bit, and the compiled kernel, whose anchors differ, to the same
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 
@@ -71,7 +72,23 @@ class SegmentClearance:
         )
         reach = joint_reach(kinematics) if self.active and kinematics is not None else None
         self._reach = reach
-        chain = chain_clearance(limits, kinematics) if self.active else None
+        # The closed form, for the compiled kernel (tether.safety.position.kernel) too,
+        # which evaluates the same closed form.
+        self.chain = chain_clearance(limits, kinematics) if self.active else None
+        # Closed forms are pure functions of the pose, so their answers can be reused.
+        self._pure = self.chain is not None
+        self._start_robot()
+
+    def fresh(self) -> SegmentClearance:
+        """The same checks for another robot: what the limits and kinematics give is
+        shared, the robot's own memory (remembered clearances, anchors, last segment)
+        starts empty."""
+        other = copy.copy(self)
+        other._start_robot()
+        return other
+
+    def _start_robot(self) -> None:
+        chain, clearance = self.chain, self._clearance
         checks: list[tuple[int, Measure]] = []
         if self.active and clearance.has_workspace:
             checks.append(
@@ -82,12 +99,8 @@ class SegmentClearance:
                 (_OBSTACLE, _remembered(chain.obstacles) if chain else self._obstacles_exact)
             )
         self._checks = tuple(checks)
-        # The closed form and the checks' bits in order, for the compiled kernel
-        # (tether.safety.position.kernel), which evaluates the same closed form.
-        self.chain = chain
+        # The checks' bits in order, for the compiled kernel.
         self.check_bits = tuple(bit for bit, _ in checks)
-        # Closed forms are pure functions of the pose, so their answers can be reused.
-        self._pure = chain is not None
         self._last_segment: tuple[list[float], list[float], tuple[int, float]] | None = None
         # Per check, the anchor: the last pose evaluated exactly (None: none yet, or its
         # clearance was not finite) and its clearance.

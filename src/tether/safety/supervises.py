@@ -42,6 +42,10 @@ class ActionSupervisor(Protocol):
         """The backup action for this state (TAKEOVER, a client watchdog's miss)."""
         ...
 
+    def fresh(self) -> ActionSupervisor:
+        """A supervisor of another robot under the same limits, with no robot state."""
+        ...
+
     def with_limits(self, limits: SafetyLimits) -> ActionSupervisor:
         """The same supervisor enforcing ``limits``, with fresh robot state."""
         ...

@@ -192,6 +192,10 @@ class Supervisor:
             self.config.load_learning_speed_fraction * x for x in self._envelope.v_max
         ]
 
+    def fresh(self) -> Supervisor:
+        """A supervisor of another robot under the same limits, with no robot state."""
+        return self.with_limits(self.limits)
+
     def with_limits(self, limits: SafetyLimits) -> Supervisor:
         """The same supervisor (kinematics, backup, config) enforcing other limits, with
         fresh robot state; pass the robot's state across with :meth:`take_state`."""

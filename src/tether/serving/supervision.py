@@ -292,14 +292,13 @@ class SupervisorFactory:
             from tether.safety.position import kernel
 
             self.kernel_warm_s = kernel.warm()
+        self._prototype = supervisor_for(spec, self.limits, kinematics=self.kinematics)
 
     def __call__(self, robot: str = DEFAULT_ROBOT) -> SessionSupervisor:
-        """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level."""
-        return SessionSupervisor(
-            supervisor_for(self.spec, self.limits, kinematics=self.kinematics),
-            self.degradation,
-            robot,
-        )
+        """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level: a fresh
+        copy of one built at start-up (a session open runs on the event loop, and a fleet
+        failing over opens many at once)."""
+        return SessionSupervisor(self._prototype.fresh(), self.degradation, robot)
 
     def level(self) -> DegradationLevel:
         """The learning-wide degradation level now (see the module docstring)."""

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from typing import Any
@@ -63,6 +64,9 @@ class PositionActionSupervisor:
         self._n = spec.n_joints
         # Equal keys: the same map (tether.safety.position.batch maps such rows at once).
         self._map_key = _map_key(self._center, self._half)
+        self._start_robot()
+
+    def _start_robot(self) -> None:
         # The last action returned, its bytes, and the position supervisor's command it
         # came from (handed back as that supervisor's own previous command).
         self._last_bytes = b""
@@ -77,6 +81,14 @@ class PositionActionSupervisor:
     # the measured velocity stands in for it. A caller that judges rows of many robots
     # with one supervisor (the gate's shadow stage) cannot count that check.
     checks_needing_history: SafetyCheck = SafetyCheck.ACCELERATION
+
+    def fresh(self) -> PositionActionSupervisor:
+        """A supervisor of another robot of this spec under the same limits; see
+        :meth:`PositionSupervisor.fresh`."""
+        other = copy.copy(self)
+        other.position = self.position.fresh()
+        other._start_robot()
+        return other
 
     def with_limits(self, limits: SafetyLimits) -> PositionActionSupervisor:
         """The same supervisor enforcing ``limits``, with fresh robot state."""

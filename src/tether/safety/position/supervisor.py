@@ -49,6 +49,7 @@ use one supervisor per robot session.
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import threading
@@ -190,17 +191,11 @@ class PositionSupervisor:
                 strict=True,
             )
         )
-        # The command this supervisor last returned (float32 values) and the change it
-        # made, for the next step's acceleration check; the last readable pose, which an
-        # unreadable observation holds when nothing better is known.
-        self._last: tuple[list[float], list[float]] | None = None
-        self._last_bytes = b""
-        self._last_pose: list[float] | None = None
-        # The compiled kernel's constants and this robot's anchors, when it can run this
-        # supervisor's arithmetic (numba present, and the closed forms it evaluates:
-        # chain gravity and clearance, or no kinematics at all); else the Python path.
+        self._start_robot()
+        # The compiled kernel's constants, when it can run this supervisor's arithmetic
+        # (numba present, and the closed forms it evaluates: chain gravity and clearance,
+        # or no kinematics at all); else the Python path.
         self._packed: kernel.Packed | None = None
-        self._anchors = kernel.new_anchors(n)
         # Supervisors with equal signatures read their inputs alike and share the
         # kernel's constants: tether.safety.position.batch runs them as one array.
         self._signature = 0
@@ -209,6 +204,25 @@ class PositionSupervisor:
             if self._packed is not None:
                 kernel.warm()
                 self._signature = _signature_of(self, self._packed)
+
+    def fresh(self) -> PositionSupervisor:
+        """A supervisor of another robot under the same limits: everything the limits,
+        gains and kinematics give (and the kernel's constants) shared, no robot state.
+        What a server does per session: ~1/50 of constructing one."""
+        other = copy.copy(self)
+        other._segment = self._segment.fresh()
+        other._start_robot()
+        return other
+
+    def _start_robot(self) -> None:
+        # The command this supervisor last returned (float32 values) and the change it
+        # made, for the next step's acceleration check; the last readable pose, which an
+        # unreadable observation holds when nothing better is known; the compiled
+        # kernel's anchors of this robot.
+        self._last: tuple[list[float], list[float]] | None = None
+        self._last_bytes = b""
+        self._last_pose: list[float] | None = None
+        self._anchors = kernel.new_anchors(self._n)
 
     def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
         """The same supervisor (gains, kinematics, backup, config) enforcing other

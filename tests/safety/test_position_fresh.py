@@ -1,0 +1,128 @@
+"""A supervisor for a new robot made by ``fresh()`` decides what one built for it alone does.
+
+Serving gives each session a fresh copy of a supervisor built at start-up
+(``SupervisorFactory``): what the limits, gains and kinematics give is shared, the
+robot's own state starts empty (the last command and its change, the last pose, the
+kernel's anchors, the segment checks' remembered clearances, anchors and last segment,
+the action map's last action). Copies of a prototype that has already supervised a
+robot, run interleaved on other robots' closed sequences, must give every call, bit
+for bit, what a supervisor constructed for that robot alone gives: on the compiled path
+and on the Python path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.safety.test_position_equivalence import (
+    HIGH,
+    KINEMATICS,
+    LIMITS,
+    LOW,
+    SPEC,
+    VMAX,
+    N,
+    observation,
+    random_state,
+    same,
+)
+from tether.safety.position import PositionSupervisor, kernel
+from tether.safety.position.actions import PositionActionSupervisor
+from tether.safety.position.presets import arm_impedance
+from tether.serving.supervision import SupervisorFactory
+
+ROBOTS = 4
+STEPS = 400
+
+
+def built_alone(compiled: bool) -> PositionActionSupervisor:
+    position = PositionSupervisor(LIMITS, arm_impedance(), kinematics=KINEMATICS, compiled=compiled)
+    return PositionActionSupervisor(position, SPEC)
+
+
+class Robot:
+    """One robot's sequence: consecutive states, actions near the last, previous actions
+    handed back (now and then none), now and then a backup or an unreadable observation
+    (always the first: a supervisor then falls back on the last pose it knows of, which
+    for a new robot is none)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.q, self.v = random_state(self.rng)
+        self.action = self.rng.uniform(-1.0, 1.0, N).astype(np.float32)
+        self.steps = 0
+
+    def next(self) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        rng = self.rng
+        self.q = np.clip(self.q + self.v * LIMITS.control_period_s, LOW - 0.1, HIGH + 0.1)
+        self.v = np.clip(self.v + rng.normal(0.0, 0.3, N), -1.2 * VMAX, 1.2 * VMAX)
+        if rng.random() < 0.1:
+            self.action = rng.uniform(-1.2, 1.2, N).astype(np.float32)
+        else:
+            self.action = (self.action + rng.normal(0.0, 0.05, N)).astype(np.float32)
+        obs = observation(self.q, self.v)
+        if self.steps == 0 or rng.random() < 0.03:
+            obs[rng.integers(N)] = np.nan
+        self.steps += 1
+        return obs, self.action, rng.random() < 0.9, rng.random() < 0.03
+
+
+def drive(pairs: list[tuple[Any, Any]], seeds: list[int]) -> int:
+    """Run each pair (supervisor under test, reference) on its own robot, interleaved
+    step by step; every answer must be the same. Returns the calls compared."""
+    robots = [Robot(seed) for seed in seeds]
+    last: list[list[Any]] = [[None, None] for _ in pairs]
+    calls = 0
+    for _ in range(STEPS):
+        for k, ((tested, reference), robot) in enumerate(zip(pairs, robots, strict=True)):
+            obs, action, hand_back, backup = robot.next()
+            prev = last[k] if hand_back else [None, None]
+            if backup:
+                got = tested.backup_action(obs, prev[0])
+                want = reference.backup_action(obs, prev[1])
+            else:
+                got = tested.filter(obs, action, prev[0])
+                want = reference.filter(obs, action, prev[1])
+            assert same(got, want), (k, calls, obs, action, got, want)
+            last[k] = [got[0], want[0]]
+            calls += 1
+    return calls
+
+
+@pytest.mark.parametrize(
+    "compiled",
+    [
+        pytest.param(
+            True, marks=pytest.mark.skipif(not kernel.AVAILABLE, reason="numba is absent")
+        ),
+        False,
+    ],
+)
+def test_fresh_copies_of_a_used_supervisor_decide_as_ones_built_alone(compiled: bool) -> None:
+    prototype = built_alone(compiled)
+    assert prototype.position.compiled is compiled
+    drive([(prototype, built_alone(compiled))], [99])  # the prototype has a robot's state
+    copies = [prototype.fresh() for _ in range(ROBOTS)]
+    assert all(c.position.compiled is compiled for c in copies)
+    assert all(c._last_command is None and not c._last_bytes for c in copies)
+    pairs = [(copy, built_alone(compiled)) for copy in copies]
+    assert drive(pairs, list(range(ROBOTS))) == ROBOTS * STEPS
+    # Nothing a robot keeps is shared between two copies or with the prototype.
+    first, second = copies[0].position, copies[1].position
+    assert first._segment is not second._segment
+    assert first._segment._anchor is not second._segment._anchor
+    assert first._segment._checks[0][1] is not second._segment._checks[0][1]
+    assert first._anchors is not second._anchors
+    assert first._anchors is not prototype.position._anchors
+
+
+def test_a_factory_session_starts_with_no_robot_state() -> None:
+    factory = SupervisorFactory(SPEC)
+    used = factory("robot-a")
+    drive([(used._base, built_alone(kernel.AVAILABLE))], [5])
+    later = factory("robot-b")
+    assert later._base is not used._base
+    drive([(later._base, built_alone(kernel.AVAILABLE))], [6])
