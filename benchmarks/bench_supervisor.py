@@ -32,6 +32,7 @@ obstacle contacts and joint-limit violations under a uniformly random command po
         [--physics 10000]
     python benchmarks/bench_supervisor.py --serving-batch [--episodes 3] [--repeats 7]
         [--rounds 3] [--baseline-src TREE]
+    python benchmarks/bench_supervisor.py --session-open
 
 ``--serving-batch`` times one engine batch of 64 robots per row as serving supervises
 it (``SERVING_CASES``: one ``decide`` or ``filter`` call per row, ``filter_actions`` and
@@ -547,8 +548,40 @@ def print_serving_batch(runs: dict[str, list[dict[str, float]]]) -> None:
         print(f"| {kind}: {label} | " + " | ".join(cells) + " |")
 
 
+def session_open_us(opens: int, repeats: int) -> dict[str, float]:
+    """µs (thread CPU, best of ``repeats``, interleaved) to give a new session of the
+    position arm its supervisor: ``SupervisorFactory(...)(robot)`` as serving calls it on
+    its event loop (a ``fresh()`` copy of the one built at start-up), against building one
+    (``supervisor_for``, what a session's open cost before)."""
+    import time
+
+    from tether.safety.for_spec import kinematics_for, supervisor_for
+    from tether.serving.supervision import SupervisorFactory
+
+    spec = arm_spec("position")
+    factory = SupervisorFactory(spec)
+    limits, kinematics = factory.limits, kinematics_for(spec)
+    cases: dict[str, Callable[[int], object]] = {
+        "factory (fresh copy)": lambda i: factory(f"robot-{i}"),
+        "supervisor_for (built)": lambda i: supervisor_for(spec, limits, kinematics=kinematics),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeats):
+        for name, make in cases.items():
+            start = time.thread_time()
+            for i in range(opens):
+                make(i)
+            best[name] = min(best[name], (time.thread_time() - start) / opens * 1e6)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--session-open",
+        action="store_true",
+        help="only time what a new session's supervisor costs (fresh copy vs built)",
+    )
     parser.add_argument(
         "--serving-batch",
         action="store_true",
@@ -586,6 +619,10 @@ def main() -> None:
         "without the position supervisor (0: skip)",
     )
     args = parser.parse_args()
+    if args.session_open:
+        for name, us in session_open_us(200, 5).items():
+            print(f"{name}: {us:.1f} µs per session")
+        return
     if args.serving_batch:
         if args.json:
             print(json.dumps(serving_batch_us(args.episodes, 60, args.repeats)))
