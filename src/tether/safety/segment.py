@@ -88,6 +88,7 @@ class SegmentClearance:
         return other
 
     def _start_robot(self) -> None:
+        """The checks with their own remembered clearances, no anchors, no last segment."""
         chain, clearance = self.chain, self._clearance
         checks: list[tuple[int, Measure]] = []
         if self.active and clearance.has_workspace:

@@ -208,7 +208,7 @@ class PositionSupervisor:
     def fresh(self) -> PositionSupervisor:
         """A supervisor of another robot under the same limits: everything the limits,
         gains and kinematics give (and the kernel's constants) shared, no robot state.
-        What a server does per session: ~1/50 of constructing one."""
+        What a server does per session: a few µs, where constructing one takes ~0.3 ms."""
         other = copy.copy(self)
         other._segment = self._segment.fresh()
         other._start_robot()
