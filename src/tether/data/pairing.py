@@ -94,22 +94,11 @@ class StepPairer:
             if episode is not None:
                 out.extend(self._retire(session, episode))
             episode = session.current = _Episode(step.episode_id)
-        index = step.step_index
-        if index == episode.cursor + 1 and not episode.pending and not episode.ended:
+        if step.step_index == episode.cursor + 1 and not episode.pending and not episode.ended:
             # The common step: the successor of the one held, nothing waiting (so none
-            # above it seen). What _classify, the pending table and _advance would do.
-            held = episode.held
-            if held is not None:
-                transition = _pair(held, step)
-                if transition is None:
-                    self._n["malformed"] += 1
-                else:
-                    out.append(transition)
-            episode.held = step
-            episode.cursor = episode.highest = index
-            if step.terminated or step.truncated:
-                episode.ended = True
-                self._n["episodes_ended"] += 1
+            # above it seen): taken at once, without the pending table.
+            episode.highest = step.step_index
+            self._take(episode, step, out)
         elif self._classify(episode, step):
             episode.pending[step.step_index] = step
             episode.highest = max(episode.highest, step.step_index)
@@ -152,20 +141,23 @@ class StepPairer:
 
     def _advance(self, episode: _Episode, out: list[Transition]) -> None:
         while not episode.ended and episode.cursor + 1 in episode.pending:
-            nxt = episode.pending.pop(episode.cursor + 1)
-            if episode.held is not None:
-                transition = _pair(episode.held, nxt)
-                if transition is None:
-                    self._n["malformed"] += 1
-                else:
-                    out.append(transition)
-            episode.held = nxt
-            episode.cursor += 1
-            if nxt.episode_ended:
-                episode.ended = True
-                self._n["episodes_ended"] += 1
-                self._n["after_end"] += len(episode.pending)
-                episode.pending.clear()
+            self._take(episode, episode.pending.pop(episode.cursor + 1), out)
+
+    def _take(self, episode: _Episode, nxt: StepRecord, out: list[Transition]) -> None:
+        """``nxt`` is the successor of the held step: pair the two, and hold ``nxt``."""
+        if episode.held is not None:
+            transition = _pair(episode.held, nxt)
+            if transition is None:
+                self._n["malformed"] += 1
+            else:
+                out.append(transition)
+        episode.held = nxt
+        episode.cursor += 1
+        if nxt.episode_ended:
+            episode.ended = True
+            self._n["episodes_ended"] += 1
+            self._n["after_end"] += len(episode.pending)
+            episode.pending.clear()
 
     def _give_up_gap(self, episode: _Episode) -> None:
         first = min(episode.pending)
