@@ -552,18 +552,28 @@ def session_open_us(opens: int, repeats: int) -> dict[str, float]:
     """µs (thread CPU, best of ``repeats``, interleaved) to give a new session of the
     position arm its supervisor: ``SupervisorFactory(...)(robot)`` as serving calls it on
     its event loop (a ``fresh()`` copy of the one built at start-up), against building one
-    (``supervisor_for``, what a session's open cost before)."""
+    (``supervisor_for``, what a session's open cost before); and the same session's first
+    step at RESTRICTED, whose supervisor under the tightened limits is a copy of the
+    factory's (``SupervisorFactory.under``) or built from the session's own."""
     import time
 
-    from tether.safety.for_spec import kinematics_for, supervisor_for
-    from tether.serving.supervision import SupervisorFactory
+    from tether.safety.degradation import DegradationMachine
+    from tether.safety.for_spec import kinematics_for, limits_for, supervisor_for
+    from tether.serving.supervision import SessionSupervisor, SupervisorFactory
 
     spec = arm_spec("position")
-    factory = SupervisorFactory(spec)
-    limits, kinematics = factory.limits, kinematics_for(spec)
+    limits = limits_for(spec)
+    # As serving builds it: RESTRICTED's limits are the degradation machine's.
+    factory = SupervisorFactory(spec, degradation=DegradationMachine(limits=limits))
+    kinematics = kinematics_for(spec)
     cases: dict[str, Callable[[int], object]] = {
         "factory (fresh copy)": lambda i: factory(f"robot-{i}"),
         "supervisor_for (built)": lambda i: supervisor_for(spec, limits, kinematics=kinematics),
+        # A session's first step at RESTRICTED: its supervisor under the tightened limits.
+        "factory + RESTRICTED (fresh copies)": lambda i: factory(f"robot-{i}")._tight(),
+        "factory + RESTRICTED (built)": lambda i: SessionSupervisor(
+            factory(f"robot-{i}")._base, factory.degradation
+        )._tight(),
     }
     best = dict.fromkeys(cases, float("inf"))
     for _ in range(repeats):

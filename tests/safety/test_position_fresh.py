@@ -29,10 +29,11 @@ from tests.safety.test_position_equivalence import (
     random_state,
     same,
 )
+from tether.safety.levels import DegradationLevel
 from tether.safety.position import PositionSupervisor, kernel
 from tether.safety.position.actions import PositionActionSupervisor
 from tether.safety.position.presets import arm_impedance
-from tether.serving.supervision import SupervisorFactory
+from tether.serving.supervision import SessionSupervisor, SupervisorFactory
 
 ROBOTS = 4
 STEPS = 400
@@ -126,3 +127,62 @@ def test_a_factory_session_starts_with_no_robot_state() -> None:
     later = factory("robot-b")
     assert later._base is not used._base
     drive([(later._base, built_alone(kernel.AVAILABLE))], [6])
+
+
+def test_sessions_under_restricted_and_canary_limits_decide_as_built_ones() -> None:
+    """A factory's sessions take their RESTRICTED and canary supervisors as fresh copies of
+    one built per limits; run interleaved on four robots, switching levels and canary
+    tightening mid-sequence (the robot's state carried across each switch), they decide bit
+    for bit what sessions whose supervisors were each built for their robot decide."""
+    factory = SupervisorFactory(SPEC)
+    warm = factory("robot-warm")  # the prototypes have supervised a robot already
+    warm_robot = Robot(98)
+    for level, tightening in ((DegradationLevel.RESTRICTED, 1.0), (DegradationLevel.NORMAL, 0.8)):
+        obs, action, _, _ = warm_robot.next()
+        decide(warm, obs, action, None, level, tightening)
+    tested = [factory(f"robot-{k}") for k in range(ROBOTS)]
+    reference = [SessionSupervisor(built_alone(kernel.AVAILABLE)) for _ in range(ROBOTS)]
+    robots = [Robot(k) for k in range(ROBOTS)]
+    schedule = [
+        (DegradationLevel.NORMAL, 1.0),
+        (DegradationLevel.RESTRICTED, 1.0),
+        (DegradationLevel.NORMAL, 0.8),
+        (DegradationLevel.RESTRICTED, 0.8),
+        (DegradationLevel.NORMAL, 1.0),
+    ]
+    last: list[list[Any]] = [[None, None] for _ in robots]
+    for step in range(STEPS):
+        level, tightening = schedule[step * len(schedule) // STEPS]
+        for k, robot in enumerate(robots):
+            obs, action, hand_back, _ = robot.next()
+            prev = last[k] if hand_back else [None, None]
+            got = decide(tested[k], obs, action, prev[0], level, tightening)
+            want = decide(reference[k], obs, action, prev[1], level, tightening)
+            assert same(got, want), (k, step, level, tightening, got, want)
+            last[k] = [got[0], want[0]]
+    # Each session has its own restricted and canary supervisors, none a prototype.
+    restricted = [s._restricted for s in tested]
+    canaries = [s._canary[1] for s in tested if s._canary is not None]
+    assert len(canaries) == ROBOTS
+    prototypes = [factory._prototypes[s.limits] for s in (restricted[0], canaries[0])]
+    made = [*restricted, *canaries, *prototypes]
+    assert len({id(s) for s in made}) == len(made)
+
+
+def decide(
+    session: SessionSupervisor,
+    obs: np.ndarray,
+    action: np.ndarray,
+    previous: np.ndarray | None,
+    level: DegradationLevel,
+    tightening: float,
+) -> tuple[np.ndarray, Any]:
+    return session.decide(
+        obs,
+        action,
+        previous,
+        observation_age_s=0.0,
+        level=level,
+        policy_version=1,
+        tightening=tightening,
+    )

@@ -55,10 +55,15 @@ class SessionSupervisor:
         base: ActionSupervisor,
         degradation: DegradationMachine | None = None,
         robot: str = DEFAULT_ROBOT,
+        *,
+        under: Callable[[SafetyLimits], ActionSupervisor] | None = None,
     ) -> None:
         self._base = base
         self._degradation = degradation
         self.robot = robot  # whose level this supervisor follows and feeds, alone
+        # A supervisor of this robot under other limits, with no robot state (the
+        # factory's copies of prototypes; alone, one built from the base).
+        self._under = under if under is not None else base.with_limits
         self._restricted: ActionSupervisor | None = None
         # (factor, its supervisor)
         self._canary: tuple[float, ActionSupervisor] | None = None
@@ -136,10 +141,7 @@ class SessionSupervisor:
 
     def _canary_supervisor(self, tightening: float) -> ActionSupervisor:
         if self._canary is None or self._canary[0] != tightening:
-            self._canary = (
-                tightening,
-                self._base.with_limits(self._base.limits.tightened(tightening)),
-            )
+            self._canary = (tightening, self._under(self._base.limits.tightened(tightening)))
         return self._canary[1]
 
     def _tight(self) -> ActionSupervisor:
@@ -148,7 +150,7 @@ class SessionSupervisor:
                 limits = self._degradation.limits_for(DegradationLevel.RESTRICTED)
             else:  # a canary on a server without a degradation machine
                 limits = self._base.limits.tightened(DegradationConfig().restricted_tighten_factor)
-            self._restricted = self._base.with_limits(limits)
+            self._restricted = self._under(limits)
         return self._restricted
 
 
@@ -293,12 +295,33 @@ class SupervisorFactory:
 
             self.kernel_warm_s = kernel.warm()
         self._prototype = supervisor_for(spec, self.limits, kinematics=self.kinematics)
+        # One built supervisor per set of limits a session may be supervised under (the
+        # base, RESTRICTED's, a canary's); the sessions get fresh() copies (``under``).
+        self._prototypes: dict[SafetyLimits, ActionSupervisor] = {self.limits: self._prototype}
+        self._prototypes_lock = threading.Lock()
 
     def __call__(self, robot: str = DEFAULT_ROBOT) -> SessionSupervisor:
         """A supervisor for one of ``robot``'s sessions, at ``robot``'s own level: a fresh
         copy of one built at start-up (a session open runs on the event loop, and a fleet
         failing over opens many at once)."""
-        return SessionSupervisor(self._prototype.fresh(), self.degradation, robot)
+        return SessionSupervisor(self._prototype.fresh(), self.degradation, robot, under=self.under)
+
+    def under(self, limits: SafetyLimits) -> ActionSupervisor:
+        """A supervisor enforcing ``limits``, with no robot state: a ``fresh()`` copy of one
+        built once per distinct limits (on the event loop a build costs ~0.27 ms, a copy
+        ~10 µs, and a fleet's sessions switch to RESTRICTED or a canary's limits together;
+        ``bench_supervisor.py --session-open``)."""
+        return self._prototype_for(limits).fresh()
+
+    def _prototype_for(self, limits: SafetyLimits) -> ActionSupervisor:
+        prototype = self._prototypes.get(limits)
+        if prototype is None:
+            with self._prototypes_lock:
+                prototype = self._prototypes.get(limits)
+                if prototype is None:
+                    prototype = self._prototype.with_limits(limits)
+                    self._prototypes[limits] = prototype
+        return prototype
 
     def level(self) -> DegradationLevel:
         """The learning-wide degradation level now (see the module docstring)."""
