@@ -34,6 +34,13 @@ neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
         [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--servers 'echo;tether']
+        [--period-ms 20]
+
+With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
+sends one step per period (20: 50 Hz), their first steps spread over the period, and a
+step's latency is still from its send to its action. Between two steps of a robot the
+servers (and the clients) go idle, so each step meets a sleeping thread and cold caches,
+as a fleet's steps do; actions/s is then the load offered, not a capacity.
 
 With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
 (after each request its event loop polls that long before it sleeps,
@@ -158,11 +165,13 @@ def _control_client(address: str, feed: Feed, warmup: int = 5) -> Any:
             for _ in range(warmup):
                 await step()
             await window.opened()
+            await window.stagger(i)
             while time.perf_counter() < window.deadline:
                 start = time.perf_counter()
                 await step()
                 window.latencies.append(time.perf_counter() - start)
                 window.actions += 1
+                await window.pace(start)
             await call.done_writing()
 
     return one
@@ -178,12 +187,14 @@ def _unary_client(address: str, feed: Feed, warmup: int = 5) -> Any:
             for _ in range(warmup):
                 await call(next(requests))
             await window.opened()
+            await window.stagger(i)
             while time.perf_counter() < window.deadline:
                 request = next(requests)
                 start = time.perf_counter()
                 await call(request)
                 window.latencies.append(time.perf_counter() - start)
                 window.actions += 1
+                await window.pace(start)
 
     return one
 
@@ -258,6 +269,12 @@ def main() -> None:
         "--recorder-off", action="store_true", help="also tether without its recorder"
     )
     parser.add_argument(
+        "--period-ms",
+        type=float,
+        default=0.0,
+        help="robots at a control rate: one step per period each (0: closed loop)",
+    )
+    parser.add_argument(
         "--servers",
         default="",
         help="only these rows, ';'-separated (the echo among them), e.g. "
@@ -273,6 +290,7 @@ def main() -> None:
         f"# bench_peers: shipped position policy, {args.seconds} s per cell, "
         f"{args.rounds} rounds, median per cell; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        + (f"; each robot one step per {args.period_ms:g} ms" if args.period_ms else "")
     )
     spin_us = [float(x) for x in args.spin_us.split(",") if x]
     names = (
@@ -300,6 +318,7 @@ def main() -> None:
                             args.seconds,
                             servers.client(server, feed),
                             servers.running[server].proc.pid,
+                            args.period_ms / 1e3,
                         )
                     )
                     cells.setdefault((server, clients), []).append(cell)

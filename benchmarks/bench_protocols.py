@@ -207,9 +207,13 @@ class _Window:
     it also reads the CPU the server process and this (the clients') process spend while it
     is open."""
 
-    def __init__(self, clients: int, seconds: float, server_pid: int | None = None) -> None:
+    def __init__(
+        self, clients: int, seconds: float, server_pid: int | None = None, period_s: float = 0.0
+    ) -> None:
         self.clients = clients
         self.seconds = seconds
+        # Robots at a control rate: each sends one step per period (0: as soon as answered).
+        self.period_s = period_s
         self.ready = 0
         self.go = asyncio.Event()
         self.deadline = 0.0
@@ -239,13 +243,30 @@ class _Window:
             self.go.set()
         await self.go.wait()
 
+    async def stagger(self, client: int) -> None:
+        """A paced client's first step waits its share of a period, so the robots' steps
+        spread over the period as a fleet's do, not all at its start."""
+        if self.period_s:
+            await asyncio.sleep(self.period_s * client / self.clients)
+
+    async def pace(self, start: float) -> None:
+        """A paced client waits for its next period (started at ``start``); a late step
+        starts the next one at once, late steps never pile up."""
+        if self.period_s:
+            await asyncio.sleep(max(0.0, start + self.period_s - time.perf_counter()))
+
 
 async def _closed_loop(
-    clients: int, seconds: float, one_client: Any, server_pid: int | None = None
+    clients: int,
+    seconds: float,
+    one_client: Any,
+    server_pid: int | None = None,
+    period_s: float = 0.0,
 ) -> dict[str, float]:
     """Run ``clients`` coroutines for ``seconds`` after their warm-up; every completed call,
-    and with ``server_pid`` the server's and the clients' CPU µs per action in the window."""
-    window = _Window(clients, seconds, server_pid)
+    and with ``server_pid`` the server's and the clients' CPU µs per action in the window.
+    With ``period_s`` each client sends one step per period (a robot at its control rate)."""
+    window = _Window(clients, seconds, server_pid, period_s)
     await asyncio.gather(*(one_client(i, window) for i in range(clients)))
     lat = sorted(window.latencies)
     done = max(1, window.actions_in_window)
@@ -269,6 +290,7 @@ def _websocket_client(port: int, warmup: int = 5) -> Any:
                 await ws.send(pack({"observation/state": obs[k % _CYCLE]}))
                 await ws.recv()
             await window.opened()
+            await window.stagger(i)
             k = 0
             while time.perf_counter() < window.deadline:
                 start = time.perf_counter()
@@ -279,6 +301,7 @@ def _websocket_client(port: int, warmup: int = 5) -> Any:
                     raise RuntimeError(f"server error: {reply}")
                 window.actions += 1
                 k += 1
+                await window.pace(start)
 
     return one
 
@@ -305,6 +328,7 @@ def _grpc_client(port: int, kind: str, warmup: int = 5) -> Any:
             for k in range(warmup):
                 await call(requests[k % _CYCLE])
             await window.opened()
+            await window.stagger(i)
             k = 0
             while time.perf_counter() < window.deadline:
                 start = time.perf_counter()
@@ -312,6 +336,7 @@ def _grpc_client(port: int, kind: str, warmup: int = 5) -> Any:
                 window.latencies.append(time.perf_counter() - start)
                 window.actions += 1
                 k += 1
+                await window.pace(start)
 
     return one
 
