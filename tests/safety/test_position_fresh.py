@@ -12,6 +12,7 @@ and on the Python path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,22 +72,37 @@ class Robot:
         return obs, self.action, rng.random() < 0.9, rng.random() < 0.03
 
 
-def drive(pairs: list[tuple[Any, Any]], seeds: list[int]) -> int:
+# How one supervisor answers one robot's step: (supervisor, observation, proposed action,
+# previous action, backup wanted, step number) -> (action, verdict).
+Call = Callable[[Any, np.ndarray, np.ndarray, "np.ndarray | None", bool, int], Any]
+
+
+def filter_or_backup(
+    supervisor: Any,
+    obs: np.ndarray,
+    action: np.ndarray,
+    previous: np.ndarray | None,
+    backup: bool,
+    step: int,
+) -> Any:
+    if backup:
+        return supervisor.backup_action(obs, previous)
+    return supervisor.filter(obs, action, previous)
+
+
+def drive(pairs: list[tuple[Any, Any]], seeds: list[int], call: Call = filter_or_backup) -> int:
     """Run each pair (supervisor under test, reference) on its own robot, interleaved
-    step by step; every answer must be the same. Returns the calls compared."""
+    step by step, each step through ``call``; every answer must be the same. Returns the
+    calls compared."""
     robots = [Robot(seed) for seed in seeds]
     last: list[list[Any]] = [[None, None] for _ in pairs]
     calls = 0
-    for _ in range(STEPS):
+    for step in range(STEPS):
         for k, ((tested, reference), robot) in enumerate(zip(pairs, robots, strict=True)):
             obs, action, hand_back, backup = robot.next()
             prev = last[k] if hand_back else [None, None]
-            if backup:
-                got = tested.backup_action(obs, prev[0])
-                want = reference.backup_action(obs, prev[1])
-            else:
-                got = tested.filter(obs, action, prev[0])
-                want = reference.filter(obs, action, prev[1])
+            got = call(tested, obs, action, prev[0], backup, step)
+            want = call(reference, obs, action, prev[1], backup, step)
             assert same(got, want), (k, calls, obs, action, got, want)
             last[k] = [got[0], want[0]]
             calls += 1
@@ -142,7 +158,6 @@ def test_sessions_under_restricted_and_canary_limits_decide_as_built_ones() -> N
         decide(warm, obs, action, None, level, tightening)
     tested = [factory(f"robot-{k}") for k in range(ROBOTS)]
     reference = [SessionSupervisor(built_alone(kernel.AVAILABLE)) for _ in range(ROBOTS)]
-    robots = [Robot(k) for k in range(ROBOTS)]
     schedule = [
         (DegradationLevel.NORMAL, 1.0),
         (DegradationLevel.RESTRICTED, 1.0),
@@ -150,16 +165,20 @@ def test_sessions_under_restricted_and_canary_limits_decide_as_built_ones() -> N
         (DegradationLevel.RESTRICTED, 0.8),
         (DegradationLevel.NORMAL, 1.0),
     ]
-    last: list[list[Any]] = [[None, None] for _ in robots]
-    for step in range(STEPS):
+
+    def scheduled(
+        session: SessionSupervisor,
+        obs: np.ndarray,
+        action: np.ndarray,
+        previous: np.ndarray | None,
+        backup: bool,
+        step: int,
+    ) -> tuple[np.ndarray, Any]:
         level, tightening = schedule[step * len(schedule) // STEPS]
-        for k, robot in enumerate(robots):
-            obs, action, hand_back, _ = robot.next()
-            prev = last[k] if hand_back else [None, None]
-            got = decide(tested[k], obs, action, prev[0], level, tightening)
-            want = decide(reference[k], obs, action, prev[1], level, tightening)
-            assert same(got, want), (k, step, level, tightening, got, want)
-            last[k] = [got[0], want[0]]
+        return decide(session, obs, action, previous, level, tightening)
+
+    pairs = list(zip(tested, reference, strict=True))
+    assert drive(pairs, list(range(ROBOTS)), scheduled) == ROBOTS * STEPS
     # Each session has its own restricted and canary supervisors, none a prototype.
     restricted = [s._restricted for s in tested]
     canaries = [s._canary[1] for s in tested if s._canary is not None]
