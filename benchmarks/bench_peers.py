@@ -54,9 +54,12 @@ long before each answer (``bench_serving.probe_work``) calibrate the table: how 
 whose per-step Python costs that much can answer, against tether's.
 
 Besides latency and actions/s, each cell reports the CPU the server process spends per
-action (all its threads, ``/proc/PID/task/*/schedstat``) and the CPU the clients (this
-process) spend, both over the measured window only: when the two together keep every
-core busy, the actions/s ratio between servers is the ratio of their CPU per action.
+action (all its threads, ``/proc/PID/task/*/schedstat``), split into its main thread (the
+event loop), grpc core's threads and its other threads (grpc.aio's poller, tether's
+recorder and log flusher, a thread pool; ``bench_protocols.THREAD_GROUPS``), and the CPU
+the clients (this process) spend, all over the measured window only: when the server and
+the clients together keep every core busy, the actions/s ratio between servers is the
+ratio of their CPU per action.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.
@@ -326,9 +329,10 @@ def main() -> None:
         servers.stop()
     print(
         "\n| server | robots | p50 ms | p99 ms | actions/s | p50 / echo | actions/s / echo "
-        "| server CPU µs/action | clients' CPU µs/action |"
+        "| server CPU µs/action | of it main thread / grpc core / other threads "
+        "| clients' CPU µs/action |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for clients in counts:
         echo = _median(cells[("echo", clients)])
         for server in names:
@@ -337,7 +341,8 @@ def main() -> None:
                 f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
                 f"{m['actions_per_s']:,.0f} | {m['p50_ms'] / echo['p50_ms']:.2f} | "
                 f"{m['actions_per_s'] / echo['actions_per_s']:.2f} | "
-                f"{m['server_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
+                f"{m['server_cpu_us']:.1f} | {m['main_cpu_us']:.1f} / {m['grpc_cpu_us']:.1f} / "
+                f"{m['other_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
             )
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 

@@ -186,20 +186,35 @@ def _observations(client: int) -> np.ndarray:
     return np.take(_FEED, range(start, start + _CYCLE), axis=0, mode="wrap")
 
 
-def process_cpu_ns(pid: int) -> int:
-    """CPU time of every thread of process ``pid`` so far (ns, from /proc; 0 elsewhere)."""
-    total = 0
+# A server's threads by what they run: its main thread (every server here runs its event
+# loop or, for the thread-pool server, only waits there), grpc core's own threads, the rest
+# (Python threads: grpc.aio's poller, tether's recorder and log flusher, a thread pool).
+THREAD_GROUPS = ("main", "grpc", "other")
+
+
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """CPU time of process ``pid``'s threads so far by ``THREAD_GROUPS`` (ns, from /proc;
+    zeros elsewhere); a thread that ended is no longer counted."""
+    out = dict.fromkeys(THREAD_GROUPS, 0)
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return out
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
-                total += int(stat.read().split()[0])
+                ns = int(stat.read().split()[0])
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                name = comm.read().strip()
         except OSError:  # the thread ended meanwhile
             continue
-    return total
+        if task == str(pid):
+            out["main"] += ns
+        elif name.startswith(("event_engine", "grpc_")):
+            out["grpc"] += ns
+        else:
+            out["other"] += ns
+    return out
 
 
 class _Window:
@@ -220,17 +235,24 @@ class _Window:
         self.latencies: list[float] = []
         self.actions = 0
         self._pid = server_pid
-        self._cpu = (0, 0)
-        self.cpu_ns = (0, 0)  # (server, clients) while the window was open
+        self._cpu: tuple[dict[str, int], int] = ({}, 0)
+        # While the window was open: the server's threads by THREAD_GROUPS, the clients'.
+        self.server_ns = dict.fromkeys(THREAD_GROUPS, 0)
+        self.clients_ns = 0
         self.actions_in_window = 0  # actions when it closed (the CPU's denominator)
+        self.closed = False
 
-    def _cpu_now(self) -> tuple[int, int]:
-        server = process_cpu_ns(self._pid) if self._pid is not None else 0
+    def _cpu_now(self) -> tuple[dict[str, int], int]:
+        server = thread_cpu_ns(self._pid) if self._pid is not None else {}
         return server, time.process_time_ns()
 
     def _closed(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         server, clients = self._cpu_now()
-        self.cpu_ns = (server - self._cpu[0], clients - self._cpu[1])
+        self.server_ns = {k: v - self._cpu[0].get(k, 0) for k, v in server.items()}
+        self.clients_ns = clients - self._cpu[1]
         self.actions_in_window = self.actions
 
     async def opened(self) -> None:
@@ -264,18 +286,23 @@ async def _closed_loop(
     period_s: float = 0.0,
 ) -> dict[str, float]:
     """Run ``clients`` coroutines for ``seconds`` after their warm-up; every completed call,
-    and with ``server_pid`` the server's and the clients' CPU µs per action in the window.
-    With ``period_s`` each client sends one step per period (a robot at its control rate)."""
+    and with ``server_pid`` the server's CPU µs per action in the window (in all, and by
+    ``THREAD_GROUPS``: ``<group>_cpu_us``) and the clients'. With ``period_s`` each client
+    sends one step per period (a robot at its control rate)."""
     window = _Window(clients, seconds, server_pid, period_s)
     await asyncio.gather(*(one_client(i, window) for i in range(clients)))
+    # The clients stop at the deadline, the close timer fires at it: when the last client
+    # finished first, the window closes now (CPU and actions still over one interval).
+    window._closed()
     lat = sorted(window.latencies)
     done = max(1, window.actions_in_window)
     return {
         "p50_ms": 1000 * statistics.median(lat),
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "actions_per_s": window.actions / seconds,
-        "server_cpu_us": window.cpu_ns[0] / done / 1e3,
-        "client_cpu_us": window.cpu_ns[1] / done / 1e3,
+        "server_cpu_us": sum(window.server_ns.values()) / done / 1e3,
+        **{f"{group}_cpu_us": ns / done / 1e3 for group, ns in window.server_ns.items()},
+        "client_cpu_us": window.clients_ns / done / 1e3,
     }
 
 

@@ -28,6 +28,10 @@ SMALL_RUNS = {
         "everything else",
     ),
     "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
+    "bench_peers.py": (
+        ["--seconds", "0.2", "--clients", "2", "--rounds", "1", "--servers", "echo;tether"],
+        "of it main thread / grpc core / other threads",
+    ),
 }
 
 
