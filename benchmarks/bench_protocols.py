@@ -243,10 +243,13 @@ class _Window:
         self.closed = False
 
     def _cpu_now(self) -> tuple[dict[str, int], int]:
-        server = thread_cpu_ns(self._pid) if self._pid is not None else {}
+        server = (
+            thread_cpu_ns(self._pid) if self._pid is not None else dict.fromkeys(THREAD_GROUPS, 0)
+        )
         return server, time.process_time_ns()
 
-    def _closed(self) -> None:
+    def close(self) -> None:
+        """Read the CPU and the actions of the window now (once; later calls keep them)."""
         if self.closed:
             return
         self.closed = True
@@ -261,7 +264,7 @@ class _Window:
             self.deadline = time.perf_counter() + self.seconds
             self._cpu = self._cpu_now()
             loop = asyncio.get_running_loop()
-            loop.call_later(self.seconds, self._closed)
+            loop.call_later(self.seconds, self.close)
             self.go.set()
         await self.go.wait()
 
@@ -293,7 +296,7 @@ async def _closed_loop(
     await asyncio.gather(*(one_client(i, window) for i in range(clients)))
     # The clients stop at the deadline, the close timer fires at it: when the last client
     # finished first, the window closes now (CPU and actions still over one interval).
-    window._closed()
+    window.close()
     lat = sorted(window.latencies)
     done = max(1, window.actions_in_window)
     return {
