@@ -316,3 +316,39 @@ def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
     assert sum(s.size for s in stats) == 40 * 40
     # Once batching took over, the later rounds are served in few batches each.
     assert len(stats) < 40 * 40 / 4
+
+
+async def _staggered_fleet(batcher: DynamicBatcher[int, int], robots: int) -> None:
+    """Two rounds of ``robots`` requests: three arrive together, then one per turn of the
+    loop (a server's loop reads a fleet's messages over several turns)."""
+
+    async def robot(i: int) -> None:
+        for _ in range(i - 2):
+            await asyncio.sleep(0)
+        await batcher.submit(i)
+
+    batcher.start()
+    try:
+        for _ in range(2):
+            await asyncio.gather(*(robot(i) for i in range(robots)))
+    finally:
+        await batcher.close()
+
+
+@pytest.mark.parametrize(("turns", "largest"), [(0, 3), (1, 4), (8, 6)])
+def test_under_load_a_batch_gathers_what_the_next_turns_queue(turns: int, largest: int) -> None:
+    """With ``gather_turns`` the worker lets the loop turn while each turn queues more, so
+    requests on their way join the batch instead of starting the next one; with 0 it takes
+    what is queued at once. A lone request is not held back (one batch of one per round)."""
+    sizes: list[int] = []
+    config = BatcherConfig(execution="inline", gather_turns=turns)
+    batcher: DynamicBatcher[int, int] = DynamicBatcher(
+        square_or_refuse, config, on_batch=lambda s: sizes.append(s.size)
+    )
+    asyncio.run(_staggered_fleet(batcher, 6))
+    assert sum(sizes) == 12
+    assert max(sizes) == largest
+    lone: list[int] = []
+    batcher = DynamicBatcher(square_or_refuse, config, on_batch=lambda s: lone.append(s.size))
+    asyncio.run(_staggered_fleet(batcher, 1))
+    assert lone == [1, 1]

@@ -48,6 +48,15 @@ class BatcherConfig(BaseModel):
         "event loop: a thread hand-off, and the GIL the batch's Python shares with the "
         "loop, cost more than the loop gains by reading on meanwhile (s)",
     )
+    gather_turns: int = Field(
+        default=4,
+        ge=0,
+        le=64,
+        description="With batch_timeout_s 0, under load (several requests queued, or the "
+        "last batch had several), turns of the event loop the batcher lets pass before it "
+        "takes a batch, while each turn queued more and the batch is not full: the loop "
+        "reads the requests already on their way, and the batch grows (turns)",
+    )
 
     @field_validator("max_batch_size")
     @classmethod
