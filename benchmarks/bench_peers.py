@@ -33,7 +33,7 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--servers 'echo;tether']
+        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--no-gathering] [--servers 'echo;tether']
         [--period-ms 20]
 
 With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
@@ -49,7 +49,9 @@ the table shows what busy polling gives the transport floor too; the ratios stay
 the plain echo.
 
 With ``--recorder-off`` tether also serves without its recorder (what recording every
-step costs the server). With ``--spin-us 20,40`` echoes that hold the GIL spinning that
+step costs the server), with ``--no-gathering`` with a batcher that takes each batch at
+once (``batcher.gather_turns`` 0: what gathering a batch over the loop's next turns
+gives). With ``--spin-us 20,40`` echoes that hold the GIL spinning that
 long before each answer (``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
 whose per-step Python costs that much can answer, against tether's.
 
@@ -226,6 +228,7 @@ class Servers:
                 "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
             ),
             UNRECORDED: lambda: ServerProcess("policy", bundle, recorder=False),
+            UNGATHERED: lambda: ServerProcess("policy", bundle, recorder=True, gather_turns=0),
         }
         for us in spin_us:
             makers[spun(us)] = lambda us=us: ServerProcess("echo", work=("spin", int(us * 1e3), 0))
@@ -251,6 +254,7 @@ class Servers:
 
 
 UNRECORDED = "tether, recorder off"
+UNGATHERED = "tether, no gathering"
 
 
 def spun(us: float) -> str:
@@ -270,6 +274,11 @@ def main() -> None:
     parser.add_argument("--spin-us", default="", help="echoes spinning this long per step")
     parser.add_argument(
         "--recorder-off", action="store_true", help="also tether without its recorder"
+    )
+    parser.add_argument(
+        "--no-gathering",
+        action="store_true",
+        help="also tether taking each batch at once (batcher.gather_turns 0)",
     )
     parser.add_argument(
         "--period-ms",
@@ -300,6 +309,7 @@ def main() -> None:
         SERVERS
         + (POLLED if args.busy_poll_us > 0 else ())
         + ((UNRECORDED,) if args.recorder_off else ())
+        + ((UNGATHERED,) if args.no_gathering else ())
         + tuple(map(spun, spin_us))
     )
     if args.servers:

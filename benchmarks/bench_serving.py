@@ -243,10 +243,12 @@ def _server_main(
     recorder: bool,
     busy_poll_us: float = 0.0,
     loop: str = "",
+    gather_turns: int | None = None,
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
     The loop is ``tether.serving.event_loop``'s choice for ``loop``, and with
     ``busy_poll_us`` it busy-polls (``tether.serving.busy_poll``), whatever the server;
+    ``gather_turns`` (tether only) replaces the batcher's default;
     ``loop`` empty: the echo on asyncio's own loop (bare grpc.aio as
     its users write it), tether on its default (``auto``: uvloop).
 
@@ -290,13 +292,14 @@ def _server_main(
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
 
-        config = ServerConfig.model_validate(
-            {
-                **policy_config(max_batch, execution),
-                "event_loop": chosen,
-                "busy_poll_us": busy_poll_us,
-            }
-        )
+        settings = {
+            **policy_config(max_batch, execution),
+            "event_loop": chosen,
+            "busy_poll_us": busy_poll_us,
+        }
+        if gather_turns is not None:
+            settings["batcher"] = {**settings["batcher"], "gather_turns": gather_turns}
+        config = ServerConfig.model_validate(settings)
         # tether run's recorder: every Control step to the experience log, paired by a
         # worker thread (the transport probe measures what it adds).
         log = (
@@ -351,6 +354,7 @@ class ServerProcess:
         recorder: bool = False,
         busy_poll_us: float = 0.0,
         loop: str = "",
+        gather_turns: int | None = None,
     ) -> None:
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
@@ -367,6 +371,7 @@ class ServerProcess:
                 recorder,
                 busy_poll_us,
                 loop,
+                gather_turns,
             ),
             daemon=True,
         )
