@@ -5,14 +5,14 @@ Callers ``await submit(item, deadline)``; one worker task drains the queue, up t
 ``batch_timeout_s = 0`` nothing waits for time: batches form from what queued while the
 previous one computed, and, under load (several requests queued, or the last batch had
 several), from what the next turns of the event loop read: the worker lets up to
-``gather_turns`` turns pass while each one queued more and the batch is not full. At 64
-robots a turn that runs a batch leaves other robots' messages half read; taking the batch
-at once fragmented the load into batches of ~17 on average, and every batch pays its
-fixed cost (the pipeline, one compiled call per stage, the replies) once. Gathering
-raised the mean to ~28 and the actions/s by 7-13 % (docs/benchmarks.md); a turn that
-queues nothing ends it, so a light load waits at most one turn. Before each batch the optional ``before_batch`` hook runs on
-the thread that runs the batch (the runtime applies new weights there, so a swap lands
-between batches).
+``gather_turns`` turns pass while each one queued more and the batch is not full; a turn
+that queues nothing ends the wait, so a light load waits one turn at most. A turn that
+runs a batch leaves other robots' messages half read, and every batch pays its fixed cost
+(the pipeline, one compiled call per stage, the replies) once: at 64 robots a batch taken
+at once holds ~17 requests on average, one gathered over the next turns ~28, for 7-13 %
+more actions/s (docs/benchmarks.md). Before each batch the optional ``before_batch`` hook
+runs on the thread that runs the batch (the runtime applies new weights there, so a swap
+lands between batches).
 
 Invariants: each caller gets exactly its own result or its own exception; an item whose
 deadline passed while queued is answered with ``DeadlineExpired`` and never computed;
