@@ -33,8 +33,8 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--no-gathering] [--servers 'echo;tether']
-        [--period-ms 20]
+        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--no-gathering]
+        [--servers 'echo;tether'] [--period-ms 20]
 
 With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
 sends one step per period (20: 50 Hz), their first steps spread over the period, and a
@@ -51,9 +51,9 @@ the plain echo.
 With ``--recorder-off`` tether also serves without its recorder (what recording every
 step costs the server), with ``--no-gathering`` with a batcher that takes each batch at
 once (``batcher.gather_turns`` 0: what gathering a batch over the loop's next turns
-gives). With ``--spin-us 20,40`` echoes that hold the GIL spinning that
-long before each answer (``bench_serving.probe_work``) calibrate the table: how many actions/s any grpc.aio server
-whose per-step Python costs that much can answer, against tether's.
+gives). With ``--spin-us 20,40`` echoes that hold the GIL spinning that long before each
+answer (``bench_serving.probe_work``) calibrate the table: how many actions/s any
+grpc.aio server whose per-step Python costs that much can answer, against tether's.
 
 Besides latency and actions/s, each cell reports the CPU the server process spends per
 action (all its threads, ``/proc/PID/task/*/schedstat``), split into its main thread (the
