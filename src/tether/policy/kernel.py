@@ -18,8 +18,9 @@ the same sequence of IEEE operations.
   those; ``tests/policy/test_compiled_path.py`` checks the machine code for ``vfmadd``).
   The compiler vectorises across the output units ``j`` and the vector body and its
   scalar tail perform the same two operations per unit, so no unit depends on where it
-  falls. Rows go through the layers two at a time to share each weight load; a lone row
-  takes the same operations one row at a time.
+  falls. Rows go through the layers four at a time to share each weight load (a last
+  group of two or three beside rows whose results are dropped); a lone row takes the
+  same operations one row at a time.
 - Transcendental functions (``exp``, ``expm1``, ``tanh``, the softplus' ``log1p``) are
   the double-precision routines below, made of additions, multiplications, divisions
   and an exact ``ldexp`` only, then rounded to float32: no C library (whose x86_64 builds
@@ -70,6 +71,8 @@ ACTIVATION_CODES = {"relu": 0, "tanh": 1, "elu": 2, "silu": 3}
     _WIDTH,
 ) = range(10)
 _LAYERS = 10
+# Rows that go through the layers together, sharing each weight load (_dense_four).
+LANES = 4
 
 _jit = compiler(numba)
 
@@ -201,44 +204,40 @@ def _dense_one(x: Any, w: Any, w_off: int, b_off: int, n_in: int, n_out: int, ou
 
 
 @_jit
-def _dense_two(
-    x: Any, y: Any, w: Any, w_off: int, b_off: int, n_in: int, n_out: int, ox: Any, oy: Any
-) -> None:
-    """:func:`_dense_one` for two rows at once, each weight loaded once for both: every
-    output takes exactly the operations it takes alone."""
+def _dense_four(
+    x: Any, y: Any, u: Any, t: Any, w: Any, w_off: int, b_off: int, n_in: int, n_out: int,
+    ox: Any, oy: Any, ou: Any, ot: Any,
+) -> None:  # fmt: skip
+    """:func:`_dense_one` for four rows at once, each weight loaded once for all four:
+    every output takes exactly the operations it takes alone."""
     weight = w[w_off : w_off + n_in * n_out].reshape((n_in, n_out))
     bias = w[b_off : b_off + n_out]
     for j in range(n_out):
         ox[j] = bias[j]
         oy[j] = bias[j]
+        ou[j] = bias[j]
+        ot[j] = bias[j]
     k4 = n_in - n_in % 4
     for k in range(0, k4, 4):
-        x0 = x[k]
-        x1 = x[k + 1]
-        x2 = x[k + 2]
-        x3 = x[k + 3]
-        y0 = y[k]
-        y1 = y[k + 1]
-        y2 = y[k + 2]
-        y3 = y[k + 3]
-        w0 = weight[k]
-        w1 = weight[k + 1]
-        w2 = weight[k + 2]
-        w3 = weight[k + 3]
+        x0, x1, x2, x3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+        y0, y1, y2, y3 = y[k], y[k + 1], y[k + 2], y[k + 3]
+        u0, u1, u2, u3 = u[k], u[k + 1], u[k + 2], u[k + 3]
+        t0, t1, t2, t3 = t[k], t[k + 1], t[k + 2], t[k + 3]
+        w0, w1, w2, w3 = weight[k], weight[k + 1], weight[k + 2], weight[k + 3]
         for j in range(n_out):
-            a0 = w0[j]
-            a1 = w1[j]
-            a2 = w2[j]
-            a3 = w3[j]
+            a0, a1, a2, a3 = w0[j], w1[j], w2[j], w3[j]
             ox[j] = (((ox[j] + x0 * a0) + x1 * a1) + x2 * a2) + x3 * a3
             oy[j] = (((oy[j] + y0 * a0) + y1 * a1) + y2 * a2) + y3 * a3
+            ou[j] = (((ou[j] + u0 * a0) + u1 * a1) + u2 * a2) + u3 * a3
+            ot[j] = (((ot[j] + t0 * a0) + t1 * a1) + t2 * a2) + t3 * a3
     for k in range(k4, n_in):
-        xk = x[k]
-        yk = y[k]
+        xk, yk, uk, tk = x[k], y[k], u[k], t[k]
         wk = weight[k]
         for j in range(n_out):
             ox[j] = ox[j] + xk * wk[j]
             oy[j] = oy[j] + yk * wk[j]
+            ou[j] = ou[j] + uk * wk[j]
+            ot[j] = ot[j] + tk * wk[j]
 
 
 @_jit
@@ -257,9 +256,9 @@ def _activate(code: int, h: Any, n: int) -> None:
 def _network(
     layout: Any, weights: Any, first: int, count: int, rows: int, bufs: Any, code: int
 ) -> int:
-    """Run ``count`` layers from layout slot ``first`` on ``rows`` (1 or 2) rows held in
-    ``bufs[r, 0]``; hidden layers get ``code``'s activation, the last none. Returns the
-    ping-pong index of the buffer holding the output."""
+    """Run ``count`` layers from layout slot ``first`` on the rows held in ``bufs[r, 0]``:
+    one row, or all ``LANES`` (``rows`` > 1); hidden layers get ``code``'s activation, the
+    last none. Returns the ping-pong index of the buffer holding the output."""
     src = 0
     for i in range(count):
         at = first + 4 * i
@@ -268,15 +267,17 @@ def _network(
         w_off = layout[at + 2]
         b_off = layout[at + 3]
         dst = 1 - src
-        if rows == 2:
-            _dense_two(
-                bufs[0, src], bufs[1, src], weights, w_off, b_off, n_in, n_out,
-                bufs[0, dst], bufs[1, dst],
+        if rows > 1:
+            _dense_four(
+                bufs[0, src], bufs[1, src], bufs[2, src], bufs[3, src], weights, w_off, b_off,
+                n_in, n_out, bufs[0, dst], bufs[1, dst], bufs[2, dst], bufs[3, dst],
             )  # fmt: skip
+            lanes = LANES
         else:
             _dense_one(bufs[0, src], weights, w_off, b_off, n_in, n_out, bufs[0, dst])
+            lanes = 1
         if i < count - 1:
-            for r in range(rows):
+            for r in range(lanes):
                 _activate(code, bufs[r, dst], n_out)
         src = dst
     return src
@@ -297,7 +298,9 @@ def _rows(
     actions: Any,
     log_probs: Any,
 ) -> None:
-    """Rows ``start .. start + rows - 1`` (``rows`` is 1 or 2) of :func:`act_rows`."""
+    """Rows ``start .. start + rows - 1`` (``rows`` 1 to ``LANES``) of :func:`act_rows`;
+    with more than one, the layers run on all ``LANES`` rows of ``bufs``, the ones past
+    ``rows`` holding whatever they held (their results are never read)."""
     obs_dim = layout[_OBS_DIM]
     act_dim = layout[_ACT_DIM]
     code = layout[_ACTIVATION]
@@ -410,13 +413,11 @@ def act_rows(
     """
     n = obs.shape[0]
     width = layout[_WIDTH]
-    bufs = np.empty((2, 2, width), dtype=np.float32)
-    x = np.empty((2, layout[_OBS_DIM]), dtype=np.float32)
-    pairs = n - n % 2
-    for start in range(0, pairs, 2):
-        _rows(obs, noise, weights, layout, consts, frame, start, 2, bufs, x, actions, log_probs)
-    if pairs < n:
-        _rows(obs, noise, weights, layout, consts, frame, pairs, 1, bufs, x, actions, log_probs)
+    bufs = np.zeros((LANES, 2, width), dtype=np.float32)
+    x = np.empty((LANES, layout[_OBS_DIM]), dtype=np.float32)
+    for start in range(0, n, LANES):
+        rows = min(LANES, n - start)
+        _rows(obs, noise, weights, layout, consts, frame, start, rows, bufs, x, actions, log_probs)
 
 
 # -- packing ---------------------------------------------------------------------------
