@@ -34,7 +34,7 @@ neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
         [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--no-gathering]
-        [--servers 'echo;tether'] [--period-ms 20]
+        [--servers 'echo;tether'] [--period-ms 20] [--gc-stats]
 
 With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
 sends one step per period (20: 50 Hz), their first steps spread over the period, and a
@@ -61,7 +61,9 @@ event loop), grpc core's threads and its other threads (grpc.aio's poller, tethe
 recorder and log flusher, a thread pool; ``bench_protocols.THREAD_GROUPS``), and the CPU
 the clients (this process) spend, all over the measured window only: when the server and
 the clients together keep every core busy, the actions/s ratio between servers is the
-ratio of their CPU per action.
+ratio of their CPU per action. With ``--gc-stats`` the grpc.aio servers (the echoes and
+tether) also time their garbage collections from start-up to stop, and a second table
+gives each one's collections per generation, the time they took and the longest.
 
 Targets (issue 22): one robot, tether's p50 ≤ 1.25 × the echo's; 64 robots, tether's
 actions/s ≥ 0.8 × the echo's and above both peers'.
@@ -71,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import platform
 import signal
@@ -213,25 +216,27 @@ class Servers:
         names: Sequence[str],
         busy_poll_us: float = 0.0,
         spin_us: Sequence[float] = (),
+        gc_stats: bool = False,
     ) -> None:
+        # Every grpc.aio server (echo and tether) times its garbage collections with
+        # gc_stats (bench_serving.GcTimer).
+        served = functools.partial(ServerProcess, gc_stats=gc_stats)
         makers: dict[str, Callable[[], Any]] = {
-            "echo": lambda: ServerProcess("echo"),
-            "tether": lambda: ServerProcess("policy", bundle, recorder=True),
+            "echo": lambda: served("echo"),
+            "tether": lambda: served("policy", bundle, recorder=True),
             "openpi-style": lambda: Child(_openpi_style_main, bundle),
             "LeRobot-style": lambda: Child(_lerobot_style_main, bundle),
-            "echo, uvloop": lambda: ServerProcess("echo", loop="uvloop"),
-            "tether, asyncio loop": lambda: ServerProcess(
-                "policy", bundle, recorder=True, loop="asyncio"
-            ),
-            "echo, busy-poll": lambda: ServerProcess("echo", busy_poll_us=busy_poll_us),
-            "tether, busy-poll": lambda: ServerProcess(
+            "echo, uvloop": lambda: served("echo", loop="uvloop"),
+            "tether, asyncio loop": lambda: served("policy", bundle, recorder=True, loop="asyncio"),
+            "echo, busy-poll": lambda: served("echo", busy_poll_us=busy_poll_us),
+            "tether, busy-poll": lambda: served(
                 "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
             ),
-            UNRECORDED: lambda: ServerProcess("policy", bundle, recorder=False),
-            UNGATHERED: lambda: ServerProcess("policy", bundle, recorder=True, gather_turns=0),
+            UNRECORDED: lambda: served("policy", bundle, recorder=False),
+            UNGATHERED: lambda: served("policy", bundle, recorder=True, gather_turns=0),
         }
         for us in spin_us:
-            makers[spun(us)] = lambda us=us: ServerProcess("echo", work=("spin", int(us * 1e3), 0))
+            makers[spun(us)] = lambda us=us: served("echo", work=("spin", int(us * 1e3), 0))
         self.running: dict[str, Any] = {}
         try:
             for name in names:
@@ -252,6 +257,14 @@ class Servers:
         for child in self.running.values():
             child.stop()
 
+    def gc_stats(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Each stopped grpc.aio server's collections (``ServerProcess.gc_stats``)."""
+        return {
+            name: stats
+            for name, child in self.running.items()
+            if isinstance(child, ServerProcess) and (stats := child.gc_stats())
+        }
+
 
 UNRECORDED = "tether, recorder off"
 UNGATHERED = "tether, no gathering"
@@ -259,6 +272,31 @@ UNGATHERED = "tether, no gathering"
 
 def spun(us: float) -> str:
     return f"echo + {us:g} µs spin"
+
+
+def _print_gc_stats(
+    stats: dict[str, dict[str, dict[str, float]]],
+    cells: dict[tuple[str, int], list[dict[str, float]]],
+    seconds: float,
+) -> None:
+    """Each server's garbage collections over its whole life (warm-ups and the pauses
+    between cells included), beside the actions its measured windows answered."""
+    print(
+        "\nGarbage collections per server, start-up to stop (young / middle / full):\n\n"
+        "| server | collections | ms collecting | longest ms | actions measured |\n"
+        "|---|---|---|---|---|"
+    )
+    for name, gens in stats.items():
+        actions = sum(
+            cell["actions_per_s"] * seconds
+            for (server, _), rounds in cells.items()
+            if server == name
+            for cell in rounds
+        )
+        counts = " / ".join(f"{gens[g]['count']:.0f}" for g in "012")
+        totals = " / ".join(f"{gens[g]['total_ms']:.1f}" for g in "012")
+        longest = " / ".join(f"{gens[g]['longest_ms']:.2f}" for g in "012")
+        print(f"| {name} | {counts} | {totals} | {longest} | {actions:,.0f} |")
 
 
 def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
@@ -274,6 +312,11 @@ def main() -> None:
     parser.add_argument("--spin-us", default="", help="echoes spinning this long per step")
     parser.add_argument(
         "--recorder-off", action="store_true", help="also tether without its recorder"
+    )
+    parser.add_argument(
+        "--gc-stats",
+        action="store_true",
+        help="the grpc.aio servers time their garbage collections; a table per server",
     )
     parser.add_argument(
         "--no-gathering",
@@ -318,7 +361,7 @@ def main() -> None:
         if unknown or "echo" not in chosen:
             parser.error(f"--servers takes 'echo' and rows of {list(names)}; got {unknown}")
         names = tuple(name for name in names if name in chosen)
-    servers = Servers(bundle, names, args.busy_poll_us, spin_us)
+    servers = Servers(bundle, names, args.busy_poll_us, spin_us, args.gc_stats)
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for round_ in range(args.rounds):
@@ -354,6 +397,8 @@ def main() -> None:
                 f"{m['server_cpu_us']:.1f} | {m['main_cpu_us']:.1f} / {m['grpc_cpu_us']:.1f} / "
                 f"{m['other_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
             )
+    if args.gc_stats:
+        _print_gc_stats(servers.gc_stats(), cells, args.seconds)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 

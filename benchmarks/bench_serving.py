@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import multiprocessing as mp
@@ -244,11 +245,14 @@ def _server_main(
     busy_poll_us: float = 0.0,
     loop: str = "",
     gather_turns: int | None = None,
+    gc_stats: str = "",
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
     The loop is ``tether.serving.event_loop``'s choice for ``loop``, and with
     ``busy_poll_us`` it busy-polls (``tether.serving.busy_poll``), whatever the server;
-    ``gather_turns`` (tether only) replaces the batcher's default;
+    ``gather_turns`` (tether only) replaces the batcher's default; with ``gc_stats`` (a
+    path) the server times its garbage collections from start-up on and writes them there
+    as JSON when it stops (``GcTimer``);
     ``loop`` empty: the echo on asyncio's own loop (bare grpc.aio as
     its users write it), tether on its default (``auto``: uvloop).
 
@@ -285,9 +289,11 @@ def _server_main(
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             freeze_startup_heap()
+            collections = GcTimer.start(gc_stats)
             ports.put(port)
             await stop.wait()
             await server.stop(1.0)
+            collections.write()
             return
         from tether.serving.config import ServerConfig
         from tether.serving.launch import build_server
@@ -317,6 +323,7 @@ def _server_main(
         )
         await policy.start()
         freeze_startup_heap()
+        collections = GcTimer.start(gc_stats)
         ports.put(policy.port)
         if profiler is not None:
             profiler.enable()
@@ -324,6 +331,7 @@ def _server_main(
         if profiler is not None:
             profiler.disable()
         await policy.stop(1.0)
+        collections.write()
         if steps is not None and log is not None:
             steps.close()
             log.close()
@@ -342,6 +350,37 @@ def _server_main(
         Path(profile).write_text(out.getvalue())
 
 
+class GcTimer:
+    """The garbage collections of this process by generation: how many, their total and
+    their longest time (``gc.callbacks``), written as JSON to ``path`` by ``write``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stats = {str(g): {"count": 0, "total_ms": 0.0, "longest_ms": 0.0} for g in range(3)}
+        self._began = 0.0
+
+    @classmethod
+    def start(cls, path: str) -> GcTimer:
+        timer = cls(path)
+        if path:
+            gc.callbacks.append(timer._on)
+        return timer
+
+    def _on(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._began) * 1e3
+        entry = self.stats[str(info["generation"])]
+        entry["count"] += 1
+        entry["total_ms"] += ms
+        entry["longest_ms"] = max(entry["longest_ms"], ms)
+
+    def write(self) -> None:
+        if self.path:
+            Path(self.path).write_text(json.dumps(self.stats))
+
+
 class ServerProcess:
     def __init__(
         self,
@@ -355,8 +394,13 @@ class ServerProcess:
         busy_poll_us: float = 0.0,
         loop: str = "",
         gather_turns: int | None = None,
+        gc_stats: bool = False,
     ) -> None:
         ctx = mp.get_context("spawn")
+        self.gc_stats_path = ""
+        if gc_stats:
+            handle, self.gc_stats_path = tempfile.mkstemp(prefix="bench_gc_", suffix=".json")
+            os.close(handle)
         ports = ctx.Queue()
         self.proc = ctx.Process(
             target=_server_main,
@@ -372,6 +416,7 @@ class ServerProcess:
                 busy_poll_us,
                 loop,
                 gather_turns,
+                self.gc_stats_path,
             ),
             daemon=True,
         )
@@ -384,6 +429,14 @@ class ServerProcess:
         self.proc.join(30)
         if self.proc.is_alive():
             self.proc.kill()
+
+    def gc_stats(self) -> dict[str, dict[str, float]]:
+        """What ``GcTimer`` wrote when the stopped server had ``gc_stats`` on ({} if not)."""
+        if not self.gc_stats_path:
+            return {}
+        text = Path(self.gc_stats_path).read_text()
+        Path(self.gc_stats_path).unlink()
+        return json.loads(text) if text else {}
 
 
 # The same policy server from another source tree (``--baseline-src``, e.g. a checkout of

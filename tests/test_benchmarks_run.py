@@ -29,8 +29,11 @@ SMALL_RUNS = {
     ),
     "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
     "bench_peers.py": (
-        ["--seconds", "0.2", "--clients", "2", "--rounds", "1", "--servers", "echo;tether"],
-        "of it main thread / grpc core / other threads",
+        [
+            *("--seconds", "0.2", "--clients", "2", "--rounds", "1"),
+            *("--servers", "echo;tether", "--gc-stats"),
+        ],
+        "| ms collecting | longest ms |",
     ),
 }
 
