@@ -258,11 +258,11 @@ class Servers:
             child.stop()
 
     def gc_stats(self) -> dict[str, dict[str, dict[str, float]]]:
-        """Each stopped grpc.aio server's collections (``ServerProcess.gc_stats``)."""
+        """Each stopped grpc.aio server's collections (``ServerProcess.collections``)."""
         return {
-            name: stats
+            name: child.collections
             for name, child in self.running.items()
-            if isinstance(child, ServerProcess) and (stats := child.gc_stats())
+            if isinstance(child, ServerProcess) and child.collections
         }
 
 

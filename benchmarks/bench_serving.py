@@ -398,6 +398,7 @@ class ServerProcess:
     ) -> None:
         ctx = mp.get_context("spawn")
         self.gc_stats_path = ""
+        self.collections: dict[str, dict[str, float]] = {}  # by generation, after stop()
         if gc_stats:
             handle, self.gc_stats_path = tempfile.mkstemp(prefix="bench_gc_", suffix=".json")
             os.close(handle)
@@ -424,19 +425,18 @@ class ServerProcess:
         self.address = f"127.0.0.1:{ports.get(timeout=120)}"
 
     def stop(self) -> None:
+        """Stop the server; with ``gc_stats``, read what its ``GcTimer`` wrote into
+        ``collections`` (empty if it wrote nothing) and remove the file."""
         if self.proc.pid is not None:
             os.kill(self.proc.pid, signal.SIGTERM)
         self.proc.join(30)
         if self.proc.is_alive():
             self.proc.kill()
-
-    def gc_stats(self) -> dict[str, dict[str, float]]:
-        """What ``GcTimer`` wrote when the stopped server had ``gc_stats`` on ({} if not)."""
-        if not self.gc_stats_path:
-            return {}
-        text = Path(self.gc_stats_path).read_text()
-        Path(self.gc_stats_path).unlink()
-        return json.loads(text) if text else {}
+        if self.gc_stats_path:
+            path, self.gc_stats_path = Path(self.gc_stats_path), ""
+            text = path.read_text()
+            path.unlink()
+            self.collections = json.loads(text) if text else {}
 
 
 # The same policy server from another source tree (``--baseline-src``, e.g. a checkout of
