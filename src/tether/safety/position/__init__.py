@@ -10,6 +10,7 @@
 - backups: :class:`HoldCommand`, :class:`BrakeCommand`, :class:`GoHomeCommand`
 - ``tether.safety.position.kernel``: the compiled arithmetic (numba; Python fallback);
   ``tether.safety.position.batch``: ``filter_commands``/``filter_actions`` for many robots
+  (their robots' state in arrays: ``tether.safety.position.states``)
 
 ``tether.safety.position.presets`` holds the built-in arm's settings (it imports
 ``tether.sim``). See docs/safety.md, "Commanded positions".

@@ -98,6 +98,8 @@ class PositionActionSupervisor:
         """Continue the robot ``other`` has been supervising."""
         if other is self:
             return
+        other._pull()
+        self._pull()
         self.position.take_state(other.position)
         self._last_bytes = other._last_bytes
         self._last_command = other._last_command
@@ -112,6 +114,8 @@ class PositionActionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """The normalized action to execute (float32, shape (n,)) and what was done to it
         (distances in the verdict are in rad, as the position supervisor measures them)."""
+        if self.position._slot >= 0:
+            self._pull()
         command, verdict = self.position.filter(
             observation,
             self._to_target(proposed_action),
@@ -126,6 +130,8 @@ class PositionActionSupervisor:
         self, observation: Any, previous_action: Any | None = None
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """The backup action for this state (TAKEOVER, a client watchdog's miss)."""
+        if self.position._slot >= 0:
+            self._pull()
         command, verdict = self.position.backup_action(observation, self._previous(previous_action))
         return self._remember(self._to_action(command), command), verdict
 
@@ -146,6 +152,40 @@ class PositionActionSupervisor:
                     c + h * (-_ACTION_CLAMP if x < -_ACTION_CLAMP else min(x, _ACTION_CLAMP))
                 )
         return np.array(out, dtype=np.float32)
+
+    def _pull(self) -> None:
+        """The last action and command back on this supervisor, if the batch path left
+        them in its robot's slot (``tether.safety.position.states``)."""
+        position = self.position
+        slot = position._slot
+        if slot < 0:
+            return
+        states = position._states
+        assert states is not None
+        with states.lock:
+            if not states.action_here[slot]:
+                return
+            states.action_here[slot] = False
+            if states.has_action[slot]:
+                self._last_bytes = states.action32[slot].tobytes()
+                self._last_command = states.command32[slot].copy()
+            else:
+                self._last_bytes = b""
+                self._last_command = None
+
+    def _push(self, slot: int) -> None:
+        """The last action and command moved into ``slot``, this robot's; the caller
+        holds the states' lock."""
+        states = self.position._states
+        assert states is not None
+        if states.action_here[slot]:
+            return
+        command = self._last_command
+        states.has_action[slot] = command is not None
+        if command is not None:
+            states.action32[slot] = np.frombuffer(self._last_bytes, np.float32)
+            states.command32[slot] = command
+        states.action_here[slot] = True
 
     def _previous(self, previous: Any | None) -> Any | None:
         if previous is None:

@@ -8,13 +8,16 @@ map computed for all rows at once, ``kernel.targets_batch``). The common rows (s
 ``_filter_arrays``) are read, checked and answered as arrays: one compiled call each for
 their inputs and plausibility (``kernel.inputs_batch``), the joint and Cartesian stages
 (``kernel.step_batch``, each row with its own robot's anchors) and ``_finish``'s
-arithmetic (``kernel.finish_batch``), a verdict object built only for a corrected row.
-Every other row (the Python path, an unreadable or stale observation, a non-finite
-command, a previous command not the supervisor's own) is read and answered as a single
-call does (``PositionSupervisor._prepare``/``_finish``).
+arithmetic (``kernel.finish_batch``), a verdict object built only for a corrected row,
+their robots' state read from and written to their slots
+(:mod:`tether.safety.position.states`) one array operation per field. Every other row
+(the Python path, an unreadable or stale observation, a non-finite command, a previous
+command not the supervisor's own) is read and answered as a single call does
+(``PositionSupervisor._prepare``/``_finish``).
 
 Invariants: row ``i``'s result and ``supervisors[i]``'s state after the call are
-bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``);
+bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``;
+single and batch calls mixed: ``tests/safety/test_position_states.py``);
 one robot's unusable input never changes another row's answer; a supervisor appears in
 at most one row (its state is one robot's).
 """
@@ -22,7 +25,7 @@ at most one row (its state is one robot's).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -159,60 +162,48 @@ def filter_actions(
         )
     if rows == 0:
         return []
-    same = _same_map(supervisors) and actions.shape[1] == supervisors[0]._n
+    if len(set(map(id, supervisors))) != rows:
+        raise ValueError(
+            "filter_actions got the same supervisor in two rows; each row is one robot, "
+            "with its own supervisor"
+        )
     positions = [s.position for s in supervisors]
-    prior = [
-        None if p is None else s._previous(p) for s, p in zip(supervisors, previous, strict=True)
-    ]
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
-    if same:
-        targets = _targets(supervisors[0], actions)
-        rest = _filter_arrays(positions, observations, targets, None, prior, ages, results)
-        if rest:
-            _filter_rows(positions, observations, targets, prior, ages, results, rest)
+    rest: Iterable[int]
+    targets: np.ndarray | list[Any]
+    if _same_map(supervisors) and actions.shape[1] == supervisors[0]._n:
+        first = supervisors[0]
+        targets = _targets(first, actions)
+        acting = _Acting(supervisors, actions, np.array(first._center), np.array(first._half))
+        rest = _filter_arrays(
+            positions, observations, targets, None, previous, ages, results, acting
+        )
     else:
-        commands = [s._to_target(actions[i]) for i, s in enumerate(supervisors)]
-        _filter_rows(positions, observations, commands, prior, ages, results, range(rows))
-    # The executed commands back in the action space: a passed action is returned as it
-    # was proposed, any other mapped back (all rows at once under one map).
-    policy = ActionSource.POLICY
-    answers = cast(list[Result], results)
-    back = [i for i, (_, verdict) in enumerate(answers) if verdict.source is not policy]
-    out: list[Result] = []
-    if same:
-        mapped: dict[int, np.ndarray] = {}
-        if back:
-            first = supervisors[0]
-            executed = np.array([answers[i][0] for i in back], dtype=np.float64)
-            center, half = np.array(first._center), np.array(first._half)
-            mapped = dict(
-                zip(back, list(((executed - center) / half).astype(np.float32)), strict=True)
-            )
-        # _as_action of a row of a float32 (rows, n) array: the row itself.
-        rows_of = list(actions)
-        carried = actions.tobytes()
-        width = actions.itemsize * actions.shape[1]
-        for i, (supervisor, (command, verdict)) in enumerate(
-            zip(supervisors, answers, strict=True)
-        ):
-            # supervisor._remember(action, command), inline: it runs for every row
+        targets = [s._to_target(actions[i]) for i, s in enumerate(supervisors)]
+        rest = range(rows)
+    if rest:
+        # Each row left as a single call runs it: the action level's own state and
+        # previous action, the position supervisor's filter, the map back.
+        prior: list[Any | None] = [None] * rows
+        for i in rest:
+            supervisor = supervisors[i]
+            supervisor._pull()
+            if previous[i] is not None:
+                prior[i] = supervisor._previous(previous[i])
+        _filter_rows(positions, observations, targets, prior, ages, results, rest)
+        policy = ActionSource.POLICY
+        for i in rest:
+            supervisor = supervisors[i]
+            answer = results[i]
+            assert answer is not None
+            command, verdict = answer
             if verdict.source is policy:
-                action = rows_of[i]
-                supervisor._last_bytes = carried[i * width : (i + 1) * width]
+                action = _as_action(actions[i], supervisor._n)
             else:
-                action = mapped[i]
-                supervisor._last_bytes = action.tobytes()
-            supervisor._last_command = command
-            out.append((action, verdict))
-        return out
-    for i, (supervisor, (command, verdict)) in enumerate(zip(supervisors, answers, strict=True)):
-        if verdict.source is policy:
-            action = _as_action(actions[i], supervisor._n)
-        else:
-            action = supervisor._to_action(command)
-        out.append((supervisor._remember(action, command), verdict))
-    return out
+                action = supervisor._to_action(command)
+            results[i] = (supervisor._remember(action, command), verdict)
+    return cast(list[Result], results)
 
 
 def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
@@ -254,6 +245,17 @@ def _reader(supervisor: PositionSupervisor) -> _Reader:
     return reader
 
 
+class _Acting(NamedTuple):
+    """The action level of a :func:`filter_actions` call that runs rows as arrays: its
+    supervisors, the proposed actions (float32, rows × n) and the map's center and half
+    range (float64, as ``PositionActionSupervisor`` holds them)."""
+
+    supervisors: Sequence[PositionActionSupervisor]
+    actions: np.ndarray
+    center: np.ndarray
+    half: np.ndarray
+
+
 def _filter_arrays(
     supervisors: Sequence[PositionSupervisor],
     observations: Sequence[Any],
@@ -262,6 +264,7 @@ def _filter_arrays(
     previous: Sequence[Any | None],
     ages: Sequence[float | None],
     results: list[Result | None],
+    acting: _Acting | None = None,
 ) -> list[int]:
     """The common rows, read and answered as arrays; the rows left for the per-row path.
 
@@ -269,9 +272,11 @@ def _filter_arrays(
     array, its command (row ``i`` of ``commands``, float32; ``proposed[i]`` the object
     given, returned when it passes) is finite, its observation is neither stale nor
     unreadable, and its previous command is None or the one this supervisor returned
-    last: then ``_prepare`` reduces to slicing and ``_finish`` to a few array operations,
-    and only a corrected row builds its verdict in Python. Each such row gets, bit for
-    bit, what ``filter`` returns (and leaves the same state).
+    last (with ``acting``: its previous action the one its action supervisor returned
+    last, the command behind it the position supervisor's last): then ``_prepare``
+    reduces to slicing and ``_finish`` to a few array operations, and only a corrected
+    row builds its verdict in Python. Each such row gets, bit for bit, what ``filter``
+    returns, and its robot's state stays in its slot (``tether.safety.position.states``).
     """
     rest: list[int] = []
     groups: dict[tuple[int, int], list[int]] = {}
@@ -288,13 +293,10 @@ def _filter_arrays(
             and (age is None or age <= supervisor.limits.command_staleness_s)
             and (
                 prev is None
-                # the command this supervisor returned last, handed back
                 or (
                     type(prev) is ndarray
                     and prev.dtype == float32
                     and prev.shape == supervisor._shape
-                    and supervisor._last is not None
-                    and prev.tobytes() == supervisor._last_bytes
                 )
             )
         ):
@@ -311,9 +313,18 @@ def _filter_arrays(
         rest.append(i)
     for members in groups.values():
         rest += _array_group(
-            supervisors, members, observations, commands, proposed, previous, results
+            supervisors, members, observations, commands, proposed, previous, results, acting
         )
     return rest
+
+
+_U32 = np.dtype(np.uint32)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row of two float32 (rows, n) arrays: whether their bytes are equal."""
+    equal: np.ndarray = (a.view(_U32) == b.view(_U32)).all(axis=1)
+    return equal
 
 
 def _array_group(
@@ -324,93 +335,139 @@ def _array_group(
     proposed: Sequence[Any] | None,
     previous: Sequence[Any | None],
     results: list[Result | None],
+    acting: _Acting | None,
 ) -> list[int]:
     """The rows ``members`` (one signature, one observation length) in one kernel call;
-    the rows whose observation is unreadable or command non-finite are returned, untouched."""
+    the rows whose previous command is not their supervisor's own, observation unreadable
+    or command non-finite are returned, untouched."""
     first = supervisors[members[0]]
     packed = first._packed
+    states = first._states
     assert packed is not None
+    assert states is not None
     q_start, v_start, bounds, dt = _reader(first)
     n = first._n
     # np.array of equal-length 1-D arrays: np.stack's values, at half its cost.
     obs = np.array([observations[i] for i in members], dtype=np.float64)
-    command32 = commands[members]
     chosen = [supervisors[i] for i in members]
-    # A row with its own previous command steers from it and its last change (_prepare).
-    own = [k for k, i in enumerate(members) if previous[i] is not None]
-    held = np.zeros(len(members), dtype=np.bool_)
-    pairs = np.empty((0, 2 * n))
-    if own:
-        lasts = []
-        for k in own:
-            last = chosen[k]._last
-            assert last is not None  # _filter_arrays checked it
-            lasts.append(last[0] + last[1])
-        pairs = np.array(lasts)
-        held[own] = True
-    # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
-    inputs, usable = kernel.inputs_batch(obs, q_start, v_start, bounds, command32, dt, held, pairs)
-    refused: list[int] = []
-    if not usable.all():
-        refused = [members[k] for k in np.flatnonzero(~usable).tolist()]
-        kept = np.flatnonzero(usable).tolist()
-        if not kept:
+    has_previous = np.array([previous[i] is not None for i in members])
+    with states.lock:
+        # Every row's slot, its state moved there if a single call left it outside.
+        slots = np.array([s._slot for s in chosen], dtype=np.intp)
+        for k in np.flatnonzero((slots < 0) | ~states.here[slots]).tolist():
+            slots[k] = chosen[k]._push()
+        if acting is not None:
+            for k in np.flatnonzero(~states.action_here[slots]).tolist():
+                acting.supervisors[members[k]]._push(int(slots[k]))
+        # A row with a previous command steers from its own last command and change when
+        # that command is the supervisor's own (by its bytes, as _previous compares it);
+        # any other previous command goes to the per-row path.
+        keep = np.ones(len(members), dtype=np.bool_)
+        if has_previous.any():
+            own = np.flatnonzero(has_previous)
+            given = np.array([previous[members[k]] for k in own.tolist()])
+            at = slots[own]
+            if acting is None:
+                mine = states.has_last[at] & _same_bits(given, states.out32[at])
+            else:
+                mine = (
+                    states.has_action[at]
+                    & _same_bits(given, states.action32[at])
+                    & states.has_last[at]
+                    & _same_bits(states.command32[at], states.out32[at])
+                )
+            keep[own[~mine]] = False
+        command32 = commands[members]
+        if not keep.all():
+            obs, command32, slots, has_previous = (
+                obs[keep],
+                command32[keep],
+                slots[keep],
+                has_previous[keep],
+            )
+        held = has_previous
+        at = slots[held]
+        pairs = np.concatenate((states.candidate[at], states.change[at]), axis=1)
+        # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
+        inputs, usable = kernel.inputs_batch(
+            obs, q_start, v_start, bounds, command32, dt, held, pairs
+        )
+        if not usable.all():
+            keep[np.flatnonzero(keep)[~usable]] = False
+            inputs, command32 = inputs[usable], command32[usable]
+            slots, held = slots[usable], held[usable]
+        refused = [members[k] for k in np.flatnonzero(~keep).tolist()]
+        if len(slots) == 0:
             return refused
-        members = [members[k] for k in kept]
-        chosen = [chosen[k] for k in kept]
-        inputs, command32, held = inputs[usable], command32[usable], held[usable]
-    rows = len(members)
-    q = inputs[:, :n]
-    reference = inputs[:, 2 * n : 3 * n]
-    command = inputs[:, 4 * n :]
-    anchors = np.array([s._anchors for s in chosen])
-    table = kernel.step_batch(
-        packed.joints,
-        packed.geo,
-        packed.obstacles,
-        packed.groups,
-        anchors,
-        inputs,
-        np.ones(rows, dtype=np.bool_),
-        held,
-    )
-    # _finish for every row in one compiled call (kernel.finish_batch): the candidate is
-    # the Cartesian stage's command where it moved one, else the joint stage's; the
-    # executed command is the proposal itself where both left it inside.
+        if refused:
+            picked = np.flatnonzero(keep).tolist()
+            members = [members[k] for k in picked]
+            chosen = [chosen[k] for k in picked]
+        rows = len(members)
+        q = inputs[:, :n]
+        reference = inputs[:, 2 * n : 3 * n]
+        command = inputs[:, 4 * n :]
+        anchors = states.anchors[slots]
+        table = kernel.step_batch(
+            packed.joints,
+            packed.geo,
+            packed.obstacles,
+            packed.groups,
+            anchors,
+            inputs,
+            np.ones(rows, dtype=np.bool_),
+            held,
+        )
+        # _finish for every row in one compiled call (kernel.finish_batch): the candidate
+        # is the Cartesian stage's command where it moved one, else the joint stage's; the
+        # executed command is the proposal itself where both left it inside.
+        out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
+            table, command, command32, reference
+        )
+        states.anchors[slots] = anchors
+        states.candidate[slots] = candidate
+        states.change[slots] = change_made
+        states.out32[slots] = out
+        states.pose[slots] = q
+        states.has_last[slots] = True
+        states.has_pose[slots] = True
+        if acting is not None:
+            # The action returned: the proposal where the supervisor passed it, else the
+            # executed command mapped back (what PositionActionSupervisor._to_action does).
+            returned = acting.actions[members]
+            if not passed_of.all():
+                back = ~passed_of
+                returned[back] = (
+                    (out[back].astype(np.float64) - acting.center) / acting.half
+                ).astype(np.float32)
+            states.action32[slots] = returned
+            states.command32[slots] = out
+            states.has_action[slots] = True
+            answers = list(returned)
+        elif proposed is not None:
+            out_rows = list(out)
+            answers = [
+                proposed[i] if kept else out_rows[k]
+                for k, (i, kept) in enumerate(zip(members, untouched.tolist(), strict=True))
+            ]
+        else:
+            answers = list(out)
     placed = table[:, :n]
     extra = table[:, 2 * n :]
-    out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
-        table, command, command32, reference
-    )
     checks = bits_of.tolist()
-    passed = passed_of.tolist()
-    candidates = candidate.tolist()
-    changes = change_made.tolist()
-    poses = q.tolist()
-    carried = out.tobytes()
-    width = out.itemsize * n
-    keep = untouched.tolist()
-    anchor_rows = list(anchors)
-    out_rows = list(out)
-    for k, (i, supervisor) in enumerate(zip(members, chosen, strict=True)):
-        supervisor._anchors = anchor_rows[k]
-        supervisor._last_pose = poses[k]
-        supervisor._last = (candidates[k], changes[k])
-        supervisor._last_bytes = carried[k * width : (k + 1) * width]
-        executed = proposed[i] if proposed is not None and keep[k] else out_rows[k]
-        bits = checks[k]
-        if passed[k]:
+    for k, (i, bits, passed) in enumerate(zip(members, checks, passed_of.tolist(), strict=True)):
+        if passed:
             if not bits:
-                results[i] = (executed, PASSED)
+                results[i] = (answers[k], PASSED)
             else:
-                results[i] = (executed, SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ()))
+                results[i] = (answers[k], SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ()))
         else:
             results[i] = (
-                executed,
-                supervisor._corrected(
+                answers[k],
+                chosen[k]._corrected(
                     command[k].tolist(),
                     placed[k].tolist(),
-                    candidates[k],
+                    candidate[k].tolist(),
                     bits,
                     extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
                     int(extra[k, kernel.OUT_CARTESIAN]),

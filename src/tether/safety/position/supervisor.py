@@ -68,6 +68,7 @@ from tether.safety.position import kernel
 from tether.safety.position.backups import CommandBackup, make_command_backup
 from tether.safety.position.envelope import MOVED_CHECKS, CommandEnvelope
 from tether.safety.position.impedance import ImpedanceModel
+from tether.safety.position.states import RobotStates, states_for
 from tether.safety.position.verdict import PositionVerdict
 from tether.safety.segment import SegmentClearance
 from tether.safety.supervisor import _array, _flags, _floats
@@ -197,13 +198,16 @@ class PositionSupervisor:
         # or no kinematics at all); else the Python path.
         self._packed: kernel.Packed | None = None
         # Supervisors with equal signatures read their inputs alike and share the
-        # kernel's constants: tether.safety.position.batch runs them as one array.
+        # kernel's constants: tether.safety.position.batch runs them as one array, their
+        # robots' state in the RobotStates of that signature.
         self._signature = 0
+        self._states: RobotStates | None = None
         if compiled if compiled is not None else kernel.ENABLED:
             self._packed = _packed_for(self)
             if self._packed is not None:
                 kernel.warm()
                 self._signature = _signature_of(self, self._packed)
+                self._states = states_for(self._signature, n, self._anchors.shape)
 
     def fresh(self) -> PositionSupervisor:
         """A supervisor of another robot under the same limits: everything the limits,
@@ -218,11 +222,13 @@ class PositionSupervisor:
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
         # unreadable observation holds when nothing better is known; the compiled
-        # kernel's anchors of this robot.
+        # kernel's anchors of this robot; its slot in ``_states`` (-1: none yet), where
+        # the batch path keeps that state while ``_states.here[slot]`` (see ``_pull``).
         self._last: tuple[list[float], list[float]] | None = None
         self._last_bytes = b""
         self._last_pose: list[float] | None = None
         self._anchors = kernel.new_anchors(self._n)
+        self._slot = -1
 
     def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
         """The same supervisor (gains, kinematics, backup, config) enforcing other
@@ -246,6 +252,10 @@ class PositionSupervisor:
         """Continue the robot ``other`` has been supervising (its last command and
         change, and its last readable pose), e.g. across a change of degradation level."""
         if other is not self:
+            if other._slot >= 0:
+                other._pull()
+            if self._slot >= 0:
+                self._pull()
             self._last = other._last
             self._last_bytes = other._last_bytes
             self._last_pose = other._last_pose
@@ -293,6 +303,8 @@ class PositionSupervisor:
     ) -> _Step | tuple[np.ndarray, SafetyVerdict]:
         """Steps 1 and 7 (and an unreadable observation's whole answer): what the joint
         and Cartesian stages get."""
+        if self._slot >= 0:
+            self._pull()
         state = self._read_state(observation)
         prev, own = self._previous(previous)
         if state is None:
@@ -512,6 +524,48 @@ class PositionSupervisor:
             if not segment.breaches(q, trial):
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
+
+    def _pull(self) -> None:
+        """This robot's state back on the supervisor, if the batch path left it in the slot."""
+        states = self._states
+        assert states is not None
+        slot = self._slot
+        with states.lock:
+            if not states.here[slot]:
+                return
+            states.here[slot] = False
+            if states.has_last[slot]:
+                self._last = (states.candidate[slot].tolist(), states.change[slot].tolist())
+                self._last_bytes = states.out32[slot].tobytes()
+            else:
+                self._last = None
+                self._last_bytes = b""
+            self._last_pose = states.pose[slot].tolist() if states.has_pose[slot] else None
+            self._anchors = states.anchors[slot].copy()
+
+    def _push(self) -> int:
+        """This robot's slot (claimed if it has none), its state moved there; the caller
+        holds ``_states.lock``."""
+        states = self._states
+        assert states is not None
+        slot = self._slot
+        if slot < 0:
+            slot = self._slot = states.claim(self)
+        if states.here[slot]:
+            return slot
+        last = self._last
+        states.has_last[slot] = last is not None
+        if last is not None:
+            states.candidate[slot] = last[0]
+            states.change[slot] = last[1]
+            states.out32[slot] = np.frombuffer(self._last_bytes, np.float32)
+        pose = self._last_pose
+        states.has_pose[slot] = pose is not None
+        if pose is not None:
+            states.pose[slot] = pose
+        states.anchors[slot] = self._anchors
+        states.here[slot] = True
+        return slot
 
     def _previous(self, previous: Any) -> tuple[list[float] | None, bool]:
         """A usable previous command (finite, inside the joint limits) or None, and

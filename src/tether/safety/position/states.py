@@ -1,0 +1,113 @@
+"""Many robots' position-supervisor state in arrays, one row (slot) per robot.
+
+A :class:`PositionSupervisor` keeps its robot's state (the command it last returned and
+that command's change, the last readable pose, the kernel's anchors) in attributes, which
+one ``filter`` call reads and writes. :mod:`tether.safety.position.batch` runs many robots
+at once; gathering those attributes into arrays and scattering them back cost more per
+row than the compiled arithmetic itself. So the compiled supervisors of one signature
+(those the batch path runs as one array: same kernel constants, inputs read alike) share
+one :class:`RobotStates` (:func:`states_for`), each robot with a slot of its own once it
+first runs there, and a robot's state lives in exactly one of two places:
+
+- on the supervisor (``here[slot]`` false, or no slot yet): what a single call uses;
+- in the slot (``here[slot]`` true): what the batch path reads and writes, a whole
+  batch's rows with one array operation each.
+
+The batch path moves a row's state into its slot when it is not there (:meth:`push`,
+per row, only when a robot comes from single calls); a single call moves it back first
+(``PositionSupervisor._pull``). The action level (:class:`PositionActionSupervisor`: the
+action it last returned and the command behind it) has its own flag, ``action_here``,
+since a position supervisor can be called on its own.
+
+Invariants: the state a supervisor acts on is the state it would hold had every call been
+a single call (values are stored as float64 and float32 exactly as the attributes hold
+them, so moving them is lossless; ``tests/safety/test_position_batch.py`` mixes single and
+batch calls round by round); a slot serves one supervisor at a time (claimed by it,
+released when it is collected, cleared when claimed again); every access to the arrays
+holds :attr:`lock` (growth replaces them).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+# Slots a new set of states holds; it doubles when full.
+_FIRST_CAPACITY = 64
+
+_BY_SIGNATURE: dict[int, RobotStates] = {}
+_BY_SIGNATURE_LOCK = threading.Lock()
+
+
+def states_for(signature: int, n: int, anchors_shape: tuple[int, ...]) -> RobotStates:
+    """The states of every supervisor with ``signature`` in this process (one per signature)."""
+    with _BY_SIGNATURE_LOCK:
+        states = _BY_SIGNATURE.get(signature)
+        if states is None:
+            states = _BY_SIGNATURE[signature] = RobotStates(n, anchors_shape)
+        return states
+
+
+class RobotStates:
+    """The slots of one prototype's robots (``n`` joints; anchors as ``kernel.new_anchors``)."""
+
+    def __init__(self, n: int, anchors_shape: tuple[int, ...]) -> None:
+        self.n = n
+        self._anchors_shape = anchors_shape
+        self.lock = threading.Lock()
+        self._used = 0
+        # Slots given back by collected supervisors (list.append is atomic: a finalizer
+        # may run on any thread, at any allocation, and never takes the lock).
+        self._free: list[int] = []
+        self._allocate(_FIRST_CAPACITY)
+
+    def _allocate(self, capacity: int) -> None:
+        n, anchors = self.n, self._anchors_shape
+        # Position level: whether the slot holds the state, the last command returned
+        # (float32) with its candidate and change (float64), the last readable pose, the
+        # anchors. Action level: whether the slot holds it, the action returned last and
+        # the command it came from.
+        self.here = _grown(getattr(self, "here", None), capacity, (), np.bool_)
+        self.has_last = _grown(getattr(self, "has_last", None), capacity, (), np.bool_)
+        self.has_pose = _grown(getattr(self, "has_pose", None), capacity, (), np.bool_)
+        self.out32 = _grown(getattr(self, "out32", None), capacity, (n,), np.float32)
+        self.candidate = _grown(getattr(self, "candidate", None), capacity, (n,), np.float64)
+        self.change = _grown(getattr(self, "change", None), capacity, (n,), np.float64)
+        self.pose = _grown(getattr(self, "pose", None), capacity, (n,), np.float64)
+        self.anchors = _grown(getattr(self, "anchors", None), capacity, anchors, np.float64)
+        self.action_here = _grown(getattr(self, "action_here", None), capacity, (), np.bool_)
+        self.has_action = _grown(getattr(self, "has_action", None), capacity, (), np.bool_)
+        self.action32 = _grown(getattr(self, "action32", None), capacity, (n,), np.float32)
+        self.command32 = _grown(getattr(self, "command32", None), capacity, (n,), np.float32)
+        self.capacity = capacity
+
+    def claim(self, owner: Any) -> int:
+        """A slot for ``owner`` (caller holds :attr:`lock`), empty, released when
+        ``owner`` is collected."""
+        if self._free:
+            slot = self._free.pop()
+        else:
+            if self._used == self.capacity:
+                self._allocate(2 * self.capacity)
+            slot = self._used
+            self._used += 1
+        self.here[slot] = False
+        self.action_here[slot] = False
+        weakref.finalize(owner, self._free.append, slot)
+        return slot
+
+    @property
+    def in_use(self) -> int:
+        """Slots held by live supervisors."""
+        return self._used - len(self._free)
+
+
+def _grown(old: np.ndarray | None, capacity: int, row: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zeroed array of ``capacity`` rows of shape ``row``, ``old``'s rows copied in."""
+    array = np.zeros((capacity, *row), dtype)
+    if old is not None:
+        array[: len(old)] = old
+    return array

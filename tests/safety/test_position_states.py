@@ -1,0 +1,160 @@
+"""A robot's state moves between its supervisor and its slot without changing a bit.
+
+The batch path keeps a robot's state in its slot (``tether.safety.position.states``); a
+single call, ``take_state`` and a backup action bring it back first. Two fleets see the
+same rounds: one fleet one call per robot always, the other, per robot and round, either
+a single call or a row of one batch call, now and then a backup action or a move to a
+fresh supervisor (``take_state``). Every answer must match to the bit; and without the
+move back (``_pull`` made a no-op) the mixed fleet must go wrong, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safety import position_corpus as corpus
+from safety.test_position_batch import fleet, rounds
+from safety.test_position_equivalence import same
+from tether.safety.position import PositionActionSupervisor, PositionSupervisor, kernel
+from tether.safety.position.batch import filter_actions, filter_commands
+from tether.safety.position.states import states_for
+
+pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the slots serve the compiled path")
+
+
+def mixed_run(kind: int, rows: int, count: int, seed: int) -> int:
+    """Rounds of the mixed fleet against the single-call fleet; rows compared."""
+    rng = np.random.default_rng(seed)
+    singles, mixed = fleet(rows, seed, kind), fleet(rows, seed, kind)
+    last_single: list[Any] = [None] * rows
+    last_mixed: list[Any] = [None] * rows
+    compared = 0
+    for obs, proposals, prev_kinds, ages in rounds(rows, count, seed + 1, kind):
+        how = rng.choice(["batch", "single", "backup", "move"], size=rows, p=[0.6, 0.25, 0.05, 0.1])
+        want, got = [], [None] * rows
+        for i in range(rows):
+            if how[i] == "move":
+                # A new supervisor continues the robot (a change of level does this).
+                singles[i] = _moved(singles[i])
+                mixed[i] = _moved(mixed[i])
+            prev = last_single[i] if prev_kinds[i] == corpus.PREV_LAST else None
+            if how[i] == "backup":
+                want.append(singles[i].backup_action(obs[i], prev))
+            else:
+                want.append(
+                    singles[i].filter(obs[i], proposals[i], prev, observation_age_s=ages[i])
+                )
+        previous = [
+            last_mixed[i] if prev_kinds[i] == corpus.PREV_LAST else None for i in range(rows)
+        ]
+        batched = [i for i in range(rows) if how[i] in ("batch", "move")]
+        for i in range(rows):
+            if how[i] == "single":
+                got[i] = mixed[i].filter(
+                    obs[i], proposals[i], previous[i], observation_age_s=ages[i]
+                )
+            elif how[i] == "backup":
+                got[i] = mixed[i].backup_action(obs[i], previous[i])
+        pick = [mixed[i] for i in batched]
+        if kind == corpus.POSITION:
+            answers = filter_commands(
+                pick,
+                [obs[i] for i in batched],
+                [proposals[i] for i in batched],
+                [previous[i] for i in batched],
+                [ages[i] for i in batched],
+            )
+        else:
+            answers = filter_actions(
+                pick,
+                [obs[i] for i in batched],
+                np.stack([proposals[i] for i in batched]),
+                [previous[i] for i in batched],
+                [ages[i] for i in batched],
+            )
+        for i, answer in zip(batched, answers, strict=True):
+            got[i] = answer
+        for i in range(rows):
+            assert same(got[i], want[i]), (i, how[i], got[i], want[i])
+            compared += 1
+        last_single = [w[0] for w in want]
+        last_mixed = [g[0] for g in got]
+    return compared
+
+
+def _moved(supervisor: Any) -> Any:
+    other = supervisor.fresh()
+    other.take_state(supervisor)
+    return other
+
+
+@pytest.mark.parametrize("kind", [corpus.POSITION, corpus.ACTIONS])
+@np.errstate(over="ignore")
+def test_single_batch_backup_and_moved_calls_mix_to_the_bit(kind: int) -> None:
+    assert mixed_run(kind, 48, 30, 5) == 48 * 30
+
+
+@pytest.mark.parametrize("kind", [corpus.POSITION, corpus.ACTIONS])
+@np.errstate(over="ignore")
+def test_without_moving_the_state_back_the_mixed_fleet_goes_wrong(
+    kind: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(PositionSupervisor, "_pull", lambda self: None)
+    monkeypatch.setattr(PositionActionSupervisor, "_pull", lambda self: None)
+    with pytest.raises(AssertionError):
+        mixed_run(kind, 48, 30, 5)
+
+
+def test_slots_grow_past_their_first_capacity_and_are_reused_once_collected() -> None:
+    prototype = corpus.make_supervisor(corpus.ACTIONS, 1.0, True)
+    states = prototype.position._states
+    assert states is not None
+    assert states is states_for(prototype.position._signature, 0, ())
+    rows = states.capacity + 40
+    robots = [prototype.fresh() for _ in range(rows)]
+    rng = np.random.default_rng(3)
+    q = np.clip(rng.normal(0.0, 0.3, (rows, 4)), corpus.LOW, corpus.HIGH)
+    obs = [corpus.observation(q[i], np.zeros(4)) for i in range(rows)]
+    actions = rng.uniform(-0.2, 0.2, (rows, 4)).astype(np.float32)
+    first = filter_actions(robots, obs, actions, [None] * rows)
+    slots = {r.position._slot for r in robots}
+    assert len(slots) == rows
+    assert min(slots) >= 0
+    assert states.capacity >= rows
+    # The second round steers from each robot's own last command, held in its slot.
+    again = filter_actions(robots, obs, actions, [a for a, _ in first])
+    singles = [prototype.fresh() for _ in range(rows)]
+    for i, single in enumerate(singles):
+        single.filter(obs[i], actions[i])
+        want = single.filter(obs[i], actions[i], first[i][0])
+        assert same(again[i], want)
+    held = states.in_use
+    del robots, first, again
+    gc.collect()
+    assert states.in_use == held - rows
+    newcomers = [prototype.fresh() for _ in range(rows)]
+    filter_actions(newcomers, obs, actions, [None] * rows)
+    assert {r.position._slot for r in newcomers} <= slots | set(range(states.capacity))
+    assert states.in_use == held
+
+
+def test_a_reused_slot_starts_empty() -> None:
+    prototype = corpus.make_supervisor(corpus.ACTIONS, 1.0, True)
+    obs = [corpus.observation(np.full(4, 0.1), np.zeros(4)) for _ in range(8)]
+    actions = np.full((8, 4), 0.3, np.float32)
+    robots = [prototype.fresh() for _ in range(8)]
+    answers = filter_actions(robots, obs, actions, [None] * 8)
+    previous = [a for a, _ in answers]
+    del robots
+    gc.collect()
+    # New robots handed the old robots' last actions: not their own, so steered as
+    # foreign previous actions exactly as a single call steers them.
+    newcomers = [prototype.fresh() for _ in range(8)]
+    got = filter_actions(newcomers, obs, actions, previous)
+    for i in range(8):
+        want = prototype.fresh().filter(obs[i], actions[i], previous[i])
+        assert same(got[i], want)
