@@ -24,7 +24,9 @@ at most one row (its state is one robot's).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -40,6 +42,8 @@ from tether.safety.supervisor import _flags
 from tether.safety.verdict import PASSED, ActionSource, SafetyVerdict
 
 Result = tuple[np.ndarray, SafetyVerdict]
+
+_slot_of = operator.attrgetter("_slot")
 
 
 def filter_commands(
@@ -278,6 +282,12 @@ def _filter_arrays(
     row builds its verdict in Python. Each such row gets, bit for bit, what ``filter``
     returns, and its robot's state stays in its slot (``tether.safety.position.states``).
     """
+    if _one_group(supervisors, observations, ages, previous):
+        # Serving's batch: every row common and alike, told so by one pass per property.
+        everyone = list(range(len(supervisors)))
+        return _array_group(
+            supervisors, everyone, observations, commands, proposed, previous, results, acting
+        )
     rest: list[int] = []
     groups: dict[tuple[int, int], list[int]] = {}
     ndarray, float32 = np.ndarray, np.float32
@@ -318,13 +328,47 @@ def _filter_arrays(
     return rest
 
 
-_U32 = np.dtype(np.uint32)
+_signature_of = operator.attrgetter("_signature")
+_dtype_of = operator.attrgetter("dtype")
+_shape_of = operator.attrgetter("shape")
+_FLOAT32 = np.dtype(np.float32)
+_FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per row of two float32 (rows, n) arrays: whether their bytes are equal."""
-    equal: np.ndarray = (a.view(_U32) == b.view(_U32)).all(axis=1)
-    return equal
+def _one_group(
+    supervisors: Sequence[PositionSupervisor],
+    observations: Sequence[Any],
+    ages: Sequence[float | None],
+    previous: Sequence[Any | None],
+) -> bool:
+    """Whether every row is common (``_filter_arrays``'s test, row by row) and all rows
+    form one group: one signature, one observation length."""
+    first = supervisors[0]
+    signature = first._signature
+    if not signature or set(map(_signature_of, supervisors)) != {signature}:
+        return False
+    if set(map(type, observations)) != {np.ndarray}:
+        return False
+    shapes = set(map(_shape_of, observations))
+    if len(shapes) != 1:
+        return False
+    (shape,) = shapes
+    expected = first._obs_dim
+    if len(shape) != 1 or not (shape[0] == expected if expected else shape[0] >= first._min_obs):
+        return False
+    if not set(map(_dtype_of, observations)) <= _FLOATS:
+        return False
+    # The signature fixes the staleness bound; NaN fails it.
+    staleness = first.limits.command_staleness_s
+    timed = [age for age in ages if age is not None]
+    if timed and not all(map(operator.ge, repeat(staleness), timed)):
+        return False
+    handed = [prev for prev in previous if prev is not None]
+    return not handed or (
+        set(map(type, handed)) == {np.ndarray}
+        and set(map(_dtype_of, handed)) == {_FLOAT32}
+        and set(map(_shape_of, handed)) == {first._shape}
+    )
 
 
 def _array_group(
@@ -347,64 +391,70 @@ def _array_group(
     assert states is not None
     q_start, v_start, bounds, dt = _reader(first)
     n = first._n
-    # np.array of equal-length 1-D arrays: np.stack's values, at half its cost.
-    obs = np.array([observations[i] for i in members], dtype=np.float64)
-    chosen = [supervisors[i] for i in members]
-    has_previous = np.array([previous[i] is not None for i in members])
+    whole = len(members) == len(supervisors)  # every row, in order
+    chosen = supervisors if whole else [supervisors[i] for i in members]
+    # Equal-length 1-D arrays end to end, then rows: np.stack's values, at a third of its cost.
+    picked = observations if whole else [observations[i] for i in members]
+    obs = np.concatenate(picked).reshape(len(members), -1)
+    given = previous if whole else [previous[i] for i in members]
+    has_previous = np.fromiter(map(operator.is_not, given, repeat(None)), np.bool_, len(members))
+    command32 = commands if whole else commands[members]
     with states.lock:
         # Every row's slot, its state moved there if a single call left it outside.
-        slots = np.array([s._slot for s in chosen], dtype=np.intp)
+        slots = np.fromiter(map(_slot_of, chosen), np.intp, len(members))
         for k in np.flatnonzero((slots < 0) | ~states.here[slots]).tolist():
             slots[k] = chosen[k]._push()
         if acting is not None:
             for k in np.flatnonzero(~states.action_here[slots]).tolist():
                 acting.supervisors[members[k]]._push(int(slots[k]))
         # A row with a previous command steers from its own last command and change when
-        # that command is the supervisor's own (by its bytes, as _previous compares it);
+        # that command is the supervisor's own (by its bits, as _previous compares them);
         # any other previous command goes to the per-row path.
         keep = np.ones(len(members), dtype=np.bool_)
         if has_previous.any():
             own = np.flatnonzero(has_previous)
-            given = np.array([previous[members[k]] for k in own.tolist()])
-            at = slots[own]
-            if acting is None:
-                mine = states.has_last[at] & _same_bits(given, states.out32[at])
-            else:
-                mine = (
-                    states.has_action[at]
-                    & _same_bits(given, states.action32[at])
-                    & states.has_last[at]
-                    & _same_bits(states.command32[at], states.out32[at])
-                )
-            keep[own[~mine]] = False
-        command32 = commands[members]
-        if not keep.all():
-            obs, command32, slots, has_previous = (
-                obs[keep],
-                command32[keep],
-                slots[keep],
-                has_previous[keep],
+            handed = [p for p in given if p is not None]
+            mine = kernel.own_rows(
+                np.concatenate(handed).reshape(len(handed), n).view(np.uint32),
+                slots[own],
+                states.has_last,
+                states.out_bits,
+                acting is not None,
+                states.has_action,
+                states.action_bits,
+                states.command_bits,
             )
-        held = has_previous
-        at = slots[held]
-        pairs = np.concatenate((states.candidate[at], states.change[at]), axis=1)
+            if not mine.all():
+                keep[own[~mine]] = False
+                obs, command32 = obs[keep], command32[keep]
+                slots, has_previous = slots[keep], has_previous[keep]
         # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
         inputs, usable = kernel.inputs_batch(
-            obs, q_start, v_start, bounds, command32, dt, held, pairs
+            obs,
+            q_start,
+            v_start,
+            bounds,
+            command32,
+            dt,
+            has_previous,
+            slots,
+            states.candidate,
+            states.change,
         )
         if not usable.all():
             keep[np.flatnonzero(keep)[~usable]] = False
             inputs, command32 = inputs[usable], command32[usable]
-            slots, held = slots[usable], held[usable]
-        refused = [members[k] for k in np.flatnonzero(~keep).tolist()]
-        if len(slots) == 0:
-            return refused
-        if refused:
-            picked = np.flatnonzero(keep).tolist()
-            members = [members[k] for k in picked]
-            chosen = [chosen[k] for k in picked]
+            slots, has_previous = slots[usable], has_previous[usable]
+        refused: list[int] = []
+        if not keep.all():
+            if not len(slots):
+                return members
+            refused = [members[k] for k in np.flatnonzero(~keep).tolist()]
+            kept = np.flatnonzero(keep).tolist()
+            members = [members[k] for k in kept]
+            chosen = [chosen[k] for k in kept]
+            whole = False
         rows = len(members)
-        q = inputs[:, :n]
         reference = inputs[:, 2 * n : 3 * n]
         command = inputs[:, 4 * n :]
         anchors = states.anchors[slots]
@@ -416,7 +466,7 @@ def _array_group(
             anchors,
             inputs,
             np.ones(rows, dtype=np.bool_),
-            held,
+            has_previous,
         )
         # _finish for every row in one compiled call (kernel.finish_batch): the candidate
         # is the Cartesian stage's command where it moved one, else the joint stage's; the
@@ -424,53 +474,67 @@ def _array_group(
         out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
             table, command, command32, reference
         )
-        states.anchors[slots] = anchors
-        states.candidate[slots] = candidate
-        states.change[slots] = change_made
-        states.out32[slots] = out
-        states.pose[slots] = q
-        states.has_last[slots] = True
-        states.has_pose[slots] = True
+        returned = out
         if acting is not None:
             # The action returned: the proposal where the supervisor passed it, else the
             # executed command mapped back (what PositionActionSupervisor._to_action does).
-            returned = acting.actions[members]
+            returned = acting.actions.copy() if whole else acting.actions[members]
             if not passed_of.all():
                 back = ~passed_of
-                returned[back] = (
-                    (out[back].astype(np.float64) - acting.center) / acting.half
-                ).astype(np.float32)
-            states.action32[slots] = returned
-            states.command32[slots] = out
-            states.has_action[slots] = True
-            answers = list(returned)
-        elif proposed is not None:
-            out_rows = list(out)
-            answers = [
-                proposed[i] if kept else out_rows[k]
-                for k, (i, kept) in enumerate(zip(members, untouched.tolist(), strict=True))
-            ]
-        else:
-            answers = list(out)
-    placed = table[:, :n]
-    extra = table[:, 2 * n :]
-    checks = bits_of.tolist()
-    for k, (i, bits, passed) in enumerate(zip(members, checks, passed_of.tolist(), strict=True)):
-        if passed:
-            if not bits:
-                results[i] = (answers[k], PASSED)
+                mapped = (out[back].astype(np.float64) - acting.center) / acting.half
+                returned[back] = mapped.astype(np.float32)
+        kernel.store_batch(
+            slots,
+            inputs,
+            anchors,
+            out,
+            candidate,
+            change_made,
+            states.has_last,
+            states.has_pose,
+            states.out32,
+            states.candidate,
+            states.change,
+            states.pose,
+            states.anchors,
+            acting is not None,
+            returned,
+            states.has_action,
+            states.action32,
+            states.command32,
+        )
+    if acting is not None:
+        answers = list(returned)
+    elif proposed is not None:
+        out_rows = list(out)
+        answers = [
+            proposed[i] if kept else out_rows[k]
+            for k, (i, kept) in enumerate(zip(members, untouched.tolist(), strict=True))
+        ]
+    else:
+        answers = list(out)
+    # Verdicts: PASSED for a row passed with no check raised (most rows), else built.
+    verdicts: list[SafetyVerdict] = [PASSED] * rows
+    raised = (~passed_of) | (bits_of != 0)
+    if raised.any():
+        placed = table[:, :n]
+        extra = table[:, 2 * n :]
+        for k in np.flatnonzero(raised).tolist():
+            bits = int(bits_of[k])
+            if passed_of[k]:
+                verdicts[k] = SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ())
             else:
-                results[i] = (answers[k], SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ()))
-        else:
-            results[i] = (
-                answers[k],
-                chosen[k]._corrected(
+                verdicts[k] = chosen[k]._corrected(
                     command[k].tolist(),
                     placed[k].tolist(),
                     candidate[k].tolist(),
                     bits,
                     extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
                     int(extra[k, kernel.OUT_CARTESIAN]),
-                ),
-            )
+                )
+    if whole:
+        results[:] = zip(answers, verdicts, strict=True)
+    else:
+        for i, answer, verdict in zip(members, answers, verdicts, strict=True):
+            results[i] = (answer, verdict)
     return refused

@@ -9,7 +9,9 @@ packed once per supervisor by :func:`pack`. :func:`step` does one command,
 :func:`step_batch` many robots' commands in one call (one row each, each with its own
 anchors); :func:`targets_batch`, :func:`inputs_batch` and :func:`finish_batch` do the
 batch's action map, input reading and verdict arithmetic of
-:mod:`tether.safety.position.batch` the same way.
+:mod:`tether.safety.position.batch` the same way, and :func:`own_rows` and
+:func:`store_batch` its reads and writes of the robots' slots
+(:mod:`tether.safety.position.states`).
 
 Invariant: every result is bit-identical to the Python path's. The functions below are
 the Python path's, operation for operation and in the same order (sums accumulate
@@ -1006,25 +1008,27 @@ def inputs_batch(
     command32: np.ndarray,
     dt: float,
     held: np.ndarray,
-    pairs: np.ndarray,
+    slots: np.ndarray,
+    candidates: np.ndarray,
+    changes: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The :func:`step_batch` inputs of many robots' rows, and whether each row is
-    usable, from their observations ``obs`` (float64, rows × obs_dim; joint positions
-    and velocities from ``q_start`` and ``v_start``) and proposals ``command32``: a row is
-    usable when its positions lie in [``bounds[0]``, ``bounds[1]``], its velocities in
-    [``bounds[2]``, ``bounds[3]``] and its proposal is finite (what
-    ``PositionSupervisor._read_state`` and ``_command`` accept). A ``held`` row steers
-    from its own last command and change (the next row of ``pairs``: command, then
-    change), any other from its measured pose and velocity × ``dt``."""
+    usable, from their observations ``obs`` (rows × obs_dim, float32 or float64; joint
+    positions and velocities from ``q_start`` and ``v_start``) and proposals
+    ``command32``: a row is usable when its positions lie in [``bounds[0]``,
+    ``bounds[1]``], its velocities in [``bounds[2]``, ``bounds[3]``] and its proposal is
+    finite (what ``PositionSupervisor._read_state`` and ``_command`` accept). A ``held``
+    row steers from its own last command and change (rows ``slots[i]`` of ``candidates``
+    and ``changes``), any other from its measured pose and velocity × ``dt``."""
     rows, n = command32.shape
     inputs = np.empty((rows, 5 * n))
     usable = np.empty(rows, np.bool_)
-    pair = 0
     for i in range(rows):
         ok = True
+        slot = slots[i]
         for j in range(n):
-            q = obs[i, q_start + j]
-            v = obs[i, v_start + j]
+            q = np.float64(obs[i, q_start + j])
+            v = np.float64(obs[i, v_start + j])
             c = np.float64(command32[i, j])
             if not (q >= bounds[0, j] and q <= bounds[1, j]):
                 ok = False
@@ -1036,15 +1040,49 @@ def inputs_batch(
             inputs[i, n + j] = v
             inputs[i, 4 * n + j] = c
             if held[i]:
-                inputs[i, 2 * n + j] = pairs[pair, j]
-                inputs[i, 3 * n + j] = pairs[pair, n + j]
+                inputs[i, 2 * n + j] = candidates[slot, j]
+                inputs[i, 3 * n + j] = changes[slot, j]
             else:
                 inputs[i, 2 * n + j] = q
                 inputs[i, 3 * n + j] = v * dt
-        if held[i]:
-            pair += 1
         usable[i] = ok
     return inputs, usable
+
+
+@_jit
+def own_rows(
+    given: np.ndarray,
+    slots: np.ndarray,
+    has_last: np.ndarray,
+    out_bits: np.ndarray,
+    acting: bool,
+    has_action: np.ndarray,
+    action_bits: np.ndarray,
+    command_bits: np.ndarray,
+) -> np.ndarray:
+    """Per row: whether ``given`` (the bits of its previous command, or with ``acting``
+    of its previous action; uint32, rows × n) is what its robot's supervisor returned
+    last (the bits in row ``slots[i]`` of ``out_bits``; with ``acting``, of
+    ``action_bits``, and the command behind that action, ``command_bits``, the position
+    supervisor's last)."""
+    rows, n = given.shape
+    mine = np.empty(rows, np.bool_)
+    for i in range(rows):
+        slot = slots[i]
+        ok = has_last[slot]
+        if acting:
+            ok = ok and has_action[slot]
+        for j in range(n):
+            if acting:
+                if (
+                    given[i, j] != action_bits[slot, j]
+                    or command_bits[slot, j] != out_bits[slot, j]
+                ):
+                    ok = False
+            elif given[i, j] != out_bits[slot, j]:
+                ok = False
+        mine[i] = ok
+    return mine
 
 
 @_jit
@@ -1082,6 +1120,49 @@ def finish_batch(
     return out, candidate, change, checks, passed, untouched
 
 
+@_jit
+def store_batch(
+    slots: np.ndarray,
+    inputs: np.ndarray,
+    anchors: np.ndarray,
+    out: np.ndarray,
+    candidate: np.ndarray,
+    change: np.ndarray,
+    has_last: np.ndarray,
+    has_pose: np.ndarray,
+    out_table: np.ndarray,
+    candidates: np.ndarray,
+    changes: np.ndarray,
+    poses: np.ndarray,
+    anchor_table: np.ndarray,
+    acting: bool,
+    returned: np.ndarray,
+    has_action: np.ndarray,
+    action_table: np.ndarray,
+    command_table: np.ndarray,
+) -> None:
+    """What one batch leaves behind, each row into its robot's slot ``slots[i]`` of the
+    tables (``tether.safety.position.states``): the command returned ``out``, its
+    ``candidate`` and ``change``, the pose read (the first n ``inputs``), the
+    ``anchors``; with ``acting`` also the action ``returned`` and the command behind it."""
+    rows, n = out.shape
+    for i in range(rows):
+        slot = slots[i]
+        has_last[slot] = True
+        has_pose[slot] = True
+        for j in range(n):
+            out_table[slot, j] = out[i, j]
+            candidates[slot, j] = candidate[i, j]
+            changes[slot, j] = change[i, j]
+            poses[slot, j] = inputs[i, j]
+            if acting:
+                action_table[slot, j] = returned[i, j]
+                command_table[slot, j] = out[i, j]
+        if acting:
+            has_action[slot] = True
+        anchor_table[slot] = anchors[i]
+
+
 def _compile_all() -> None:
     """Compile every kernel function for the signatures serving uses."""
     n = 4
@@ -1106,8 +1187,19 @@ def _compile_all() -> None:
         np.zeros(1, np.bool_),
     )
     targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
-    inputs_batch(np.zeros((1, 2 * n)), 0, n, np.zeros((4, n)), np.zeros((1, n), np.float32),
-                 0.01, np.zeros(1, np.bool_), np.zeros((0, 2 * n)))  # fmt: skip
+    slots = np.zeros(1, np.intp)
+    table, table32, bits = (
+        np.zeros((1, n)),
+        np.zeros((1, n), np.float32),
+        np.zeros((1, n), np.uint32),
+    )
+    flags = np.zeros(1, np.bool_)
+    for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
+        inputs_batch(obs, 0, n, np.zeros((4, n)), table32, 0.01, flags, slots, table, table)
+    own_rows(bits, slots, flags, bits, True, flags, bits, bits)
+    anchors = new_anchors(n)[None]
+    store_batch(slots, np.zeros((1, 5 * n)), anchors, table32, table, table, flags, flags, table32,
+                table, table, table, anchors, True, table32, flags, table32, table32)  # fmt: skip
     # batch._array_group passes column slices of the inputs: strided ('A' layout) from
     # two rows on, contiguous for one; both compiled here, not at the first batch.
     for rows in (1, 2):

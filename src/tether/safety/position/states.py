@@ -82,6 +82,10 @@ class RobotStates:
         self.has_action = _grown(getattr(self, "has_action", None), capacity, (), np.bool_)
         self.action32 = _grown(getattr(self, "action32", None), capacity, (n,), np.float32)
         self.command32 = _grown(getattr(self, "command32", None), capacity, (n,), np.float32)
+        # The float32 tables' bits, for comparing commands and actions as _previous does.
+        self.out_bits = self.out32.view(np.uint32)
+        self.action_bits = self.action32.view(np.uint32)
+        self.command_bits = self.command32.view(np.uint32)
         self.capacity = capacity
 
     def claim(self, owner: Any) -> int:
