@@ -416,7 +416,8 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, flo
     engine batch of 64 robots supervised as serving supervises it, along the shipped
     policy's closed loop: each robot its own stretch of the loop, handing back its own last
     action (a copy), each case with its own sessions (``SupervisorFactory``) and degradation
-    machine (fed every verdict by the decide cases). ``SERVING_CASES`` names the cases;
+    machine (fed every verdict by the decide cases; warmed past one degradation window,
+    so every robot's window is full). ``SERVING_CASES`` names the cases;
     every case includes the harness's own per-row work, timed alone as "harness"."""
     import time
 
@@ -481,7 +482,9 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, flo
             step[0] = i + 1
             clock[0] += 0.01
 
-        for _ in range(30):
+        # Past one degradation window (10 s of 0.01 s batches): every robot's window full,
+        # so each step also drops its oldest, as in a server that has run a while.
+        for _ in range(int(machine.config.window_s / 0.01) + 30):
             one()
         return one
 

@@ -155,24 +155,27 @@ class DegradationMachine:
             window = self.config.window_s
             fewest = self._min_steps
             normal = DegradationLevel.NORMAL
+            popleft = deque.popleft
             for robot, verdict, tight in zip(robots, verdicts, tightened, strict=True):
                 state = known.get(robot)
                 if verdict is not PASSED or state is None or state.level is not normal:
                     observe(robot, verdict, tight, fired)
                     continue
                 # _observe_one for the common step, inline: a passed step of a robot at
-                # NORMAL whose window loses nothing and reaches no threshold.
+                # NORMAL whose window loses no event and reaches no threshold (its oldest
+                # steps leave the window here, as _evict drops them).
                 now = clock()
                 steps = state.steps
                 steps.append(now)
                 state.last_seen = now
                 horizon = now - window
+                while steps[0] <= horizon:
+                    popleft(steps)
                 events = state.events
                 need = state.quiet_steps
                 held = len(steps)
                 if (
-                    steps[0] > horizon
-                    and (not events or events[0][0] > horizon)
+                    (not events or events[0][0] > horizon)
                     and need is not None
                     and need >= 0
                     and (held < fewest or held >= need)
