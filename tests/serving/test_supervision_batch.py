@@ -123,7 +123,7 @@ def test_serving_batches_compile_nothing_after_the_factory_warmed_the_kernel() -
     _, sessions = fleet(ARRAY_ROWS + 2)  # the factory warms the kernel
     compiled = {
         name: len(getattr(kernel, name).signatures)
-        for name in ("step_batch", "targets_batch", "inputs_batch", "finish_batch", "step")
+        for name in ("step_batch", "targets_batch", "filter_batch", "step")
     }
     rng = np.random.default_rng(2)
     rows = len(sessions)

@@ -5,12 +5,12 @@ exactly what ``supervisors[i].filter(observations[i], commands[i], previous[i],
 observation_age_s=ages[i])`` returns, in the same state afterwards; ``filter_actions``
 does the same for :class:`PositionActionSupervisor` rows (normalized actions, the spec's
 map computed for all rows at once, ``kernel.targets_batch``). The common rows (see
-``_filter_arrays``) are read, checked and answered as arrays: one compiled call each for
-their inputs and plausibility (``kernel.inputs_batch``), the joint and Cartesian stages
-(``kernel.step_batch``, each row with its own robot's anchors) and ``_finish``'s
-arithmetic (``kernel.finish_batch``), a verdict object built only for a corrected row,
-their robots' state read from and written to their slots
-(:mod:`tether.safety.position.states`) one array operation per field. Every other row
+``_filter_arrays``) run in one compiled call (``kernel.filter_batch``): previous
+commands checked by their bits, inputs read and checked for plausibility, the joint and
+Cartesian stages (each row with its own robot's anchors), ``_finish``'s arithmetic and
+the map back to actions, the robots' state read from and written to their slots
+(:mod:`tether.safety.position.states`); a verdict object is built only for a row that
+raised a check. Every other row
 (the Python path, an unreadable or stale observation, a non-finite command, a previous
 command not the supervisor's own) is read and answered as a single call does
 (``PositionSupervisor._prepare``/``_finish``).
@@ -329,6 +329,7 @@ def _filter_arrays(
 
 
 _signature_of = operator.attrgetter("_signature")
+_NO_BITS = np.empty((0, 0), np.uint32)  # no previous command in the batch
 _dtype_of = operator.attrgetter("dtype")
 _shape_of = operator.attrgetter("shape")
 _FLOAT32 = np.dtype(np.float32)
@@ -381,9 +382,9 @@ def _array_group(
     results: list[Result | None],
     acting: _Acting | None,
 ) -> list[int]:
-    """The rows ``members`` (one signature, one observation length) in one kernel call;
-    the rows whose previous command is not their supervisor's own, observation unreadable
-    or command non-finite are returned, untouched."""
+    """The rows ``members`` (one signature, one observation length) in one compiled call
+    (``kernel.filter_batch``); the rows whose previous command is not their supervisor's
+    own, observation unreadable or command non-finite are returned, untouched."""
     first = supervisors[members[0]]
     packed = first._packed
     states = first._states
@@ -391,150 +392,79 @@ def _array_group(
     assert states is not None
     q_start, v_start, bounds, dt = _reader(first)
     n = first._n
-    whole = len(members) == len(supervisors)  # every row, in order
+    rows = len(members)
+    whole = rows == len(supervisors)  # every row, in order
     chosen = supervisors if whole else [supervisors[i] for i in members]
     # Equal-length 1-D arrays end to end, then rows: np.stack's values, at a third of its cost.
-    picked = observations if whole else [observations[i] for i in members]
-    obs = np.concatenate(picked).reshape(len(members), -1)
+    obs = np.concatenate(observations if whole else [observations[i] for i in members])
+    obs = obs.reshape(rows, -1)
     given = previous if whole else [previous[i] for i in members]
-    has_previous = np.fromiter(map(operator.is_not, given, repeat(None)), np.bool_, len(members))
+    has_previous = np.fromiter(map(operator.is_not, given, repeat(None)), np.bool_, rows)
+    handed = [p for p in given if p is not None]
+    handed_bits = np.concatenate(handed).view(np.uint32).reshape(-1, n) if handed else _NO_BITS
     command32 = commands if whole else commands[members]
+    if acting is None:
+        actions, center, half = command32, bounds[0], bounds[0]
+    else:
+        actions = acting.actions if whole else acting.actions[members]
+        center, half = acting.center, acting.half
+    slots = np.fromiter(map(_slot_of, chosen), np.intp, rows)
     with states.lock:
-        # Every row's slot, its state moved there if a single call left it outside.
-        slots = np.fromiter(map(_slot_of, chosen), np.intp, len(members))
-        for k in np.flatnonzero((slots < 0) | ~states.here[slots]).tolist():
-            slots[k] = chosen[k]._push()
-        if acting is not None:
-            for k in np.flatnonzero(~states.action_here[slots]).tolist():
-                acting.supervisors[members[k]]._push(int(slots[k]))
-        # A row with a previous command steers from its own last command and change when
-        # that command is the supervisor's own (by its bits, as _previous compares them);
-        # any other previous command goes to the per-row path.
-        keep = np.ones(len(members), dtype=np.bool_)
-        if has_previous.any():
-            own = np.flatnonzero(has_previous)
-            handed = [p for p in given if p is not None]
-            mine = kernel.own_rows(
-                np.concatenate(handed).reshape(len(handed), n).view(np.uint32),
-                slots[own],
-                states.has_last,
-                states.out_bits,
-                acting is not None,
-                states.has_action,
-                states.action_bits,
-                states.command_bits,
-            )
-            if not mine.all():
-                keep[own[~mine]] = False
-                obs, command32 = obs[keep], command32[keep]
-                slots, has_previous = slots[keep], has_previous[keep]
-        # What _read_state and _command refuse (NaN fails every comparison), and the inputs.
-        inputs, usable = kernel.inputs_batch(
-            obs,
-            q_start,
-            v_start,
-            bounds,
-            command32,
-            dt,
-            has_previous,
-            slots,
-            states.candidate,
-            states.change,
-        )
-        if not usable.all():
-            keep[np.flatnonzero(keep)[~usable]] = False
-            inputs, command32 = inputs[usable], command32[usable]
-            slots, has_previous = slots[usable], has_previous[usable]
-        refused: list[int] = []
-        if not keep.all():
-            if not len(slots):
-                return members
-            refused = [members[k] for k in np.flatnonzero(~keep).tolist()]
-            kept = np.flatnonzero(keep).tolist()
-            members = [members[k] for k in kept]
-            chosen = [chosen[k] for k in kept]
-            whole = False
-        rows = len(members)
-        reference = inputs[:, 2 * n : 3 * n]
-        command = inputs[:, 4 * n :]
-        anchors = states.anchors[slots]
-        table = kernel.step_batch(
-            packed.joints,
-            packed.geo,
-            packed.obstacles,
-            packed.groups,
-            anchors,
-            inputs,
-            np.ones(rows, dtype=np.bool_),
-            has_previous,
-        )
-        # _finish for every row in one compiled call (kernel.finish_batch): the candidate
-        # is the Cartesian stage's command where it moved one, else the joint stage's; the
-        # executed command is the proposal itself where both left it inside.
-        out, candidate, change_made, bits_of, passed_of, untouched = kernel.finish_batch(
-            table, command, command32, reference
-        )
-        returned = out
-        if acting is not None:
-            # The action returned: the proposal where the supervisor passed it, else the
-            # executed command mapped back (what PositionActionSupervisor._to_action does).
-            returned = acting.actions.copy() if whole else acting.actions[members]
-            if not passed_of.all():
-                back = ~passed_of
-                mapped = (out[back].astype(np.float64) - acting.center) / acting.half
-                returned[back] = mapped.astype(np.float32)
-        kernel.store_batch(
-            slots,
-            inputs,
-            anchors,
-            out,
-            candidate,
-            change_made,
-            states.has_last,
-            states.has_pose,
-            states.out32,
-            states.candidate,
-            states.change,
-            states.pose,
-            states.anchors,
-            acting is not None,
-            returned,
-            states.has_action,
-            states.action32,
-            states.command32,
-        )
+        while True:
+            kinds, out, returned, table, checks = kernel.filter_batch(
+                packed.joints, packed.geo, packed.obstacles, packed.groups,
+                obs, q_start, v_start, bounds, dt, command32, has_previous, handed_bits,
+                acting is not None, actions, center, half,
+                slots, states.here, states.action_here,
+                states.has_last, states.has_pose, states.out32, states.candidate,
+                states.change, states.pose, states.anchors,
+                states.has_action, states.action32, states.command32,
+                states.out_bits, states.action_bits, states.command_bits,
+            )  # fmt: skip
+            if kinds.max(initial=0) != kernel.ROW_OUTSIDE:
+                break
+            # Robots whose state a single call left on the supervisor: moved to their
+            # slots (claimed on a robot's first batch), then the batch again.
+            for k in np.flatnonzero(kinds == kernel.ROW_OUTSIDE).tolist():
+                slots[k] = chosen[k]._push()
+                if acting is not None:
+                    acting.supervisors[members[k]]._push(int(slots[k]))
     if acting is not None:
         answers = list(returned)
     elif proposed is not None:
+        # The proposal itself where it is executed as it was (to the bit).
         out_rows = list(out)
+        kept = (out.view(np.uint32) == command32.view(np.uint32)).all(axis=1).tolist()
         answers = [
-            proposed[i] if kept else out_rows[k]
-            for k, (i, kept) in enumerate(zip(members, untouched.tolist(), strict=True))
+            proposed[i] if same else out_rows[k]
+            for k, (i, same) in enumerate(zip(members, kept, strict=True))
         ]
     else:
         answers = list(out)
-    # Verdicts: PASSED for a row passed with no check raised (most rows), else built.
-    verdicts: list[SafetyVerdict] = [PASSED] * rows
-    raised = (~passed_of) | (bits_of != 0)
-    if raised.any():
-        placed = table[:, :n]
-        extra = table[:, 2 * n :]
-        for k in np.flatnonzero(raised).tolist():
-            bits = int(bits_of[k])
-            if passed_of[k]:
-                verdicts[k] = SafetyVerdict(ActionSource.POLICY, _flags(bits), 0.0, ())
-            else:
-                verdicts[k] = chosen[k]._corrected(
-                    command[k].tolist(),
-                    placed[k].tolist(),
-                    candidate[k].tolist(),
-                    bits,
-                    extra[k, : kernel.OUT_JOINT_CHECKS].tolist(),
-                    int(extra[k, kernel.OUT_CARTESIAN]),
-                )
-    if whole:
-        results[:] = zip(answers, verdicts, strict=True)
+    verdicts: list[SafetyVerdict | None] = [PASSED] * rows
+    refused: list[int] = []
+    for k in np.flatnonzero(kinds).tolist():
+        kind = kinds[k]
+        if kind == kernel.ROW_REFUSED:
+            refused.append(members[k])
+            verdicts[k] = None
+        elif kind == kernel.ROW_FLAGGED:
+            verdicts[k] = SafetyVerdict(ActionSource.POLICY, _flags(int(checks[k])), 0.0, ())
+        else:
+            row = table[k].tolist()
+            cartesian = int(row[2 * n + kernel.OUT_CARTESIAN])
+            verdicts[k] = chosen[k]._corrected(
+                command32[k].tolist(),
+                row[:n],
+                row[n : 2 * n] if cartesian else row[:n],
+                int(checks[k]),
+                row[2 * n : 2 * n + kernel.OUT_JOINT_CHECKS],
+                cartesian,
+            )
+    if whole and not refused:
+        results[:] = zip(answers, cast(list[SafetyVerdict], verdicts), strict=True)
     else:
         for i, answer, verdict in zip(members, answers, verdicts, strict=True):
-            results[i] = (answer, verdict)
+            if verdict is not None:
+                results[i] = (answer, verdict)
     return refused

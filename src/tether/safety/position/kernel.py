@@ -7,11 +7,10 @@ workspace and obstacle clearance of :mod:`tether.safety.segment` over the closed
 :mod:`tether.safety.chain`, and the fallbacks of step 6) run here, in numba, on arrays
 packed once per supervisor by :func:`pack`. :func:`step` does one command,
 :func:`step_batch` many robots' commands in one call (one row each, each with its own
-anchors); :func:`targets_batch`, :func:`inputs_batch` and :func:`finish_batch` do the
-batch's action map, input reading and verdict arithmetic of
-:mod:`tether.safety.position.batch` the same way, and :func:`own_rows` and
-:func:`store_batch` its reads and writes of the robots' slots
-(:mod:`tether.safety.position.states`).
+anchors); :func:`targets_batch` maps a batch's actions and :func:`filter_batch` runs
+the whole array path of :mod:`tether.safety.position.batch` (previous commands checked,
+inputs read, both stages, ``_finish``'s arithmetic, the robots' slots of
+:mod:`tether.safety.position.states` read and written) in one call.
 
 Invariant: every result is bit-identical to the Python path's. The functions below are
 the Python path's, operation for operation and in the same order (sums accumulate
@@ -888,7 +887,14 @@ def _step_into(
     exact: bool,
     held: bool,
     out: np.ndarray,
+    gravity: np.ndarray,
+    earlier: np.ndarray,
+    work: np.ndarray,
+    scratch: np.ndarray,
+    spare: np.ndarray,
 ) -> None:
+    """One command into ``out``; the last five arrays are work space (:func:`_buffers`),
+    written before they are read."""
     n = joints.shape[0]
     q = inputs[:n]
     v = inputs[n : 2 * n]
@@ -898,10 +904,8 @@ def _step_into(
     placed = out[:n]
     candidate = out[n : 2 * n]
     extra = out[2 * n :]
-    gravity = np.empty(n)
     _gravity(joints, geo, q, gravity)
     moved = extra[OUT_MOVED : OUT_MOVED + 4]
-    earlier = np.empty(8)
     inside, checks = _clip(
         joints, q, v, gravity, reference, change, command, exact, placed, moved, earlier
     )
@@ -912,9 +916,6 @@ def _step_into(
     candidate[:] = placed
     bits = 0
     if geo[_CARTESIAN] != 0.0:
-        work = np.empty((8, n))
-        scratch = np.empty((4, n))
-        spare = np.empty(4)
         bits = _cartesian(
             joints,
             geo,
@@ -937,6 +938,13 @@ def _step_into(
 
 
 @_jit
+def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (8, n),
+    scratch (4, n), spare (4)."""
+    return np.empty(n), np.empty(8), np.empty((8, n)), np.empty((4, n)), np.empty(4)
+
+
+@_jit
 def step(
     joints: np.ndarray,
     geo: np.ndarray,
@@ -953,7 +961,9 @@ def step(
     Cartesian bits; ``anchors`` is updated."""
     n = joints.shape[0]
     out = np.empty(2 * n + OUT_EXTRA)
-    _step_into(joints, geo, obstacles, groups, anchors, inputs, exact, held, out)
+    gravity, earlier, work, scratch, spare = _buffers(n)
+    _step_into(joints, geo, obstacles, groups, anchors, inputs, exact, held, out,
+               gravity, earlier, work, scratch, spare)  # fmt: skip
     return out
 
 
@@ -974,8 +984,10 @@ def step_batch(
     rows = inputs.shape[0]
     n = joints.shape[0]
     out = np.empty((rows, 2 * n + OUT_EXTRA))
+    gravity, earlier, work, scratch, spare = _buffers(n)
     for i in range(rows):
-        _step_into(joints, geo, obstacles, groups, anchors[i], inputs[i], exact[i], held[i], out[i])
+        _step_into(joints, geo, obstacles, groups, anchors[i], inputs[i], exact[i], held[i],
+                   out[i], gravity, earlier, work, scratch, spare)  # fmt: skip
     return out
 
 
@@ -999,168 +1011,164 @@ def targets_batch(
     return out
 
 
+# What filter_batch found for each row (its ``kinds``).
+ROW_PASSED = 0  # passed, no check raised: the shared PASSED verdict
+ROW_FLAGGED = 1  # passed as proposed, with checks raised
+ROW_CORRECTED = 2  # moved by the joint or Cartesian stage
+ROW_REFUSED = 3  # for the per-row path: a previous command not the robot's own, or an
+# unreadable observation or non-finite proposal; nothing of it was written
+ROW_OUTSIDE = 4  # its robot's state is not in its slot (nothing was done to any row)
+
+
 @_jit
-def inputs_batch(
+def filter_batch(
+    joints: np.ndarray,
+    geo: np.ndarray,
+    obstacles: np.ndarray,
+    groups: np.ndarray,
     obs: np.ndarray,
     q_start: int,
     v_start: int,
     bounds: np.ndarray,
-    command32: np.ndarray,
     dt: float,
-    held: np.ndarray,
+    command32: np.ndarray,
+    has_previous: np.ndarray,
+    handed: np.ndarray,
+    acting: bool,
+    actions: np.ndarray,
+    center: np.ndarray,
+    half: np.ndarray,
     slots: np.ndarray,
+    here: np.ndarray,
+    action_here: np.ndarray,
+    has_last: np.ndarray,
+    has_pose: np.ndarray,
+    out32: np.ndarray,
     candidates: np.ndarray,
     changes: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The :func:`step_batch` inputs of many robots' rows, and whether each row is
-    usable, from their observations ``obs`` (rows × obs_dim, float32 or float64; joint
-    positions and velocities from ``q_start`` and ``v_start``) and proposals
-    ``command32``: a row is usable when its positions lie in [``bounds[0]``,
-    ``bounds[1]``], its velocities in [``bounds[2]``, ``bounds[3]``] and its proposal is
-    finite (what ``PositionSupervisor._read_state`` and ``_command`` accept). A ``held``
-    row steers from its own last command and change (rows ``slots[i]`` of ``candidates``
-    and ``changes``), any other from its measured pose and velocity × ``dt``."""
+    poses: np.ndarray,
+    anchor_table: np.ndarray,
+    has_action: np.ndarray,
+    action32: np.ndarray,
+    command_table: np.ndarray,
+    out_bits: np.ndarray,
+    action_bits: np.ndarray,
+    command_bits: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Many robots' commands, each row what ``PositionSupervisor.filter`` does with it:
+    read, checked, answered and its robot's state written back to its slot
+    (``tether.safety.position.states``: the tables from ``here`` on).
+
+    Row ``i``: observation ``obs[i]`` (float32 or float64; joint positions and
+    velocities from ``q_start`` and ``v_start``, plausible within ``bounds``: low, high,
+    -vmax, vmax), proposal ``command32[i]``, slot ``slots[i]``, and, where
+    ``has_previous[i]``, the bits of its previous command (the next row of ``handed``;
+    with ``acting``, of its previous action, the action level's own when it equals the
+    action in ``action32`` and the command behind it is the position supervisor's
+    last). A row steering from its own last command holds its last change; one with no
+    previous command steers from its pose and velocity × ``dt``. With ``acting`` the
+    action returned is the proposal ``actions[i]`` where passed, else the executed
+    command mapped back, ``(command - center) / half``.
+
+    Returns each row's kind (``ROW_*``), executed command (float32), action returned
+    (float32, with ``acting``), :func:`step` row, and check bits. When any row's state is
+    outside its slot, every such row is ``ROW_OUTSIDE`` and nothing else is done."""
     rows, n = command32.shape
-    inputs = np.empty((rows, 5 * n))
-    usable = np.empty(rows, np.bool_)
+    kinds = np.zeros(rows, np.int8)
+    out = np.empty((rows, n), np.float32)
+    returned = np.empty((rows, n), np.float32)
+    table = np.empty((rows, 2 * n + OUT_EXTRA))
+    checks = np.zeros(rows, np.int64)
+    outside = False
     for i in range(rows):
-        ok = True
         slot = slots[i]
+        if slot < 0 or not here[slot] or (acting and not action_here[slot]):
+            kinds[i] = ROW_OUTSIDE
+            outside = True
+    if outside:
+        return kinds, out, returned, table, checks
+    inputs = np.empty(5 * n)
+    gravity, earlier, work, scratch, spare = _buffers(n)
+    given = 0
+    for i in range(rows):
+        slot = slots[i]
+        held = has_previous[i]
+        if held:
+            own = has_last[slot] and (has_action[slot] or not acting)
+            for j in range(n):
+                if acting:
+                    if handed[given, j] != action_bits[slot, j]:
+                        own = False
+                    if command_bits[slot, j] != out_bits[slot, j]:
+                        own = False
+                elif handed[given, j] != out_bits[slot, j]:
+                    own = False
+            given += 1
+            if not own:
+                kinds[i] = ROW_REFUSED
+                continue
+        # What _read_state and _command refuse (NaN fails every comparison).
+        usable = True
         for j in range(n):
             q = np.float64(obs[i, q_start + j])
             v = np.float64(obs[i, v_start + j])
             c = np.float64(command32[i, j])
             if not (q >= bounds[0, j] and q <= bounds[1, j]):
-                ok = False
+                usable = False
             if not (v >= bounds[2, j] and v <= bounds[3, j]):
-                ok = False
+                usable = False
             if not np.isfinite(c):
-                ok = False
-            inputs[i, j] = q
-            inputs[i, n + j] = v
-            inputs[i, 4 * n + j] = c
-            if held[i]:
-                inputs[i, 2 * n + j] = candidates[slot, j]
-                inputs[i, 3 * n + j] = changes[slot, j]
+                usable = False
+            inputs[j] = q
+            inputs[n + j] = v
+            inputs[4 * n + j] = c
+            if held:
+                inputs[2 * n + j] = candidates[slot, j]
+                inputs[3 * n + j] = changes[slot, j]
             else:
-                inputs[i, 2 * n + j] = q
-                inputs[i, 3 * n + j] = v * dt
-        usable[i] = ok
-    return inputs, usable
-
-
-@_jit
-def own_rows(
-    given: np.ndarray,
-    slots: np.ndarray,
-    has_last: np.ndarray,
-    out_bits: np.ndarray,
-    acting: bool,
-    has_action: np.ndarray,
-    action_bits: np.ndarray,
-    command_bits: np.ndarray,
-) -> np.ndarray:
-    """Per row: whether ``given`` (the bits of its previous command, or with ``acting``
-    of its previous action; uint32, rows × n) is what its robot's supervisor returned
-    last (the bits in row ``slots[i]`` of ``out_bits``; with ``acting``, of
-    ``action_bits``, and the command behind that action, ``command_bits``, the position
-    supervisor's last)."""
-    rows, n = given.shape
-    mine = np.empty(rows, np.bool_)
-    for i in range(rows):
-        slot = slots[i]
-        ok = has_last[slot]
-        if acting:
-            ok = ok and has_action[slot]
-        for j in range(n):
-            if acting:
-                if (
-                    given[i, j] != action_bits[slot, j]
-                    or command_bits[slot, j] != out_bits[slot, j]
-                ):
-                    ok = False
-            elif given[i, j] != out_bits[slot, j]:
-                ok = False
-        mine[i] = ok
-    return mine
-
-
-@_jit
-def finish_batch(
-    table: np.ndarray, command: np.ndarray, command32: np.ndarray, reference: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """What ``PositionSupervisor._finish`` computes, for every row of a
-    :func:`step_batch` result ``table`` (the proposals ``command``, float64, and
-    ``command32``, float32; the ``reference`` commands steered from): the executed
-    commands (float32), the candidates and their changes from the reference (float64),
-    the check bits, whether each candidate is its proposal, and whether the proposal is
-    executed as it was (inside every interval, not moved by the Cartesian stage)."""
-    rows, n = command.shape
-    out = np.empty((rows, n), np.float32)
-    candidate = np.empty((rows, n))
-    change = np.empty((rows, n))
-    checks = np.empty(rows, np.int64)
-    passed = np.empty(rows, np.bool_)
-    untouched = np.empty(rows, np.bool_)
-    for i in range(rows):
-        cartesian = np.int64(table[i, 2 * n + OUT_CARTESIAN])
+                inputs[2 * n + j] = q
+                inputs[3 * n + j] = v * dt
+        if not usable:
+            kinds[i] = ROW_REFUSED
+            continue
+        row = table[i]
+        _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, True, held, row,
+                   gravity, earlier, work, scratch, spare)  # fmt: skip
+        # _finish: the candidate is the Cartesian stage's command where it moved one,
+        # else the joint stage's; the executed command is the proposal itself where
+        # both left it inside.
+        cartesian = np.int64(row[2 * n + OUT_CARTESIAN])
         moved = cartesian != 0
-        keep = table[i, 2 * n + OUT_INSIDE] != 0.0 and not moved
-        untouched[i] = keep
-        checks[i] = np.int64(table[i, 2 * n + OUT_JOINT_CHECKS]) | cartesian
+        keep = row[2 * n + OUT_INSIDE] != 0.0 and not moved
+        bits = np.int64(row[2 * n + OUT_JOINT_CHECKS]) | cartesian
         same = True
         for j in range(n):
-            x = table[i, n + j] if moved else table[i, j]
-            candidate[i, j] = x
-            change[i, j] = x - reference[i, j]
-            out[i, j] = command32[i, j] if keep else np.float32(x)
-            if x != command[i, j]:
+            x = row[n + j] if moved else row[j]
+            executed = command32[i, j] if keep else np.float32(x)
+            out[i, j] = executed
+            if x != inputs[4 * n + j]:
                 same = False
-        passed[i] = same
-    return out, candidate, change, checks, passed, untouched
-
-
-@_jit
-def store_batch(
-    slots: np.ndarray,
-    inputs: np.ndarray,
-    anchors: np.ndarray,
-    out: np.ndarray,
-    candidate: np.ndarray,
-    change: np.ndarray,
-    has_last: np.ndarray,
-    has_pose: np.ndarray,
-    out_table: np.ndarray,
-    candidates: np.ndarray,
-    changes: np.ndarray,
-    poses: np.ndarray,
-    anchor_table: np.ndarray,
-    acting: bool,
-    returned: np.ndarray,
-    has_action: np.ndarray,
-    action_table: np.ndarray,
-    command_table: np.ndarray,
-) -> None:
-    """What one batch leaves behind, each row into its robot's slot ``slots[i]`` of the
-    tables (``tether.safety.position.states``): the command returned ``out``, its
-    ``candidate`` and ``change``, the pose read (the first n ``inputs``), the
-    ``anchors``; with ``acting`` also the action ``returned`` and the command behind it."""
-    rows, n = out.shape
-    for i in range(rows):
-        slot = slots[i]
+            candidates[slot, j] = x
+            changes[slot, j] = x - inputs[2 * n + j]
+            poses[slot, j] = inputs[j]
+            out32[slot, j] = executed
         has_last[slot] = True
         has_pose[slot] = True
-        for j in range(n):
-            out_table[slot, j] = out[i, j]
-            candidates[slot, j] = candidate[i, j]
-            changes[slot, j] = change[i, j]
-            poses[slot, j] = inputs[i, j]
-            if acting:
-                action_table[slot, j] = returned[i, j]
-                command_table[slot, j] = out[i, j]
+        checks[i] = bits
+        if not same:
+            kinds[i] = ROW_CORRECTED
+        elif bits != 0:
+            kinds[i] = ROW_FLAGGED
         if acting:
+            for j in range(n):
+                if same:
+                    returned[i, j] = actions[i, j]
+                else:
+                    returned[i, j] = np.float32((np.float64(out[i, j]) - center[j]) / half[j])
+                action32[slot, j] = returned[i, j]
+                command_table[slot, j] = out[i, j]
             has_action[slot] = True
-        anchor_table[slot] = anchors[i]
+    return kinds, out, returned, table, checks
 
 
 def _compile_all() -> None:
@@ -1187,25 +1195,17 @@ def _compile_all() -> None:
         np.zeros(1, np.bool_),
     )
     targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
+    # batch._array_group's argument layouts: observations of either float width.
     slots = np.zeros(1, np.intp)
-    table, table32, bits = (
-        np.zeros((1, n)),
-        np.zeros((1, n), np.float32),
-        np.zeros((1, n), np.uint32),
-    )
-    flags = np.zeros(1, np.bool_)
-    for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
-        inputs_batch(obs, 0, n, np.zeros((4, n)), table32, 0.01, flags, slots, table, table)
-    own_rows(bits, slots, flags, bits, True, flags, bits, bits)
+    flags = np.ones(1, np.bool_)
+    table, table32 = np.zeros((1, n)), np.zeros((1, n), np.float32)
+    bits = table32.view(np.uint32)
     anchors = new_anchors(n)[None]
-    store_batch(slots, np.zeros((1, 5 * n)), anchors, table32, table, table, flags, flags, table32,
-                table, table, table, anchors, True, table32, flags, table32, table32)  # fmt: skip
-    # batch._array_group passes column slices of the inputs: strided ('A' layout) from
-    # two rows on, contiguous for one; both compiled here, not at the first batch.
-    for rows in (1, 2):
-        sliced = np.zeros((rows, 5 * n))
-        finish_batch(np.zeros((rows, 2 * n + OUT_EXTRA)), sliced[:, 4 * n :],
-                     np.zeros((rows, n), np.float32), sliced[:, 2 * n : 3 * n])  # fmt: skip
+    for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
+        filter_batch(joints, geo, obstacles, groups, obs, 0, n, np.zeros((4, n)), 0.01, table32,
+                     flags, bits, True, table32, np.zeros(n), np.ones(n), slots, flags, flags,
+                     flags, flags, table32, table, table, table, anchors, flags, table32, table32,
+                     bits, bits, bits)  # fmt: skip
 
 
 warm = warm_once(AVAILABLE, _compile_all)
