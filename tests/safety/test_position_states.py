@@ -1,11 +1,13 @@
 """A robot's state moves between its supervisor and its slot without changing a bit.
 
-The batch path keeps a robot's state in its slot (``tether.safety.position.states``); a
-single call, ``take_state`` and a backup action bring it back first. Two fleets see the
-same rounds: one fleet one call per robot always, the other, per robot and round, either
-a single call or a row of one batch call, now and then a backup action or a move to a
-fresh supervisor (``take_state``). Every answer must match to the bit; and without the
-move back (``_pull`` made a no-op) the mixed fleet must go wrong, so the test can fail.
+The batch path and the action level's compiled single call keep a robot's state in its
+slot (``tether.safety.position.states``); a per-row single call, ``take_state`` and a
+backup action bring it back first. Two fleets see the same rounds: one fleet one call per
+robot always, the other, per robot and round, either a single call (compiled, or a
+float64 proposal taking the per-row path) or a row of one batch call, now and then a
+backup action or a move to a fresh supervisor (``take_state``). Every answer and every robot's state after it must
+match to the bit; and without the move back (``_pull`` made a no-op) the mixed fleet
+must go wrong, so the test can fail.
 """
 
 from __future__ import annotations
@@ -19,22 +21,36 @@ import pytest
 from safety import position_corpus as corpus
 from safety.test_position_batch import fleet, rounds
 from safety.test_position_equivalence import same
-from tether.safety.position import PositionActionSupervisor, PositionSupervisor, kernel
+from tether.safety.position import PositionActionSupervisor, kernel
 from tether.safety.position.batch import filter_actions, filter_commands
 from tether.safety.position.states import states_for
 
 pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the slots serve the compiled path")
 
 
-def mixed_run(kind: int, rows: int, count: int, seed: int) -> int:
-    """Rounds of the mixed fleet against the single-call fleet; rows compared."""
+def mixed_run(kind: int, rows: int, count: int, seed: int, *, unguarded: bool = False) -> int:
+    """Rounds of the mixed fleet against the single-call fleet; rows compared.
+    ``unguarded``: the mixed fleet's supervisors never move their state back (``_pull``
+    a no-op on each of them, which their fresh() copies inherit)."""
     rng = np.random.default_rng(seed)
     singles, mixed = fleet(rows, seed, kind), fleet(rows, seed, kind)
+    if unguarded:
+        for supervisor in mixed:
+            for level in (supervisor, getattr(supervisor, "position", supervisor)):
+                level._pull = lambda: None
     last_single: list[Any] = [None] * rows
     last_mixed: list[Any] = [None] * rows
     compared = 0
     for obs, proposals, prev_kinds, ages in rounds(rows, count, seed + 1, kind):
-        how = rng.choice(["batch", "single", "backup", "move"], size=rows, p=[0.6, 0.25, 0.05, 0.1])
+        how = rng.choice(
+            ["batch", "single", "wide", "backup", "move"], size=rows, p=[0.5, 0.2, 0.15, 0.05, 0.1]
+        )
+        # "wide": a float64 proposal, which the action level's compiled single call leaves
+        # to the per-row path (the position level has only that one); both fleets get it.
+        proposals = [
+            p.astype(np.float64) if way == "wide" else p
+            for p, way in zip(proposals, how, strict=True)
+        ]
         want, got = [], [None] * rows
         for i in range(rows):
             if how[i] == "move":
@@ -53,7 +69,7 @@ def mixed_run(kind: int, rows: int, count: int, seed: int) -> int:
         ]
         batched = [i for i in range(rows) if how[i] in ("batch", "move")]
         for i in range(rows):
-            if how[i] == "single":
+            if how[i] in ("single", "wide"):
                 got[i] = mixed[i].filter(
                     obs[i], proposals[i], previous[i], observation_age_s=ages[i]
                 )
@@ -80,10 +96,47 @@ def mixed_run(kind: int, rows: int, count: int, seed: int) -> int:
             got[i] = answer
         for i in range(rows):
             assert same(got[i], want[i]), (i, how[i], got[i], want[i])
+            assert state_of(mixed[i]) == state_of(singles[i]), (i, how[i])
             compared += 1
         last_single = [w[0] for w in want]
         last_mixed = [g[0] for g in got]
     return compared
+
+
+def state_of(supervisor: Any) -> tuple[Any, ...]:
+    """A supervisor's robot state, read where it is kept (its slot or itself), moving
+    nothing."""
+    action: tuple[Any, ...] = ()
+    if isinstance(supervisor, PositionActionSupervisor):
+        position = supervisor.position
+        slot, states = position._slot, position._states
+        if slot >= 0 and states.action_here[slot]:
+            held = bool(states.has_action[slot])
+            action = (
+                states.action32[slot].tobytes() if held else b"",
+                states.command32[slot].tobytes() if held else None,
+            )
+        else:
+            command = supervisor._last_command
+            action = (supervisor._last_bytes, None if command is None else command.tobytes())
+        supervisor = position
+    slot, states = supervisor._slot, supervisor._states
+    if slot >= 0 and states.here[slot]:
+        held = bool(states.has_last[slot])
+        return (
+            *action,
+            (states.candidate[slot].tolist(), states.change[slot].tolist()) if held else None,
+            states.out32[slot].tobytes() if held else b"",
+            states.pose[slot].tolist() if states.has_pose[slot] else None,
+            states.anchors[slot].tobytes(),
+        )
+    return (
+        *action,
+        supervisor._last,
+        supervisor._last_bytes,
+        supervisor._last_pose,
+        supervisor._anchors.tobytes(),
+    )
 
 
 def _moved(supervisor: Any) -> Any:
@@ -100,13 +153,9 @@ def test_single_batch_backup_and_moved_calls_mix_to_the_bit(kind: int) -> None:
 
 @pytest.mark.parametrize("kind", [corpus.POSITION, corpus.ACTIONS])
 @np.errstate(over="ignore")
-def test_without_moving_the_state_back_the_mixed_fleet_goes_wrong(
-    kind: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(PositionSupervisor, "_pull", lambda self: None)
-    monkeypatch.setattr(PositionActionSupervisor, "_pull", lambda self: None)
+def test_without_moving_the_state_back_the_mixed_fleet_goes_wrong(kind: int) -> None:
     with pytest.raises(AssertionError):
-        mixed_run(kind, 48, 30, 5)
+        mixed_run(kind, 48, 30, 5, unguarded=True)
 
 
 def test_slots_grow_past_their_first_capacity_and_are_reused_once_collected() -> None:

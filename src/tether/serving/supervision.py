@@ -169,8 +169,9 @@ _session_of = operator.attrgetter("session")
 
 # From this many rows decide_batch runs the position rows through the array path; below,
 # one ``decide`` per row. The shipped arm's closed loop, µs per row, decide vs the array
-# path: 1 row 25 vs 81, 4 rows 21 vs 27, 8 rows 25 vs 16 (docs/benchmarks.md, issue 22).
-ARRAY_ROWS = 6
+# path: 1 row 11.3 vs 29.3, 3 rows 11.3 vs 12.7, 4 rows 11.3 vs 10.8, 8 rows 10.9 vs 6.6
+# (docs/benchmarks.md, 2026-12-06 morning).
+ARRAY_ROWS = 4
 
 
 def decide_batch(

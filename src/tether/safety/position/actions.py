@@ -33,13 +33,20 @@ import numpy as np
 
 from tether.errors import SpecError
 from tether.safety.limits import SafetyLimits
+from tether.safety.position import kernel
+from tether.safety.position.states import NO_BITS
 from tether.safety.position.supervisor import PositionSupervisor
-from tether.safety.verdict import ActionSource, SafetyCheck, SafetyVerdict
+from tether.safety.verdict import PASSED, ActionSource, SafetyCheck, SafetyVerdict
 from tether.spec import RobotSpec
 
 # Actions beyond this are clamped before the map (rad = center + a·half), so the map
 # never overflows; 1e6 is far outside [-1, 1] and still maps far outside every range.
 _ACTION_CLAMP = 1e6
+
+# One row with or without a previous action (read-only), for the compiled single call.
+_HANDED = np.ones(1, np.bool_)
+_NOT_HANDED = np.zeros(1, np.bool_)
+_HANDED.flags.writeable = _NOT_HANDED.flags.writeable = False
 
 
 class PositionActionSupervisor:
@@ -62,8 +69,11 @@ class PositionActionSupervisor:
         self._center = ((low + high) / 2).tolist()
         self._half = ((high - low) / 2).tolist()
         self._n = spec.n_joints
-        # Equal keys: the same map (tether.safety.position.batch maps such rows at once).
+        # Equal keys: the same map (tether.safety.position.batch maps such rows at once);
+        # the map as the compiled kernel takes it.
         self._map_key = _map_key(self._center, self._half)
+        self._map = (np.array(self._center), np.array(self._half), _ACTION_CLAMP)
+        self._shape = (self._n,)
         self._start_robot()
 
     def _start_robot(self) -> None:
@@ -114,7 +124,17 @@ class PositionActionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """The normalized action to execute (float32, shape (n,)) and what was done to it
         (distances in the verdict are in rad, as the position supervisor measures them)."""
-        if self.position._slot >= 0:
+        position = self.position
+        if (
+            type(proposed_action) is np.ndarray
+            and proposed_action.dtype == np.float32
+            and proposed_action.shape == self._shape
+            and position._common(observation, observation_age_s, previous_action)
+        ):
+            answer = self._filter_compiled(observation, proposed_action, previous_action)
+            if answer is not None:
+                return answer
+        if position._slot >= 0:
             self._pull()
         command, verdict = self.position.filter(
             observation,
@@ -125,6 +145,38 @@ class PositionActionSupervisor:
         if verdict.source is ActionSource.POLICY:
             return self._remember(_as_action(proposed_action, self._n), command), verdict
         return self._remember(self._to_action(command), command), verdict
+
+    def _filter_compiled(
+        self, observation: np.ndarray, action: np.ndarray, previous: np.ndarray | None
+    ) -> tuple[np.ndarray, SafetyVerdict] | None:
+        """``filter`` of a common call (``PositionSupervisor._common``, a float32 action)
+        in one compiled call, the robot's state in its slot (``kernel.filter_batch`` with
+        one row); None when the kernel leaves the call to the per-row path (a previous
+        action not this supervisor's own, an unreadable observation, a non-finite action),
+        having changed nothing."""
+        position = self.position
+        states = position._states
+        assert states is not None
+        with states.lock:
+            slot = position._slot
+            if slot < 0 or not (states.here[slot] and states.action_here[slot]):
+                slot = position._push()
+                self._push(slot)
+            if previous is None:
+                has_previous, handed = _NOT_HANDED, NO_BITS
+            else:
+                has_previous, handed = _HANDED, previous.view(np.uint32)[None]
+            kinds, _, returned, table, checks, commands = states.run(
+                position, observation[None], action[None], has_previous, handed, self._map,
+                position._slot_row,
+            )  # fmt: skip
+        kind = int(kinds[0])
+        if kind == kernel.ROW_PASSED:
+            return action, PASSED
+        if kind == kernel.ROW_REFUSED:
+            return None
+        verdict = position._kernel_verdict(kind, int(checks[0]), table[0], commands[0])
+        return (action if kind == kernel.ROW_FLAGGED else returned[0]), verdict
 
     def backup_action(
         self, observation: Any, previous_action: Any | None = None

@@ -33,17 +33,14 @@ import numpy as np
 
 from tether.safety.position import kernel
 from tether.safety.position.actions import (
-    _ACTION_CLAMP,
     PositionActionSupervisor,
     _as_action,
 )
+from tether.safety.position.states import NO_BITS
 from tether.safety.position.supervisor import PositionSupervisor, _Step
-from tether.safety.supervisor import _flags
 from tether.safety.verdict import PASSED, ActionSource, SafetyVerdict
 
 Result = tuple[np.ndarray, SafetyVerdict]
-
-_slot_of = operator.attrgetter("_slot")
 
 
 def filter_commands(
@@ -171,28 +168,25 @@ def filter_actions(
             "filter_actions got the same supervisor in two rows; each row is one robot, "
             "with its own supervisor"
         )
-    positions = [s.position for s in supervisors]
+    positions = list(map(_position_of, supervisors))
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
-    rest: Iterable[int]
-    targets: np.ndarray | list[Any]
-    if _same_map(supervisors) and actions.shape[1] == supervisors[0]._n:
-        first = supervisors[0]
-        targets = _targets(first, actions)
-        acting = _Acting(supervisors, actions, np.array(first._center), np.array(first._half))
+    rest: Iterable[int] = range(rows)
+    first = supervisors[0]
+    if actions.shape[1] == first._n and len(set(map(_map_key_of, supervisors))) == 1:
+        acting = _Acting(supervisors, first._map)
         rest = _filter_arrays(
-            positions, observations, targets, None, previous, ages, results, acting
+            positions, observations, actions, None, previous, ages, results, acting
         )
-    else:
-        targets = [s._to_target(actions[i]) for i, s in enumerate(supervisors)]
-        rest = range(rows)
     if rest:
         # Each row left as a single call runs it: the action level's own state and
         # previous action, the position supervisor's filter, the map back.
         prior: list[Any | None] = [None] * rows
+        targets: list[Any | None] = [None] * rows
         for i in rest:
             supervisor = supervisors[i]
             supervisor._pull()
+            targets[i] = supervisor._to_target(actions[i])
             if previous[i] is not None:
                 prior[i] = supervisor._previous(previous[i])
         _filter_rows(positions, observations, targets, prior, ages, results, rest)
@@ -210,60 +204,26 @@ def filter_actions(
     return cast(list[Result], results)
 
 
-def _same_map(supervisors: Sequence[PositionActionSupervisor]) -> bool:
-    key = supervisors[0]._map_key
-    return all(s._map_key == key for s in supervisors)
-
-
-def _targets(supervisor: PositionActionSupervisor, actions: np.ndarray) -> np.ndarray:
-    """``supervisor._to_target`` of every row at once, bit for bit: c + h·clamp(a) in
-    float64 (the same two roundings per element), non-finite actions kept as they are
-    (``kernel.targets_batch``)."""
-    center = np.array(supervisor._center)
-    half = np.array(supervisor._half)
-    targets: np.ndarray = kernel.targets_batch(actions, center, half, _ACTION_CLAMP)
-    return targets
+_position_of = operator.attrgetter("position")
+_map_key_of = operator.attrgetter("_map_key")
 
 
 # -- the array path -------------------------------------------------------------------------
 
-# Per supervisor signature: where an observation's joint positions and velocities start,
-# the plausible readings as one (4, n) array (low, high, -vmax, vmax), and the period.
-_Reader = tuple[int, int, np.ndarray, float]
-_READERS: dict[int, _Reader] = {}
-
-
-def _reader(supervisor: PositionSupervisor) -> _Reader:
-    reader = _READERS.get(supervisor._signature)
-    if reader is None:
-        low, high, vmax = (np.array(x) for x in zip(*supervisor._plausible, strict=True))
-        n = supervisor._n
-        q, v = supervisor._q, supervisor._v
-        # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
-        assert q.step is None
-        assert v.step is None
-        assert q.stop - q.start == v.stop - v.start == n
-        bounds = np.stack((low, high, -vmax, vmax)).astype(np.float64)
-        reader = (q.start, v.start, np.ascontiguousarray(bounds), supervisor._dt)
-        _READERS[supervisor._signature] = reader
-    return reader
-
 
 class _Acting(NamedTuple):
-    """The action level of a :func:`filter_actions` call that runs rows as arrays: its
-    supervisors, the proposed actions (float32, rows × n) and the map's center and half
-    range (float64, as ``PositionActionSupervisor`` holds them)."""
+    """The action level of a :func:`filter_actions` call that runs rows as arrays (the
+    proposals are normalized actions): its supervisors and their action map (center and
+    half range, float64, and the clamp)."""
 
     supervisors: Sequence[PositionActionSupervisor]
-    actions: np.ndarray
-    center: np.ndarray
-    half: np.ndarray
+    map: tuple[np.ndarray, np.ndarray, float]
 
 
 def _filter_arrays(
     supervisors: Sequence[PositionSupervisor],
     observations: Sequence[Any],
-    commands: np.ndarray,
+    proposals: np.ndarray,
     proposed: Sequence[Any] | None,
     previous: Sequence[Any | None],
     ages: Sequence[float | None],
@@ -272,64 +232,41 @@ def _filter_arrays(
 ) -> list[int]:
     """The common rows, read and answered as arrays; the rows left for the per-row path.
 
-    A row is common when its supervisor runs the kernel, its observation is a float
-    array, its command (row ``i`` of ``commands``, float32; ``proposed[i]`` the object
-    given, returned when it passes) is finite, its observation is neither stale nor
-    unreadable, and its previous command is None or the one this supervisor returned
-    last (with ``acting``: its previous action the one its action supervisor returned
-    last, the command behind it the position supervisor's last): then ``_prepare``
-    reduces to slicing and ``_finish`` to a few array operations, and only a corrected
-    row builds its verdict in Python. Each such row gets, bit for bit, what ``filter``
+    A row is common when ``PositionSupervisor._common`` says so (the kernel runs its
+    supervisor, its observation is a float array neither stale nor of a length the
+    kernel cannot read, its previous command None or a float32 array of shape (n,)) and
+    the kernel finds its previous command the supervisor's own (with ``acting``: its
+    previous action the one its action supervisor returned last, the command behind it
+    the position supervisor's last), its observation readable and its proposal (row
+    ``i`` of ``proposals``, float32; ``proposed[i]`` the object given, returned when it
+    is executed as it was) finite. Each such row gets, bit for bit, what ``filter``
     returns, and its robot's state stays in its slot (``tether.safety.position.states``).
     """
     if _one_group(supervisors, observations, ages, previous):
         # Serving's batch: every row common and alike, told so by one pass per property.
         everyone = list(range(len(supervisors)))
         return _array_group(
-            supervisors, everyone, observations, commands, proposed, previous, results, acting
+            supervisors, everyone, observations, proposals, proposed, previous, results, acting
         )
     rest: list[int] = []
     groups: dict[tuple[int, int], list[int]] = {}
-    ndarray, float32 = np.ndarray, np.float32
     for i, (supervisor, obs, age, prev) in enumerate(
         zip(supervisors, observations, ages, previous, strict=True)
     ):
-        signature = supervisor._signature
-        if (
-            signature
-            and type(obs) is ndarray
-            and obs.ndim == 1
-            and obs.dtype.char in "fd"
-            and (age is None or age <= supervisor.limits.command_staleness_s)
-            and (
-                prev is None
-                or (
-                    type(prev) is ndarray
-                    and prev.dtype == float32
-                    and prev.shape == supervisor._shape
-                )
-            )
-        ):
-            length = obs.shape[0]
-            expected = supervisor._obs_dim
-            if length == expected if expected else length >= supervisor._min_obs:
-                key = (signature, length)
-                group = groups.get(key)
-                if group is None:
-                    groups[key] = [i]
-                else:
-                    group.append(i)
-                continue
-        rest.append(i)
+        length = supervisor._common(obs, age, prev)
+        if length:
+            groups.setdefault((supervisor._signature, length), []).append(i)
+        else:
+            rest.append(i)
     for members in groups.values():
         rest += _array_group(
-            supervisors, members, observations, commands, proposed, previous, results, acting
+            supervisors, members, observations, proposals, proposed, previous, results, acting
         )
     return rest
 
 
 _signature_of = operator.attrgetter("_signature")
-_NO_BITS = np.empty((0, 0), np.uint32)  # no previous command in the batch
+_slot_of = operator.attrgetter("_slot")
 _dtype_of = operator.attrgetter("dtype")
 _shape_of = operator.attrgetter("shape")
 _FLOAT32 = np.dtype(np.float32)
@@ -342,8 +279,8 @@ def _one_group(
     ages: Sequence[float | None],
     previous: Sequence[Any | None],
 ) -> bool:
-    """Whether every row is common (``_filter_arrays``'s test, row by row) and all rows
-    form one group: one signature, one observation length."""
+    """Whether ``PositionSupervisor._common`` holds for every row and all rows form one
+    group (one signature, one observation length), told by one pass per property."""
     first = supervisors[0]
     signature = first._signature
     if not signature or set(map(_signature_of, supervisors)) != {signature}:
@@ -376,7 +313,7 @@ def _array_group(
     supervisors: Sequence[PositionSupervisor],
     members: list[int],
     observations: Sequence[Any],
-    commands: np.ndarray,
+    proposals: np.ndarray,
     proposed: Sequence[Any] | None,
     previous: Sequence[Any | None],
     results: list[Result | None],
@@ -384,13 +321,10 @@ def _array_group(
 ) -> list[int]:
     """The rows ``members`` (one signature, one observation length) in one compiled call
     (``kernel.filter_batch``); the rows whose previous command is not their supervisor's
-    own, observation unreadable or command non-finite are returned, untouched."""
+    own, observation unreadable or proposal non-finite are returned, untouched."""
     first = supervisors[members[0]]
-    packed = first._packed
     states = first._states
-    assert packed is not None
     assert states is not None
-    q_start, v_start, bounds, dt = _reader(first)
     n = first._n
     rows = len(members)
     whole = rows == len(supervisors)  # every row, in order
@@ -401,26 +335,15 @@ def _array_group(
     given = previous if whole else [previous[i] for i in members]
     has_previous = np.fromiter(map(operator.is_not, given, repeat(None)), np.bool_, rows)
     handed = [p for p in given if p is not None]
-    handed_bits = np.concatenate(handed).view(np.uint32).reshape(-1, n) if handed else _NO_BITS
-    command32 = commands if whole else commands[members]
-    if acting is None:
-        actions, center, half = command32, bounds[0], bounds[0]
-    else:
-        actions = acting.actions if whole else acting.actions[members]
-        center, half = acting.center, acting.half
+    handed_bits = np.concatenate(handed).view(np.uint32).reshape(-1, n) if handed else NO_BITS
+    mine = proposals if whole else proposals[members]
     slots = np.fromiter(map(_slot_of, chosen), np.intp, rows)
+    action_map = None if acting is None else acting.map
     with states.lock:
         while True:
-            kinds, out, returned, table, checks = kernel.filter_batch(
-                packed.joints, packed.geo, packed.obstacles, packed.groups,
-                obs, q_start, v_start, bounds, dt, command32, has_previous, handed_bits,
-                acting is not None, actions, center, half,
-                slots, states.here, states.action_here,
-                states.has_last, states.has_pose, states.out32, states.candidate,
-                states.change, states.pose, states.anchors,
-                states.has_action, states.action32, states.command32,
-                states.out_bits, states.action_bits, states.command_bits,
-            )  # fmt: skip
+            kinds, out, returned, table, checks, commands = states.run(
+                first, obs, mine, has_previous, handed_bits, action_map, slots
+            )
             if kinds.max(initial=0) != kernel.ROW_OUTSIDE:
                 break
             # Robots whose state a single call left on the supervisor: moved to their
@@ -434,7 +357,7 @@ def _array_group(
     elif proposed is not None:
         # The proposal itself where it is executed as it was (to the bit).
         out_rows = list(out)
-        kept = (out.view(np.uint32) == command32.view(np.uint32)).all(axis=1).tolist()
+        kept = (out.view(np.uint32) == commands.view(np.uint32)).all(axis=1).tolist()
         answers = [
             proposed[i] if same else out_rows[k]
             for k, (i, same) in enumerate(zip(members, kept, strict=True))
@@ -444,23 +367,12 @@ def _array_group(
     verdicts: list[SafetyVerdict | None] = [PASSED] * rows
     refused: list[int] = []
     for k in np.flatnonzero(kinds).tolist():
-        kind = kinds[k]
+        kind = int(kinds[k])
         if kind == kernel.ROW_REFUSED:
             refused.append(members[k])
             verdicts[k] = None
-        elif kind == kernel.ROW_FLAGGED:
-            verdicts[k] = SafetyVerdict(ActionSource.POLICY, _flags(int(checks[k])), 0.0, ())
         else:
-            row = table[k].tolist()
-            cartesian = int(row[2 * n + kernel.OUT_CARTESIAN])
-            verdicts[k] = chosen[k]._corrected(
-                command32[k].tolist(),
-                row[:n],
-                row[n : 2 * n] if cartesian else row[:n],
-                int(checks[k]),
-                row[2 * n : 2 * n + kernel.OUT_JOINT_CHECKS],
-                cartesian,
-            )
+            verdicts[k] = chosen[k]._kernel_verdict(kind, int(checks[k]), table[k], commands[k])
     if whole and not refused:
         results[:] = zip(answers, cast(list[SafetyVerdict], verdicts), strict=True)
     else:

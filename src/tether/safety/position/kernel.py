@@ -7,9 +7,10 @@ workspace and obstacle clearance of :mod:`tether.safety.segment` over the closed
 :mod:`tether.safety.chain`, and the fallbacks of step 6) run here, in numba, on arrays
 packed once per supervisor by :func:`pack`. :func:`step` does one command,
 :func:`step_batch` many robots' commands in one call (one row each, each with its own
-anchors); :func:`targets_batch` maps a batch's actions and :func:`filter_batch` runs
-the whole array path of :mod:`tether.safety.position.batch` (previous commands checked,
-inputs read, both stages, ``_finish``'s arithmetic, the robots' slots of
+anchors); :func:`filter_batch` runs the whole array path of
+:mod:`tether.safety.position.batch` and of a single action-space call (the action map
+of :func:`targets_batch`, previous commands checked, inputs read, both stages,
+``_finish``'s arithmetic and the map back, the robots' slots of
 :mod:`tether.safety.position.states` read and written) in one call.
 
 Invariant: every result is bit-identical to the Python path's. The functions below are
@@ -1031,13 +1032,13 @@ def filter_batch(
     v_start: int,
     bounds: np.ndarray,
     dt: float,
-    command32: np.ndarray,
+    proposals: np.ndarray,
     has_previous: np.ndarray,
     handed: np.ndarray,
     acting: bool,
-    actions: np.ndarray,
     center: np.ndarray,
     half: np.ndarray,
+    clamp: float,
     slots: np.ndarray,
     here: np.ndarray,
     action_here: np.ndarray,
@@ -1054,14 +1055,16 @@ def filter_batch(
     out_bits: np.ndarray,
     action_bits: np.ndarray,
     command_bits: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Many robots' commands, each row what ``PositionSupervisor.filter`` does with it:
     read, checked, answered and its robot's state written back to its slot
     (``tether.safety.position.states``: the tables from ``here`` on).
 
     Row ``i``: observation ``obs[i]`` (float32 or float64; joint positions and
     velocities from ``q_start`` and ``v_start``, plausible within ``bounds``: low, high,
-    -vmax, vmax), proposal ``command32[i]``, slot ``slots[i]``, and, where
+    -vmax, vmax), proposal ``proposals[i]`` (float32: a command, or with ``acting`` a
+    normalized action, mapped as :func:`targets_batch` maps it with ``center``, ``half``
+    and ``clamp``), slot ``slots[i]``, and, where
     ``has_previous[i]``, the bits of its previous command (the next row of ``handed``;
     with ``acting``, of its previous action, the action level's own when it equals the
     action in ``action32`` and the command behind it is the position supervisor's
@@ -1071,9 +1074,11 @@ def filter_batch(
     command mapped back, ``(command - center) / half``.
 
     Returns each row's kind (``ROW_*``), executed command (float32), action returned
-    (float32, with ``acting``), :func:`step` row, and check bits. When any row's state is
-    outside its slot, every such row is ``ROW_OUTSIDE`` and nothing else is done."""
-    rows, n = command32.shape
+    (float32, with ``acting``), :func:`step` row, check bits and proposed command
+    (float32). When any row's state is outside its slot, every such row is
+    ``ROW_OUTSIDE`` and nothing else is done."""
+    rows, n = proposals.shape
+    command32 = targets_batch(proposals, center, half, clamp) if acting else proposals
     kinds = np.zeros(rows, np.int8)
     out = np.empty((rows, n), np.float32)
     returned = np.empty((rows, n), np.float32)
@@ -1086,7 +1091,7 @@ def filter_batch(
             kinds[i] = ROW_OUTSIDE
             outside = True
     if outside:
-        return kinds, out, returned, table, checks
+        return kinds, out, returned, table, checks, command32
     inputs = np.empty(5 * n)
     gravity, earlier, work, scratch, spare = _buffers(n)
     given = 0
@@ -1162,13 +1167,13 @@ def filter_batch(
         if acting:
             for j in range(n):
                 if same:
-                    returned[i, j] = actions[i, j]
+                    returned[i, j] = proposals[i, j]
                 else:
                     returned[i, j] = np.float32((np.float64(out[i, j]) - center[j]) / half[j])
                 action32[slot, j] = returned[i, j]
                 command_table[slot, j] = out[i, j]
             has_action[slot] = True
-    return kinds, out, returned, table, checks
+    return kinds, out, returned, table, checks, command32
 
 
 def _compile_all() -> None:
@@ -1203,7 +1208,7 @@ def _compile_all() -> None:
     anchors = new_anchors(n)[None]
     for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
         filter_batch(joints, geo, obstacles, groups, obs, 0, n, np.zeros((4, n)), 0.01, table32,
-                     flags, bits, True, table32, np.zeros(n), np.ones(n), slots, flags, flags,
+                     flags, bits, True, np.zeros(n), np.ones(n), 1e6, slots, flags, flags,
                      flags, flags, table32, table, table, table, anchors, flags, table32, table32,
                      bits, bits, bits)  # fmt: skip
 

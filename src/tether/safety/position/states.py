@@ -35,6 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from tether.safety.position import kernel
+
+NO_BITS = np.empty((0, 0), np.uint32)  # the previous commands' bits of rows without one
+
 # Slots a new set of states holds; it doubles when full.
 _FIRST_CAPACITY = 64
 
@@ -102,6 +106,32 @@ class RobotStates:
         self.action_here[slot] = False
         weakref.finalize(owner, self._free.append, slot)
         return slot
+
+    def run(
+        self,
+        supervisor: Any,
+        obs: np.ndarray,
+        proposals: np.ndarray,
+        has_previous: np.ndarray,
+        handed: np.ndarray,
+        acting: tuple[np.ndarray, np.ndarray, float] | None,
+        slots: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``kernel.filter_batch`` of these rows (``supervisor``: one of the signature's
+        ``PositionSupervisor``s; ``acting``: the action map's center, half range and clamp,
+        the ``proposals`` being actions) over these slots; the caller holds :attr:`lock`."""
+        packed = supervisor._packed
+        q_start, v_start, bounds, dt = supervisor._reading()
+        center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
+        return kernel.filter_batch(
+            packed.joints, packed.geo, packed.obstacles, packed.groups,
+            obs, q_start, v_start, bounds, dt, proposals, has_previous, handed,
+            acting is not None, center, half, clamp,
+            slots, self.here, self.action_here, self.has_last, self.has_pose, self.out32,
+            self.candidate, self.change, self.pose, self.anchors,
+            self.has_action, self.action32, self.command32,
+            self.out_bits, self.action_bits, self.command_bits,
+        )  # fmt: skip
 
     @property
     def in_use(self) -> int:

@@ -229,6 +229,7 @@ class PositionSupervisor:
         self._last_pose: list[float] | None = None
         self._anchors = kernel.new_anchors(self._n)
         self._slot = -1
+        self._slot_row = np.full(1, -1, np.intp)  # the slot as a batch of one takes it
 
     def with_limits(self, limits: SafetyLimits) -> PositionSupervisor:
         """The same supervisor (gains, kinematics, backup, config) enforcing other
@@ -525,6 +526,67 @@ class PositionSupervisor:
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
 
+    def _reading(self) -> Reading:
+        """Where an observation's joint positions and velocities start, the plausible
+        readings as one (4, n) array (low, high, -vmax, vmax), and the period: what the
+        kernel reads an observation with (one per signature)."""
+        reading = _READINGS.get(self._signature)
+        if reading is None:
+            low, high, vmax = (np.array(x) for x in zip(*self._plausible, strict=True))
+            q, v, n = self._q, self._v, self._n
+            # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
+            assert q.step is None
+            assert v.step is None
+            assert q.stop - q.start == v.stop - v.start == n
+            bounds = np.ascontiguousarray(np.stack((low, high, -vmax, vmax)), dtype=np.float64)
+            reading = _READINGS[self._signature] = (q.start, v.start, bounds, self._dt)
+        return reading
+
+    def _common(self, observation: Any, age_s: float | None, previous: Any) -> int:
+        """The observation's length when the compiled path can take this call whole: the
+        kernel runs this supervisor, the observation is a 1-D float array of a length it
+        reads, it is not stale, and the previous command is None or a float32 array of
+        shape (n,) (whether it is this supervisor's own, the kernel tells by its bits);
+        else 0."""
+        if not (
+            self._signature
+            and type(observation) is np.ndarray
+            and observation.ndim == 1
+            and observation.dtype.char in "fd"
+            and (age_s is None or age_s <= self.limits.command_staleness_s)
+            and (
+                previous is None
+                or (
+                    type(previous) is np.ndarray
+                    and previous.dtype == np.float32
+                    and previous.shape == self._shape
+                )
+            )
+        ):
+            return 0
+        length: int = observation.shape[0]
+        expected = self._obs_dim
+        if length == expected if expected else length >= self._min_obs:
+            return length
+        return 0
+
+    def _kernel_verdict(self, kind: int, checks: int, row: np.ndarray, command: np.ndarray) -> Any:
+        """The verdict on a row ``kernel.filter_batch`` answered with ``kind`` (not
+        ROW_PASSED), from its check bits, its ``kernel.step`` row and its float32 command."""
+        if kind == kernel.ROW_FLAGGED:
+            return SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
+        n = self._n
+        values = row.tolist()
+        cartesian = int(values[2 * n + kernel.OUT_CARTESIAN])
+        return self._corrected(
+            command.tolist(),
+            values[:n],
+            values[n : 2 * n] if cartesian else values[:n],
+            checks,
+            values[2 * n : 2 * n + kernel.OUT_JOINT_CHECKS],
+            cartesian,
+        )
+
     def _pull(self) -> None:
         """This robot's state back on the supervisor, if the batch path left it in the slot."""
         states = self._states
@@ -551,6 +613,7 @@ class PositionSupervisor:
         slot = self._slot
         if slot < 0:
             slot = self._slot = states.claim(self)
+            self._slot_row = np.full(1, slot, np.intp)
         if states.here[slot]:
             return slot
         last = self._last
@@ -678,6 +741,10 @@ def _rounded(values: list[float]) -> list[float]:
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
     return math.dist(a, b)
 
+
+# Per supervisor signature: see PositionSupervisor._reading.
+Reading = tuple[int, int, np.ndarray, float]
+_READINGS: dict[int, Reading] = {}
 
 _SIGNATURES: dict[tuple[Any, ...], int] = {}
 _SIGNATURES_LOCK = threading.Lock()
