@@ -8,7 +8,11 @@ them to joint targets (``RobotSpec.commanded_position``: affine per joint, ``-1`
 radians by that same map (without its clipping, so an action beyond [-1, 1] reaches the
 supervisor as the target beyond the range it asks for, and is corrected there), runs
 :class:`PositionSupervisor` on them, and maps the executed command back. So serving, the
-gate and ``tether run`` call it exactly as they call the torque supervisor.
+gate and ``tether run`` call it exactly as they call the torque supervisor. A common
+call (a float32 action, a float observation, a previous action None or float32) runs
+all of that in one compiled call, as a batch of one row
+(``tether.safety.position.kernel.filter_batch``); any call the kernel leaves alone takes
+the steps above in Python, with the same result.
 
 Invariants:
 

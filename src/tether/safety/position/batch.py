@@ -3,17 +3,17 @@
 ``filter_commands(supervisors, observations, commands, previous)`` returns, row by row,
 exactly what ``supervisors[i].filter(observations[i], commands[i], previous[i],
 observation_age_s=ages[i])`` returns, in the same state afterwards; ``filter_actions``
-does the same for :class:`PositionActionSupervisor` rows (normalized actions, the spec's
-map computed for all rows at once, ``kernel.targets_batch``). The common rows (see
-``_filter_arrays``) run in one compiled call (``kernel.filter_batch``): previous
-commands checked by their bits, inputs read and checked for plausibility, the joint and
-Cartesian stages (each row with its own robot's anchors), ``_finish``'s arithmetic and
-the map back to actions, the robots' state read from and written to their slots
-(:mod:`tether.safety.position.states`); a verdict object is built only for a row that
-raised a check. Every other row
-(the Python path, an unreadable or stale observation, a non-finite command, a previous
-command not the supervisor's own) is read and answered as a single call does
-(``PositionSupervisor._prepare``/``_finish``).
+does the same for :class:`PositionActionSupervisor` rows (normalized actions). The
+common rows (see ``_filter_arrays``) run in one compiled call (``kernel.filter_batch``):
+the action map, previous commands checked by their bits, inputs read and checked for
+plausibility, the joint and Cartesian stages (each row with its own robot's anchors),
+``_finish``'s arithmetic and the map back to actions, the robots' state read from and
+written to their slots (:mod:`tether.safety.position.states`); a verdict object is built
+only for a row that raised a check. Every other row (the Python path, an unreadable or
+stale observation, a non-finite command, a previous command not the supervisor's own)
+is answered as its single call answers it (for commands ``PositionSupervisor._prepare``
+and ``_finish``, the rows of equal constants through one ``kernel.step_batch``; for
+actions the row's own ``filter`` call).
 
 Invariants: row ``i``'s result and ``supervisors[i]``'s state after the call are
 bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``;
@@ -34,11 +34,10 @@ import numpy as np
 from tether.safety.position import kernel
 from tether.safety.position.actions import (
     PositionActionSupervisor,
-    _as_action,
 )
 from tether.safety.position.states import NO_BITS
 from tether.safety.position.supervisor import PositionSupervisor, _Step
-from tether.safety.verdict import PASSED, ActionSource, SafetyVerdict
+from tether.safety.verdict import PASSED, SafetyVerdict
 
 Result = tuple[np.ndarray, SafetyVerdict]
 
@@ -178,29 +177,11 @@ def filter_actions(
         rest = _filter_arrays(
             positions, observations, actions, None, previous, ages, results, acting
         )
-    if rest:
-        # Each row left as a single call runs it: the action level's own state and
-        # previous action, the position supervisor's filter, the map back.
-        prior: list[Any | None] = [None] * rows
-        targets: list[Any | None] = [None] * rows
-        for i in rest:
-            supervisor = supervisors[i]
-            supervisor._pull()
-            targets[i] = supervisor._to_target(actions[i])
-            if previous[i] is not None:
-                prior[i] = supervisor._previous(previous[i])
-        _filter_rows(positions, observations, targets, prior, ages, results, rest)
-        policy = ActionSource.POLICY
-        for i in rest:
-            supervisor = supervisors[i]
-            answer = results[i]
-            assert answer is not None
-            command, verdict = answer
-            if verdict.source is policy:
-                action = _as_action(actions[i], supervisor._n)
-            else:
-                action = supervisor._to_action(command)
-            results[i] = (supervisor._remember(action, command), verdict)
+    for i in rest:
+        # A row the array path left: its own single call (the per-row path).
+        results[i] = supervisors[i].filter(
+            observations[i], actions[i], previous[i], observation_age_s=ages[i]
+        )
     return cast(list[Result], results)
 
 

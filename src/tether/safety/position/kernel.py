@@ -1012,6 +1012,11 @@ def targets_batch(
     return out
 
 
+# Columns of the tables of tether.safety.position.states that filter_batch reads and writes.
+FLAG_HERE, FLAG_HAS_LAST, FLAG_HAS_POSE, FLAG_ACTION_HERE, FLAG_HAS_ACTION = range(5)
+WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE = range(3)  # float64 rows
+NARROW_OUT, NARROW_ACTION, NARROW_COMMAND = range(3)  # float32 rows
+
 # What filter_batch found for each row (its ``kinds``).
 ROW_PASSED = 0  # passed, no check raised: the shared PASSED verdict
 ROW_FLAGGED = 1  # passed as proposed, with checks raised
@@ -1040,25 +1045,16 @@ def filter_batch(
     half: np.ndarray,
     clamp: float,
     slots: np.ndarray,
-    here: np.ndarray,
-    action_here: np.ndarray,
-    has_last: np.ndarray,
-    has_pose: np.ndarray,
-    out32: np.ndarray,
-    candidates: np.ndarray,
-    changes: np.ndarray,
-    poses: np.ndarray,
+    flags: np.ndarray,
+    wide: np.ndarray,
+    narrow: np.ndarray,
+    bits: np.ndarray,
     anchor_table: np.ndarray,
-    has_action: np.ndarray,
-    action32: np.ndarray,
-    command_table: np.ndarray,
-    out_bits: np.ndarray,
-    action_bits: np.ndarray,
-    command_bits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Many robots' commands, each row what ``PositionSupervisor.filter`` does with it:
     read, checked, answered and its robot's state written back to its slot
-    (``tether.safety.position.states``: the tables from ``here`` on).
+    (``tether.safety.position.states``: ``flags``, ``wide``, ``narrow`` with ``bits`` its
+    bits, ``anchor_table``; columns ``FLAG_*``, ``WIDE_*``, ``NARROW_*``).
 
     Row ``i``: observation ``obs[i]`` (float32 or float64; joint positions and
     velocities from ``q_start`` and ``v_start``, plausible within ``bounds``: low, high,
@@ -1087,7 +1083,7 @@ def filter_batch(
     outside = False
     for i in range(rows):
         slot = slots[i]
-        if slot < 0 or not here[slot] or (acting and not action_here[slot]):
+        if slot < 0 or not flags[slot, FLAG_HERE] or (acting and not flags[slot, FLAG_ACTION_HERE]):
             kinds[i] = ROW_OUTSIDE
             outside = True
     if outside:
@@ -1099,14 +1095,14 @@ def filter_batch(
         slot = slots[i]
         held = has_previous[i]
         if held:
-            own = has_last[slot] and (has_action[slot] or not acting)
+            own = flags[slot, FLAG_HAS_LAST] and (flags[slot, FLAG_HAS_ACTION] or not acting)
             for j in range(n):
                 if acting:
-                    if handed[given, j] != action_bits[slot, j]:
+                    if handed[given, j] != bits[slot, NARROW_ACTION, j]:
                         own = False
-                    if command_bits[slot, j] != out_bits[slot, j]:
+                    if bits[slot, NARROW_COMMAND, j] != bits[slot, NARROW_OUT, j]:
                         own = False
-                elif handed[given, j] != out_bits[slot, j]:
+                elif handed[given, j] != bits[slot, NARROW_OUT, j]:
                     own = False
             given += 1
             if not own:
@@ -1128,8 +1124,8 @@ def filter_batch(
             inputs[n + j] = v
             inputs[4 * n + j] = c
             if held:
-                inputs[2 * n + j] = candidates[slot, j]
-                inputs[3 * n + j] = changes[slot, j]
+                inputs[2 * n + j] = wide[slot, WIDE_CANDIDATE, j]
+                inputs[3 * n + j] = wide[slot, WIDE_CHANGE, j]
             else:
                 inputs[2 * n + j] = q
                 inputs[3 * n + j] = v * dt
@@ -1145,7 +1141,7 @@ def filter_batch(
         cartesian = np.int64(row[2 * n + OUT_CARTESIAN])
         moved = cartesian != 0
         keep = row[2 * n + OUT_INSIDE] != 0.0 and not moved
-        bits = np.int64(row[2 * n + OUT_JOINT_CHECKS]) | cartesian
+        raised = np.int64(row[2 * n + OUT_JOINT_CHECKS]) | cartesian
         same = True
         for j in range(n):
             x = row[n + j] if moved else row[j]
@@ -1153,16 +1149,16 @@ def filter_batch(
             out[i, j] = executed
             if x != inputs[4 * n + j]:
                 same = False
-            candidates[slot, j] = x
-            changes[slot, j] = x - inputs[2 * n + j]
-            poses[slot, j] = inputs[j]
-            out32[slot, j] = executed
-        has_last[slot] = True
-        has_pose[slot] = True
-        checks[i] = bits
+            wide[slot, WIDE_CANDIDATE, j] = x
+            wide[slot, WIDE_CHANGE, j] = x - inputs[2 * n + j]
+            wide[slot, WIDE_POSE, j] = inputs[j]
+            narrow[slot, NARROW_OUT, j] = executed
+        flags[slot, FLAG_HAS_LAST] = True
+        flags[slot, FLAG_HAS_POSE] = True
+        checks[i] = raised
         if not same:
             kinds[i] = ROW_CORRECTED
-        elif bits != 0:
+        elif raised != 0:
             kinds[i] = ROW_FLAGGED
         if acting:
             for j in range(n):
@@ -1170,9 +1166,9 @@ def filter_batch(
                     returned[i, j] = proposals[i, j]
                 else:
                     returned[i, j] = np.float32((np.float64(out[i, j]) - center[j]) / half[j])
-                action32[slot, j] = returned[i, j]
-                command_table[slot, j] = out[i, j]
-            has_action[slot] = True
+                narrow[slot, NARROW_ACTION, j] = returned[i, j]
+                narrow[slot, NARROW_COMMAND, j] = out[i, j]
+            flags[slot, FLAG_HAS_ACTION] = True
     return kinds, out, returned, table, checks, command32
 
 
@@ -1202,15 +1198,14 @@ def _compile_all() -> None:
     targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
     # batch._array_group's argument layouts: observations of either float width.
     slots = np.zeros(1, np.intp)
-    flags = np.ones(1, np.bool_)
-    table, table32 = np.zeros((1, n)), np.zeros((1, n), np.float32)
-    bits = table32.view(np.uint32)
+    flags = np.ones((1, 5), np.bool_)
+    wide, narrow = np.zeros((1, 3, n)), np.zeros((1, 3, n), np.float32)
+    proposals = np.zeros((1, n), np.float32)
     anchors = new_anchors(n)[None]
     for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
-        filter_batch(joints, geo, obstacles, groups, obs, 0, n, np.zeros((4, n)), 0.01, table32,
-                     flags, bits, True, np.zeros(n), np.ones(n), 1e6, slots, flags, flags,
-                     flags, flags, table32, table, table, table, anchors, flags, table32, table32,
-                     bits, bits, bits)  # fmt: skip
+        filter_batch(joints, geo, obstacles, groups, obs, 0, n, np.zeros((4, n)), 0.01, proposals,
+                     np.ones(1, np.bool_), proposals.view(np.uint32), True, np.zeros(n), np.ones(n), 1e6,
+                     slots, flags, wide, narrow, narrow.view(np.uint32), anchors)  # fmt: skip
 
 
 warm = warm_once(AVAILABLE, _compile_all)

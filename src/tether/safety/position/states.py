@@ -69,27 +69,32 @@ class RobotStates:
         self._allocate(_FIRST_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
-        n, anchors = self.n, self._anchors_shape
-        # Position level: whether the slot holds the state, the last command returned
-        # (float32) with its candidate and change (float64), the last readable pose, the
-        # anchors. Action level: whether the slot holds it, the action returned last and
-        # the command it came from.
-        self.here = _grown(getattr(self, "here", None), capacity, (), np.bool_)
-        self.has_last = _grown(getattr(self, "has_last", None), capacity, (), np.bool_)
-        self.has_pose = _grown(getattr(self, "has_pose", None), capacity, (), np.bool_)
-        self.out32 = _grown(getattr(self, "out32", None), capacity, (n,), np.float32)
-        self.candidate = _grown(getattr(self, "candidate", None), capacity, (n,), np.float64)
-        self.change = _grown(getattr(self, "change", None), capacity, (n,), np.float64)
-        self.pose = _grown(getattr(self, "pose", None), capacity, (n,), np.float64)
-        self.anchors = _grown(getattr(self, "anchors", None), capacity, anchors, np.float64)
-        self.action_here = _grown(getattr(self, "action_here", None), capacity, (), np.bool_)
-        self.has_action = _grown(getattr(self, "has_action", None), capacity, (), np.bool_)
-        self.action32 = _grown(getattr(self, "action32", None), capacity, (n,), np.float32)
-        self.command32 = _grown(getattr(self, "command32", None), capacity, (n,), np.float32)
-        # The float32 tables' bits, for comparing commands and actions as _previous does.
-        self.out_bits = self.out32.view(np.uint32)
-        self.action_bits = self.action32.view(np.uint32)
-        self.command_bits = self.command32.view(np.uint32)
+        n = self.n
+        # Four tables, which the kernel takes whole (kernel.FLAG_*, WIDE_*, NARROW_*), and
+        # one view per field. Flags: whether the slot holds the position level's state,
+        # its last command, its last pose, the action level's state, its last action.
+        # Float64 rows: the last command's candidate and change, the last readable pose.
+        # Float32 rows: the last command returned, the last action returned, the command
+        # that action came from (and the same as bits, for comparing them by bits).
+        self.flags = _grown(getattr(self, "flags", None), capacity, (5,), np.bool_)
+        self.wide = _grown(getattr(self, "wide", None), capacity, (3, n), np.float64)
+        self.narrow = _grown(getattr(self, "narrow", None), capacity, (3, n), np.float32)
+        self.anchors = _grown(
+            getattr(self, "anchors", None), capacity, self._anchors_shape, np.float64
+        )
+        self.bits = self.narrow.view(np.uint32)
+        flags, wide, narrow = self.flags, self.wide, self.narrow
+        self.here = flags[:, kernel.FLAG_HERE]
+        self.has_last = flags[:, kernel.FLAG_HAS_LAST]
+        self.has_pose = flags[:, kernel.FLAG_HAS_POSE]
+        self.action_here = flags[:, kernel.FLAG_ACTION_HERE]
+        self.has_action = flags[:, kernel.FLAG_HAS_ACTION]
+        self.candidate = wide[:, kernel.WIDE_CANDIDATE]
+        self.change = wide[:, kernel.WIDE_CHANGE]
+        self.pose = wide[:, kernel.WIDE_POSE]
+        self.out32 = narrow[:, kernel.NARROW_OUT]
+        self.action32 = narrow[:, kernel.NARROW_ACTION]
+        self.command32 = narrow[:, kernel.NARROW_COMMAND]
         self.capacity = capacity
 
     def claim(self, owner: Any) -> int:
@@ -127,10 +132,7 @@ class RobotStates:
             packed.joints, packed.geo, packed.obstacles, packed.groups,
             obs, q_start, v_start, bounds, dt, proposals, has_previous, handed,
             acting is not None, center, half, clamp,
-            slots, self.here, self.action_here, self.has_last, self.has_pose, self.out32,
-            self.candidate, self.change, self.pose, self.anchors,
-            self.has_action, self.action32, self.command32,
-            self.out_bits, self.action_bits, self.command_bits,
+            slots, self.flags, self.wide, self.narrow, self.bits, self.anchors,
         )  # fmt: skip
 
     @property

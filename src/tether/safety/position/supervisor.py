@@ -34,7 +34,9 @@ The arithmetic of checks 2-6 runs in the compiled kernel
 (:mod:`tether.safety.position.kernel`, bit-identical) where numba is installed and the
 kinematics have the closed forms it evaluates, else in Python (``compiled`` says which;
 ``compiled=False`` forces Python). :mod:`tether.safety.position.batch` filters many
-robots' commands in one call.
+robots' commands in one call, and :class:`PositionActionSupervisor` a single common call
+the same way; both keep the robot's state in its slot of
+:mod:`tether.safety.position.states`, from which every other call moves it back first.
 
 The previous change (for check 4) is remembered: when ``previous_command_rad`` is the
 command this supervisor last returned, its change is the one it made; otherwise (the
