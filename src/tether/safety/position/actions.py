@@ -164,6 +164,15 @@ class PositionActionSupervisor:
         with states.lock:
             slot = position._slot
             if slot < 0 or not (states.here[slot] and states.action_here[slot]):
+                if (
+                    previous is not None
+                    and (slot < 0 or not states.action_here[slot])
+                    and previous.tobytes() != self._last_bytes
+                ):
+                    # Not the action it returned last (one supervisor judging many robots'
+                    # rows, the gate's shadow stage): the per-row path, the state left
+                    # where it is rather than moved in for a call the kernel would refuse.
+                    return None
                 slot = position._push()
                 self._push(slot)
             if previous is None:
@@ -218,6 +227,8 @@ class PositionActionSupervisor:
             return
         states = position._states
         assert states is not None
+        if not states.action_here[slot]:
+            return  # only this robot's own calls move its state: read once without the lock
         with states.lock:
             if not states.action_here[slot]:
                 return

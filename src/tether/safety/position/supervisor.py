@@ -594,6 +594,8 @@ class PositionSupervisor:
         states = self._states
         assert states is not None
         slot = self._slot
+        if not states.here[slot]:
+            return  # only this robot's own calls move its state: read once without the lock
         with states.lock:
             if not states.here[slot]:
                 return
