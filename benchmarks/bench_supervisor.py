@@ -787,6 +787,13 @@ def main() -> None:
         supervisor_for(pspec).filter(o, c, p)[1].source != "policy" for o, c, p in pos_shipped
     ) / len(pos_shipped)
     pos_shipped_sup = action_set()
+    # The gate's shadow stage: one supervisor judging many robots' rows, each previous
+    # action another robot's.
+    pos_foreign = [
+        (o, c, pos_shipped[(7 * i + 3) % len(pos_shipped)][1])
+        for i, (o, c, _) in enumerate(pos_shipped)
+    ]
+    pos_foreign_sup = action_set()
     nan4 = np.full(4, np.nan, dtype=np.float32)
     torque_pass, torque_nan, torque_shipped = arm_supervisor(), arm_supervisor(), arm_supervisor()
     home_items = [(at_home_position, home_command, None)]
@@ -820,6 +827,13 @@ def main() -> None:
             pos_shipped_sup,
             True,
             cycling(shipped, torque_shipped),
+        ),
+        (
+            "shipped loop's rows, each previous action another robot's (the shadow stage)",
+            pos_foreign,
+            pos_foreign_sup,
+            True,
+            cycling(shipped, arm_supervisor()),
         ),
         ("NaN -> backup", nan_items, pos_nan_sup, False, lambda: torque_nan.filter(at_home, nan4)),
     ):

@@ -138,6 +138,20 @@ class PositionActionSupervisor:
             answer = self._filter_compiled(observation, proposed_action, previous_action)
             if answer is not None:
                 return answer
+        return self._filter_per_row(
+            observation, proposed_action, previous_action, observation_age_s
+        )
+
+    def _filter_per_row(
+        self,
+        observation: Any,
+        proposed_action: Any,
+        previous_action: Any | None,
+        observation_age_s: float | None,
+    ) -> tuple[np.ndarray, SafetyVerdict]:
+        """``filter`` step by step: the map, the position supervisor's per-row path, the
+        map back (any call; what the compiled call computes for a common one)."""
+        position = self.position
         if position._slot >= 0:
             self._pull()
         command, verdict = self.position.filter(
@@ -163,26 +177,28 @@ class PositionActionSupervisor:
         assert states is not None
         with states.lock:
             slot = position._slot
-            if slot < 0 or not (states.here[slot] and states.action_here[slot]):
-                if (
-                    previous is not None
-                    and (slot < 0 or not states.action_here[slot])
-                    and previous.tobytes() != self._last_bytes
-                ):
-                    # Not the action it returned last (one supervisor judging many robots'
-                    # rows, the gate's shadow stage): the per-row path, the state left
-                    # where it is rather than moved in for a call the kernel would refuse.
-                    return None
-                slot = position._push()
-                self._push(slot)
+            if (
+                previous is not None
+                and (slot < 0 or not states.action_here[slot])
+                and previous.tobytes() != self._last_bytes
+            ):
+                # Not the action it returned last (one supervisor judging many robots'
+                # rows, the gate's shadow stage): the per-row path, the state left on the
+                # supervisor rather than moved in for a call the kernel would refuse.
+                return None
             if previous is None:
                 has_previous, handed = _NOT_HANDED, NO_BITS
             else:
                 has_previous, handed = _HANDED, previous.view(np.uint32)[None]
-            kinds, _, returned, table, checks, commands = states.run(
-                position, observation[None], action[None], has_previous, handed, self._map,
-                position._slot_row,
-            )  # fmt: skip
+            while True:
+                kinds, _, returned, table, checks, commands = states.run(
+                    position, observation[None], action[None], has_previous, handed,
+                    self._map, position._slot_row,
+                )  # fmt: skip
+                if kinds[0] != kernel.ROW_OUTSIDE:
+                    break
+                # The state on the supervisor (a per-row call came last): into its slot.
+                self._push(position._push())
         kind = int(kinds[0])
         if kind == kernel.ROW_PASSED:
             return action, PASSED

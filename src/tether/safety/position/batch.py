@@ -13,7 +13,7 @@ only for a row that raised a check. Every other row (the Python path, an unreada
 stale observation, a non-finite command, a previous command not the supervisor's own)
 is answered as its single call answers it (for commands ``PositionSupervisor._prepare``
 and ``_finish``, the rows of equal constants through one ``kernel.step_batch``; for
-actions the row's own ``filter`` call).
+actions the per-row path of the row's own ``filter``).
 
 Invariants: row ``i``'s result and ``supervisors[i]``'s state after the call are
 bit-identical to a single ``filter`` call's (``tests/safety/test_position_batch.py``;
@@ -178,9 +178,9 @@ def filter_actions(
             positions, observations, actions, None, previous, ages, results, acting
         )
     for i in rest:
-        # A row the array path left: its own single call (the per-row path).
-        results[i] = supervisors[i].filter(
-            observations[i], actions[i], previous[i], observation_age_s=ages[i]
+        # A row the array path left (or refused): its single call's per-row path.
+        results[i] = supervisors[i]._filter_per_row(
+            observations[i], actions[i], previous[i], ages[i]
         )
     return cast(list[Result], results)
 

@@ -1071,8 +1071,8 @@ def filter_batch(
 
     Returns each row's kind (``ROW_*``), executed command (float32), action returned
     (float32, with ``acting``), :func:`step` row, check bits and proposed command
-    (float32). When any row's state is outside its slot, every such row is
-    ``ROW_OUTSIDE`` and nothing else is done."""
+    (float32). When any row the kernel would not refuse unread has its state outside its
+    slot, every such row is ``ROW_OUTSIDE`` and nothing else is done."""
     rows, n = proposals.shape
     command32 = targets_batch(proposals, center, half, clamp) if acting else proposals
     kinds = np.zeros(rows, np.int8)
@@ -1080,10 +1080,27 @@ def filter_batch(
     returned = np.empty((rows, n), np.float32)
     table = np.empty((rows, 2 * n + OUT_EXTRA))
     checks = np.zeros(rows, np.int64)
+    # First what needs no state: a row _read_state or _command refuses (an implausible
+    # reading, a non-finite proposal; NaN fails every comparison) is refused whatever
+    # its slot holds; then every other row's state must be in its slot.
     outside = False
     for i in range(rows):
+        usable = True
+        for j in range(n):
+            q = np.float64(obs[i, q_start + j])
+            v = np.float64(obs[i, v_start + j])
+            if not (q >= bounds[0, j] and q <= bounds[1, j]):
+                usable = False
+            if not (v >= bounds[2, j] and v <= bounds[3, j]):
+                usable = False
+            if not np.isfinite(np.float64(command32[i, j])):
+                usable = False
         slot = slots[i]
-        if slot < 0 or not flags[slot, FLAG_HERE] or (acting and not flags[slot, FLAG_ACTION_HERE]):
+        if not usable:
+            kinds[i] = ROW_REFUSED
+        elif (
+            slot < 0 or not flags[slot, FLAG_HERE] or (acting and not flags[slot, FLAG_ACTION_HERE])
+        ):
             kinds[i] = ROW_OUTSIDE
             outside = True
     if outside:
@@ -1095,43 +1112,34 @@ def filter_batch(
         slot = slots[i]
         held = has_previous[i]
         if held:
+            given += 1
+        if kinds[i] == ROW_REFUSED:
+            continue
+        if held:
             own = flags[slot, FLAG_HAS_LAST] and (flags[slot, FLAG_HAS_ACTION] or not acting)
             for j in range(n):
                 if acting:
-                    if handed[given, j] != bits[slot, NARROW_ACTION, j]:
+                    if handed[given - 1, j] != bits[slot, NARROW_ACTION, j]:
                         own = False
                     if bits[slot, NARROW_COMMAND, j] != bits[slot, NARROW_OUT, j]:
                         own = False
-                elif handed[given, j] != bits[slot, NARROW_OUT, j]:
+                elif handed[given - 1, j] != bits[slot, NARROW_OUT, j]:
                     own = False
-            given += 1
             if not own:
                 kinds[i] = ROW_REFUSED
                 continue
-        # What _read_state and _command refuse (NaN fails every comparison).
-        usable = True
         for j in range(n):
             q = np.float64(obs[i, q_start + j])
             v = np.float64(obs[i, v_start + j])
-            c = np.float64(command32[i, j])
-            if not (q >= bounds[0, j] and q <= bounds[1, j]):
-                usable = False
-            if not (v >= bounds[2, j] and v <= bounds[3, j]):
-                usable = False
-            if not np.isfinite(c):
-                usable = False
             inputs[j] = q
             inputs[n + j] = v
-            inputs[4 * n + j] = c
+            inputs[4 * n + j] = np.float64(command32[i, j])
             if held:
                 inputs[2 * n + j] = wide[slot, WIDE_CANDIDATE, j]
                 inputs[3 * n + j] = wide[slot, WIDE_CHANGE, j]
             else:
                 inputs[2 * n + j] = q
                 inputs[3 * n + j] = v * dt
-        if not usable:
-            kinds[i] = ROW_REFUSED
-            continue
         row = table[i]
         _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, True, held, row,
                    gravity, earlier, work, scratch, spare)  # fmt: skip
