@@ -9,22 +9,24 @@ row than the compiled arithmetic itself. So the compiled supervisors of one sign
 one :class:`RobotStates` (:func:`states_for`), each robot with a slot of its own once it
 first runs there, and a robot's state lives in exactly one of two places:
 
-- on the supervisor (``here[slot]`` false, or no slot yet): what a single call uses;
-- in the slot (``here[slot]`` true): what the batch path reads and writes, a whole
-  batch's rows with one array operation each.
+- on the supervisor (``here[slot]`` false, or no slot yet): what the per-row path uses;
+- in the slot (``here[slot]`` true): what the compiled call (``kernel.filter_batch``:
+  a batch, or a single common call of the action supervisor) reads and writes.
 
-The batch path moves a row's state into its slot when it is not there (:meth:`push`,
-per row, only when a robot comes from single calls); a single call moves it back first
-(``PositionSupervisor._pull``). The action level (:class:`PositionActionSupervisor`: the
-action it last returned and the command behind it) has its own flag, ``action_here``,
-since a position supervisor can be called on its own.
+The compiled call asks for a row's state when it is not in its slot, and the caller moves
+it there (``PositionSupervisor._push``, per row, only for a robot whose last call took
+the per-row path); the per-row path, ``take_state`` and a backup action move it back
+first (``_pull``). The action level (:class:`PositionActionSupervisor`: the action it
+last returned and the command behind it) has its own flag, ``action_here``, since a
+position supervisor can be called on its own.
 
 Invariants: the state a supervisor acts on is the state it would hold had every call been
-a single call (values are stored as float64 and float32 exactly as the attributes hold
-them, so moving them is lossless; ``tests/safety/test_position_batch.py`` mixes single and
-batch calls round by round); a slot serves one supervisor at a time (claimed by it,
-released when it is collected, cleared when claimed again); every access to the arrays
-holds :attr:`lock` (growth replaces them).
+a per-row call (values are stored as float64 and float32 exactly as the attributes hold
+them, so moving them is lossless; ``tests/safety/test_position_states.py`` mixes the
+calls round by round and compares every robot's state after every one); a slot serves
+one supervisor at a time (claimed by it, released when it is collected, cleared when
+claimed again); the arrays are read and written under :attr:`lock` (growth replaces
+them), except a robot's own flag, read by that robot's call alone.
 """
 
 from __future__ import annotations
