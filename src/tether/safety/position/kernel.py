@@ -1063,10 +1063,11 @@ def filter_batch(
     and ``clamp``), slot ``slots[i]``, and, where
     ``has_previous[i]``, the bits of its previous command (the next row of ``handed``;
     with ``acting``, of its previous action, the action level's own when it equals the
-    action in ``action32`` and the command behind it is the position supervisor's
-    last). A row steering from its own last command holds its last change; one with no
-    previous command steers from its pose and velocity × ``dt``. With ``acting`` the
-    action returned is the proposal ``actions[i]`` where passed, else the executed
+    slot's last action and the command behind it is the position supervisor's last). A
+    row steering from its own last command holds its last change; one with no previous
+    command steers from its pose and velocity × ``dt``; one whose previous command is
+    not its own is refused (``ROW_REFUSED``: the per-row path steers from it). With
+    ``acting`` the action returned is the proposal where passed, else the executed
     command mapped back, ``(command - center) / half``.
 
     Returns each row's kind (``ROW_*``), executed command (float32), action returned
