@@ -243,18 +243,14 @@ class PositionActionSupervisor:
             return
         states = position._states
         assert states is not None
-        if not states.action_here[slot]:
-            return  # only this robot's own calls move its state: read once without the lock
-        with states.lock:
-            if not states.action_here[slot]:
-                return
-            states.action_here[slot] = False
-            if states.has_action[slot]:
-                self._last_bytes = states.action32[slot].tobytes()
-                self._last_command = states.command32[slot].copy()
-            else:
-                self._last_bytes = b""
-                self._last_command = None
+        if not states.move_out(slot, kernel.FLAG_ACTION_HERE):
+            return
+        if states.has_action[slot]:
+            self._last_bytes = states.action32[slot].tobytes()
+            self._last_command = states.command32[slot].copy()
+        else:
+            self._last_bytes = b""
+            self._last_command = None
 
     def _push(self, slot: int) -> None:
         """The last action and command moved into ``slot``, this robot's; the caller

@@ -32,9 +32,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from tether.safety.position import kernel
-from tether.safety.position.actions import (
-    PositionActionSupervisor,
-)
+from tether.safety.position.actions import PositionActionSupervisor
 from tether.safety.position.states import NO_BITS
 from tether.safety.position.supervisor import PositionSupervisor, _Step
 from tether.safety.verdict import PASSED, SafetyVerdict
@@ -56,11 +54,7 @@ def filter_commands(
             f"filter_commands needs one observation, command and previous command per "
             f"supervisor ({rows}); got {len(observations)}, {len(commands)} and {len(previous)}"
         )
-    if len(set(map(id, supervisors))) != rows:
-        raise ValueError(
-            "filter_commands got the same supervisor in two rows; each row is one robot, "
-            "with its own supervisor"
-        )
+    _one_row_each(supervisors, "filter_commands")
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
     stacked = _stacked_commands(supervisors, commands)
@@ -162,11 +156,7 @@ def filter_actions(
         )
     if rows == 0:
         return []
-    if len(set(map(id, supervisors))) != rows:
-        raise ValueError(
-            "filter_actions got the same supervisor in two rows; each row is one robot, "
-            "with its own supervisor"
-        )
+    _one_row_each(supervisors, "filter_actions")
     positions = list(map(_position_of, supervisors))
     ages = observation_age_s if observation_age_s is not None else [None] * rows
     results: list[Result | None] = [None] * rows
@@ -183,6 +173,15 @@ def filter_actions(
             observations[i], actions[i], previous[i], ages[i]
         )
     return cast(list[Result], results)
+
+
+def _one_row_each(supervisors: Sequence[Any], caller: str) -> None:
+    """Refuse a supervisor in two rows: its state is one robot's."""
+    if len(set(map(id, supervisors))) != len(supervisors):
+        raise ValueError(
+            f"{caller} got the same supervisor in two rows; each row is one robot, with its "
+            "own supervisor"
+        )
 
 
 _position_of = operator.attrgetter("position")

@@ -25,8 +25,9 @@ a per-row call (values are stored as float64 and float32 exactly as the attribut
 them, so moving them is lossless; ``tests/safety/test_position_states.py`` mixes the
 calls round by round and compares every robot's state after every one); a slot serves
 one supervisor at a time (claimed by it, released when it is collected, cleared when
-claimed again); the arrays are read and written under :attr:`lock` (growth replaces
-them), except a robot's own flag, read by that robot's call alone.
+claimed again); the arrays are written under :attr:`lock` (growth replaces them, copying
+every row); a robot's own row is read without it, by that robot's call alone, whose value
+every copy holds.
 """
 
 from __future__ import annotations
@@ -113,6 +114,19 @@ class RobotStates:
         self.action_here[slot] = False
         weakref.finalize(owner, self._free.append, slot)
         return slot
+
+    def move_out(self, slot: int, column: int) -> bool:
+        """Whether the slot held one level's state (flag ``column``: ``kernel.FLAG_HERE``
+        or ``FLAG_ACTION_HERE``), which it no longer does: the caller, that robot's own
+        call, then reads the slot's values back onto its supervisor. The flag is read once
+        without the lock (only the robot's own calls move its state) and cleared under it."""
+        if not self.flags[slot, column]:
+            return False
+        with self.lock:
+            if not self.flags[slot, column]:
+                return False
+            self.flags[slot, column] = False
+            return True
 
     def run(
         self,

@@ -572,7 +572,9 @@ class PositionSupervisor:
             return length
         return 0
 
-    def _kernel_verdict(self, kind: int, checks: int, row: np.ndarray, command: np.ndarray) -> Any:
+    def _kernel_verdict(
+        self, kind: int, checks: int, row: np.ndarray, command: np.ndarray
+    ) -> SafetyVerdict:
         """The verdict on a row ``kernel.filter_batch`` answered with ``kind`` (not
         ROW_PASSED), from its check bits, its ``kernel.step`` row and its float32 command."""
         if kind == kernel.ROW_FLAGGED:
@@ -594,20 +596,16 @@ class PositionSupervisor:
         states = self._states
         assert states is not None
         slot = self._slot
-        if not states.here[slot]:
-            return  # only this robot's own calls move its state: read once without the lock
-        with states.lock:
-            if not states.here[slot]:
-                return
-            states.here[slot] = False
-            if states.has_last[slot]:
-                self._last = (states.candidate[slot].tolist(), states.change[slot].tolist())
-                self._last_bytes = states.out32[slot].tobytes()
-            else:
-                self._last = None
-                self._last_bytes = b""
-            self._last_pose = states.pose[slot].tolist() if states.has_pose[slot] else None
-            self._anchors = states.anchors[slot].copy()
+        if not states.move_out(slot, kernel.FLAG_HERE):
+            return
+        if states.has_last[slot]:
+            self._last = (states.candidate[slot].tolist(), states.change[slot].tolist())
+            self._last_bytes = states.out32[slot].tobytes()
+        else:
+            self._last = None
+            self._last_bytes = b""
+        self._last_pose = states.pose[slot].tolist() if states.has_pose[slot] else None
+        self._anchors = states.anchors[slot].copy()
 
     def _push(self) -> int:
         """This robot's slot (claimed if it has none), its state moved there; the caller
