@@ -47,10 +47,10 @@ from tether.spec import RobotSpec
 # never overflows; 1e6 is far outside [-1, 1] and still maps far outside every range.
 _ACTION_CLAMP = 1e6
 
-# One row with or without a previous action (read-only), for the compiled single call.
+# One row with or without a previous action, for the compiled single call. Left writable
+# (nothing writes them): numba compiles a read-only array as another signature.
 _HANDED = np.ones(1, np.bool_)
 _NOT_HANDED = np.zeros(1, np.bool_)
-_HANDED.flags.writeable = _NOT_HANDED.flags.writeable = False
 
 
 class PositionActionSupervisor:

@@ -143,6 +143,9 @@ class RobotStates:
         the ``proposals`` being actions) over these slots; the caller holds :attr:`lock`."""
         packed = supervisor._packed
         q_start, v_start, bounds, dt = supervisor._reading()
+        # Arrays straight off the wire are read-only, which numba would compile as another
+        # signature (seconds, at a robot's step): the kernel gets writable ones only.
+        obs, proposals, handed = _writable(obs), _writable(proposals), _writable(handed)
         center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
         return kernel.filter_batch(
             packed.joints, packed.geo, packed.obstacles, packed.groups,
@@ -155,6 +158,11 @@ class RobotStates:
     def in_use(self) -> int:
         """Slots held by live supervisors."""
         return self._used - len(self._free)
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy of it when it is read-only."""
+    return array if array.flags.writeable else array.copy()
 
 
 def _grown(old: np.ndarray | None, capacity: int, row: tuple[int, ...], dtype: Any) -> np.ndarray:
