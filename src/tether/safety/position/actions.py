@@ -191,20 +191,20 @@ class PositionActionSupervisor:
             else:
                 has_previous, handed = _HANDED, previous.view(np.uint32)[None]
             while True:
-                kinds, _, returned, table, checks, commands = states.run(
+                returned = states.run(
                     position, observation[None], action[None], has_previous, handed,
                     self._map, position._slot_row,
                 )  # fmt: skip
-                if kinds[0] != kernel.ROW_OUTSIDE:
+                kind, checks = states.codes[0].tolist()
+                if kind != kernel.ROW_OUTSIDE:
                     break
                 # The state on the supervisor (a per-row call came last): into its slot.
                 self._push(position._push())
-        kind = int(kinds[0])
-        if kind == kernel.ROW_PASSED:
-            return action, PASSED
-        if kind == kernel.ROW_REFUSED:
-            return None
-        verdict = position._kernel_verdict(kind, int(checks[0]), table[0], commands[0])
+            if kind == kernel.ROW_PASSED:
+                return action, PASSED
+            if kind == kernel.ROW_REFUSED:
+                return None
+            verdict = position._kernel_verdict(kind, checks, states.report[0])
         return (action if kind == kernel.ROW_FLAGGED else returned[0]), verdict
 
     def backup_action(

@@ -319,11 +319,12 @@ def _array_group(
     mine = proposals if whole else proposals[members]
     slots = np.fromiter(map(_slot_of, chosen), np.intp, rows)
     action_map = None if acting is None else acting.map
+    verdicts: list[SafetyVerdict | None] = [PASSED] * rows
+    refused: list[int] = []
     with states.lock:
         while True:
-            kinds, out, returned, table, checks, commands = states.run(
-                first, obs, mine, has_previous, handed_bits, action_map, slots
-            )
+            out = states.run(first, obs, mine, has_previous, handed_bits, action_map, slots)
+            kinds = states.codes[:rows, kernel.CODE_KIND]
             if kinds.max(initial=0) != kernel.ROW_OUTSIDE:
                 break
             # Robots whose state a single call left on the supervisor: moved to their
@@ -332,27 +333,25 @@ def _array_group(
                 slots[k] = chosen[k]._push()
                 if acting is not None:
                     acting.supervisors[members[k]]._push(int(slots[k]))
-    if acting is not None:
-        answers = list(returned)
-    elif proposed is not None:
+        # The kernel's answers are read before another call writes them.
+        codes, report = states.codes, states.report
+        for k in np.flatnonzero(kinds).tolist():
+            kind, checks = codes[k].tolist()
+            if kind == kernel.ROW_REFUSED:
+                refused.append(members[k])
+                verdicts[k] = None
+            else:
+                verdicts[k] = chosen[k]._kernel_verdict(kind, checks, report[k])
+    if acting is None and proposed is not None:
         # The proposal itself where it is executed as it was (to the bit).
         out_rows = list(out)
-        kept = (out.view(np.uint32) == commands.view(np.uint32)).all(axis=1).tolist()
+        kept = (out.view(np.uint32) == mine.view(np.uint32)).all(axis=1).tolist()
         answers = [
             proposed[i] if same else out_rows[k]
             for k, (i, same) in enumerate(zip(members, kept, strict=True))
         ]
     else:
-        answers = list(out)
-    verdicts: list[SafetyVerdict | None] = [PASSED] * rows
-    refused: list[int] = []
-    for k in np.flatnonzero(kinds).tolist():
-        kind = int(kinds[k])
-        if kind == kernel.ROW_REFUSED:
-            refused.append(members[k])
-            verdicts[k] = None
-        else:
-            verdicts[k] = chosen[k]._kernel_verdict(kind, int(checks[k]), table[k], commands[k])
+        answers = list(out)  # with acting, the actions returned
     if whole and not refused:
         results[:] = zip(answers, cast(list[SafetyVerdict], verdicts), strict=True)
     else:

@@ -1024,6 +1024,14 @@ ROW_CORRECTED = 2  # moved by the joint or Cartesian stage
 ROW_REFUSED = 3  # for the per-row path: a previous command not the robot's own, or an
 # unreadable observation or non-finite proposal; nothing of it was written
 ROW_OUTSIDE = 4  # its robot's state is not in its slot (nothing was done to any row)
+# Columns of filter_batch's ``codes``: a row's kind and check bits. Its ``report`` row:
+# the step row (2n + OUT_EXTRA values), then the proposed command (n).
+CODE_KIND, CODE_CHECKS = range(2)
+
+
+def report_width(n: int) -> int:
+    """Columns of a row of :func:`filter_batch`'s ``report`` for ``n`` joints."""
+    return 3 * n + OUT_EXTRA
 
 
 @_jit
@@ -1050,7 +1058,9 @@ def filter_batch(
     narrow: np.ndarray,
     bits: np.ndarray,
     anchor_table: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    codes: np.ndarray,
+    report: np.ndarray,
+) -> np.ndarray:
     """Many robots' commands, each row what ``PositionSupervisor.filter`` does with it:
     read, checked, answered and its robot's state written back to its slot
     (``tether.safety.position.states``: ``flags``, ``wide``, ``narrow`` with ``bits`` its
@@ -1070,17 +1080,25 @@ def filter_batch(
     ``acting`` the action returned is the proposal where passed, else the executed
     command mapped back, ``(command - center) / half``.
 
-    Returns each row's kind (``ROW_*``), executed command (float32), action returned
-    (float32, with ``acting``), :func:`step` row, check bits and proposed command
-    (float32). When any row the kernel would not refuse unread has its state outside its
-    slot, every such row is ``ROW_OUTSIDE`` and nothing else is done."""
+    Writes each row's kind (``ROW_*``) and check bits to ``codes[i]`` (``CODE_*``), its
+    :func:`step` row and its proposed command (as float64) to ``report[i]``
+    (:func:`report_width`), both at least ``rows`` long (the caller's buffers: an array
+    handed back to Python costs more than the arithmetic of a row). Returns the executed
+    commands (float32), with ``acting`` the actions returned. When any row the kernel
+    would not refuse unread has its state outside its slot, every such row is
+    ``ROW_OUTSIDE`` and nothing else is done."""
     rows, n = proposals.shape
     command32 = targets_batch(proposals, center, half, clamp) if acting else proposals
-    kinds = np.zeros(rows, np.int8)
     out = np.empty((rows, n), np.float32)
-    returned = np.empty((rows, n), np.float32)
-    table = np.empty((rows, 2 * n + OUT_EXTRA))
-    checks = np.zeros(rows, np.int64)
+    returned = np.empty((rows, n), np.float32) if acting else out
+    kinds = codes[:rows, CODE_KIND]
+    checks = codes[:rows, CODE_CHECKS]
+    stepped = 2 * n + OUT_EXTRA  # the report's step row, then the command
+    for i in range(rows):
+        kinds[i] = ROW_PASSED
+        checks[i] = 0
+        for j in range(n):
+            report[i, stepped + j] = np.float64(command32[i, j])
     # First what needs no state: a row _read_state or _command refuses (an implausible
     # reading, a non-finite proposal; NaN fails every comparison) is refused whatever
     # its slot holds; then every other row's state must be in its slot.
@@ -1105,7 +1123,7 @@ def filter_batch(
             kinds[i] = ROW_OUTSIDE
             outside = True
     if outside:
-        return kinds, out, returned, table, checks, command32
+        return returned
     inputs = np.empty(5 * n)
     gravity, earlier, work, scratch, spare = _buffers(n)
     given = 0
@@ -1141,7 +1159,7 @@ def filter_batch(
             else:
                 inputs[2 * n + j] = q
                 inputs[3 * n + j] = v * dt
-        row = table[i]
+        row = report[i, :stepped]
         _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, True, held, row,
                    gravity, earlier, work, scratch, spare)  # fmt: skip
         # _finish: the candidate is the Cartesian stage's command where it moved one,
@@ -1178,7 +1196,7 @@ def filter_batch(
                 narrow[slot, NARROW_ACTION, j] = returned[i, j]
                 narrow[slot, NARROW_COMMAND, j] = out[i, j]
             flags[slot, FLAG_HAS_ACTION] = True
-    return kinds, out, returned, table, checks, command32
+    return returned
 
 
 def _compile_all() -> None:
@@ -1211,10 +1229,11 @@ def _compile_all() -> None:
     wide, narrow = np.zeros((1, 3, n)), np.zeros((1, 3, n), np.float32)
     proposals = np.zeros((1, n), np.float32)
     anchors = new_anchors(n)[None]
+    codes, report = np.zeros((1, 2), np.int64), np.zeros((1, report_width(n)))
     for obs in (np.zeros((1, 2 * n)), np.zeros((1, 2 * n), np.float32)):
         filter_batch(joints, geo, obstacles, groups, obs, 0, n, np.zeros((4, n)), 0.01, proposals,
                      np.ones(1, np.bool_), proposals.view(np.uint32), True, np.zeros(n), np.ones(n), 1e6,
-                     slots, flags, wide, narrow, narrow.view(np.uint32), anchors)  # fmt: skip
+                     slots, flags, wide, narrow, narrow.view(np.uint32), anchors, codes, report)  # fmt: skip
 
 
 warm = warm_once(AVAILABLE, _compile_all)

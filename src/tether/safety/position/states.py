@@ -99,6 +99,14 @@ class RobotStates:
         self.action32 = narrow[:, kernel.NARROW_ACTION]
         self.command32 = narrow[:, kernel.NARROW_COMMAND]
         self.capacity = capacity
+        self._reserve(capacity)
+
+    def _reserve(self, rows: int) -> None:
+        """The kernel's per-row answers (kind and check bits, its report row: see
+        ``kernel.filter_batch``) for at least ``rows`` rows; read under :attr:`lock`."""
+        if rows > len(getattr(self, "codes", ())):
+            self.codes = np.zeros((rows, 2), np.int64)
+            self.report = np.zeros((rows, kernel.report_width(self.n)))
 
     def claim(self, owner: Any) -> int:
         """A slot for ``owner`` (caller holds :attr:`lock`), empty, released when
@@ -137,21 +145,25 @@ class RobotStates:
         handed: np.ndarray,
         acting: tuple[np.ndarray, np.ndarray, float] | None,
         slots: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> np.ndarray:
         """``kernel.filter_batch`` of these rows (``supervisor``: one of the signature's
         ``PositionSupervisor``s; ``acting``: the action map's center, half range and clamp,
-        the ``proposals`` being actions) over these slots; the caller holds :attr:`lock`."""
+        the ``proposals`` being actions) over these slots: the executed commands, or the
+        actions returned; each row's kind and check bits in :attr:`codes`, its report in
+        :attr:`report`, which the caller reads before it releases :attr:`lock`."""
         packed = supervisor._packed
         q_start, v_start, bounds, dt = supervisor._reading()
         # Arrays straight off the wire are read-only, which numba would compile as another
         # signature (seconds, at a robot's step): the kernel gets writable ones only.
         obs, proposals, handed = _writable(obs), _writable(proposals), _writable(handed)
+        self._reserve(len(proposals))
         center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
         return kernel.filter_batch(
             packed.joints, packed.geo, packed.obstacles, packed.groups,
             obs, q_start, v_start, bounds, dt, proposals, has_previous, handed,
             acting is not None, center, half, clamp,
             slots, self.flags, self.wide, self.narrow, self.bits, self.anchors,
+            self.codes, self.report,
         )  # fmt: skip
 
     @property

@@ -572,18 +572,17 @@ class PositionSupervisor:
             return length
         return 0
 
-    def _kernel_verdict(
-        self, kind: int, checks: int, row: np.ndarray, command: np.ndarray
-    ) -> SafetyVerdict:
+    def _kernel_verdict(self, kind: int, checks: int, report: np.ndarray) -> SafetyVerdict:
         """The verdict on a row ``kernel.filter_batch`` answered with ``kind`` (not
-        ROW_PASSED), from its check bits, its ``kernel.step`` row and its float32 command."""
+        ROW_PASSED), from its check bits and its report row (its ``kernel.step`` row,
+        then its proposed command)."""
         if kind == kernel.ROW_FLAGGED:
             return SafetyVerdict(ActionSource.POLICY, _flags(checks), 0.0, ())
         n = self._n
-        values = row.tolist()
+        values = report.tolist()
         cartesian = int(values[2 * n + kernel.OUT_CARTESIAN])
         return self._corrected(
-            command.tolist(),
+            values[2 * n + kernel.OUT_EXTRA :],
             values[:n],
             values[n : 2 * n] if cartesian else values[:n],
             checks,
