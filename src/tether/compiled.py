@@ -4,7 +4,9 @@ Each kernel module (``tether.policy.kernel``, ``tether.safety.position.kernel``)
 own switch: the environment variable ``switch`` set to ``0`` turns its compiled code off
 (tests and a user with a broken numba install), and without numba the same functions run
 as plain Python. Compiled functions are cached on disk, run with the GIL released and
-never use fast-math (their results must not depend on the CPU).
+never use fast-math (their results must not depend on the CPU). Serving's calls hand
+them writable arrays only (:func:`writable`), so the layouts ``warm()`` compiles are all
+they meet (``tests/serving/test_warm_start.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+import numpy as np
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,6 +47,13 @@ def compiler(numba: Any | None, **options: Any) -> Callable[[F], F]:
             return cast(F, numba.njit(**settings)(fn))
 
     return compile_one
+
+
+def writable(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy of it when it is read-only. numba compiles a read-only array as
+    a signature of its own, and arrays straight off the wire (``np.frombuffer``) are
+    read-only: a kernel that took one would compile at a robot's step, not at warm-up."""
+    return array if array.flags.writeable else array.copy()
 
 
 def warm_once(available: bool, compile_all: Callable[[], None]) -> Callable[[], float]:

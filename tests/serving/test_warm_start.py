@@ -5,7 +5,7 @@ deadline) would turn that step into a watchdog backup. The check runs in a fresh
 process, so no earlier test can have compiled a signature for it: it counts every numba
 dispatcher's signatures in tether's modules after ``server.start()`` and again after
 single steps (observations and previous actions read-only, as they come off the wire),
-batched steps of several robots and unary calls.
+batched steps of several robots, unary calls and KServe v2 ModelInfer calls.
 """
 
 from __future__ import annotations
@@ -74,8 +74,26 @@ SCRIPT = textwrap.dedent(
             for _ in range(3):
                 client.get_action(observation())
 
+    def kserve():
+        import grpc
+        from tether.kserve import grpc_predict_v2_pb2 as kpb
+        from tether.kserve import grpc_predict_v2_pb2_grpc as kpb_grpc
+        with grpc.insecure_channel(running.address) as channel:
+            stub = kpb_grpc.GRPCInferenceServiceStub(channel)
+            for rows in (1, 3):
+                values = np.stack([observation() for _ in range(rows)])
+                raw = kpb.ModelInferRequest(model_name="tether")
+                raw.inputs.add(name="observation", datatype="FP32", shape=list(values.shape))
+                raw.raw_input_contents.append(values.tobytes())
+                typed = kpb.ModelInferRequest(model_name="tether")
+                typed.inputs.add(name="observation", datatype="FP32", shape=list(values.shape))
+                typed.inputs[0].contents.fp32_contents.extend(values.ravel().tolist())
+                for message in (raw, typed):
+                    stub.ModelInfer(message, timeout=60)
+
     try:
         drive("alone", 20)
+        kserve()
         threads = [threading.Thread(target=drive, args=(f"r{i}", 30)) for i in range(12)]
         for t in threads:
             t.start()

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tether.compiled import compiler, import_numba, warm_once
+from tether.compiled import compiler, import_numba, warm_once, writable
 
 numba: Any = import_numba("TETHER_POLICY_COMPILED")  # None: plain Python (see tether.compiled)
 AVAILABLE = numba is not None
@@ -522,6 +522,7 @@ def pack(
 
 def run(packed: Packed, obs: np.ndarray, noise: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """``act_rows`` on C-contiguous float32 ``obs``: ``(actions, log_probs)``, fresh arrays."""
+    obs = writable(obs)
     n = obs.shape[0]
     act_dim = int(packed.layout[_ACT_DIM])
     actions = np.empty((n, act_dim), dtype=np.float32)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from tether.compiled import writable
 from tether.safety.position import kernel
 
 NO_BITS = np.empty((0, 0), np.uint32)  # the previous commands' bits of rows without one
@@ -153,9 +154,7 @@ class RobotStates:
         :attr:`report`, which the caller reads before it releases :attr:`lock`."""
         packed = supervisor._packed
         q_start, v_start, bounds, dt = supervisor._reading()
-        # Arrays straight off the wire are read-only, which numba would compile as another
-        # signature (seconds, at a robot's step): the kernel gets writable ones only.
-        obs, proposals, handed = _writable(obs), _writable(proposals), _writable(handed)
+        obs, proposals, handed = writable(obs), writable(proposals), writable(handed)
         self._reserve(len(proposals))
         center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
         return kernel.filter_batch(
@@ -170,11 +169,6 @@ class RobotStates:
     def in_use(self) -> int:
         """Slots held by live supervisors."""
         return self._used - len(self._free)
-
-
-def _writable(array: np.ndarray) -> np.ndarray:
-    """``array``, or a copy of it when it is read-only."""
-    return array if array.flags.writeable else array.copy()
 
 
 def _grown(old: np.ndarray | None, capacity: int, row: tuple[int, ...], dtype: Any) -> np.ndarray:
