@@ -70,6 +70,7 @@ class RobotStates:
         # Slots given back by collected supervisors (list.append is atomic: a finalizer
         # may run on any thread, at any allocation, and never takes the lock).
         self._free: list[int] = []
+        self._fixed: tuple[Any, ...] | None = None
         self._allocate(_FIRST_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
@@ -152,13 +153,23 @@ class RobotStates:
         the ``proposals`` being actions) over these slots: the executed commands, or the
         actions returned; each row's kind and check bits in :attr:`codes`, its report in
         :attr:`report`, which the caller reads before it releases :attr:`lock`."""
-        packed = supervisor._packed
-        q_start, v_start, bounds, dt = supervisor._reading()
-        obs, proposals, handed = writable(obs), writable(proposals), writable(handed)
-        self._reserve(len(proposals))
+        fixed = self._fixed
+        if fixed is None:
+            # The signature's kernel constants and observation reading, alike for every
+            # supervisor of it.
+            packed = supervisor._packed
+            fixed = self._fixed = (
+                packed.joints, packed.geo, packed.obstacles, packed.groups,
+                *supervisor._reading(),
+            )  # fmt: skip
+        joints, geo, obstacles, groups, q_start, v_start, bounds, dt = fixed
+        if not (obs.flags.writeable and proposals.flags.writeable and handed.flags.writeable):
+            obs, proposals, handed = writable(obs), writable(proposals), writable(handed)
+        if len(proposals) > len(self.codes):
+            self._reserve(len(proposals))
         center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
         return kernel.filter_batch(
-            packed.joints, packed.geo, packed.obstacles, packed.groups,
+            joints, geo, obstacles, groups,
             obs, q_start, v_start, bounds, dt, proposals, has_previous, handed,
             acting is not None, center, half, clamp,
             slots, self.flags, self.wide, self.narrow, self.bits, self.anchors,
