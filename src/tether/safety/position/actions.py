@@ -151,9 +151,7 @@ class PositionActionSupervisor:
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """``filter`` step by step: the map, the position supervisor's per-row path, the
         map back (any call; what the compiled call computes for a common one)."""
-        position = self.position
-        if position._slot >= 0:
-            self._pull()
+        self._pull()
         command, verdict = self.position.filter(
             observation,
             self._to_target(proposed_action),
@@ -211,8 +209,7 @@ class PositionActionSupervisor:
         self, observation: Any, previous_action: Any | None = None
     ) -> tuple[np.ndarray, SafetyVerdict]:
         """The backup action for this state (TAKEOVER, a client watchdog's miss)."""
-        if self.position._slot >= 0:
-            self._pull()
+        self._pull()
         command, verdict = self.position.backup_action(observation, self._previous(previous_action))
         return self._remember(self._to_action(command), command), verdict
 

@@ -72,6 +72,10 @@ class RobotStates:
         self._free: list[int] = []
         self._fixed: tuple[Any, ...] | None = None
         self._allocate(_FIRST_CAPACITY)
+        # The kernel's per-row answers (kind and check bits; the report row: see
+        # ``kernel.filter_batch``), read under :attr:`lock`; ``run`` grows them to its rows.
+        self.codes = np.zeros((_FIRST_CAPACITY, 2), np.int64)
+        self.report = np.zeros((_FIRST_CAPACITY, kernel.report_width(n)))
 
     def _allocate(self, capacity: int) -> None:
         n = self.n
@@ -101,14 +105,6 @@ class RobotStates:
         self.action32 = narrow[:, kernel.NARROW_ACTION]
         self.command32 = narrow[:, kernel.NARROW_COMMAND]
         self.capacity = capacity
-        self._reserve(capacity)
-
-    def _reserve(self, rows: int) -> None:
-        """The kernel's per-row answers (kind and check bits, its report row: see
-        ``kernel.filter_batch``) for at least ``rows`` rows; read under :attr:`lock`."""
-        if rows > len(getattr(self, "codes", ())):
-            self.codes = np.zeros((rows, 2), np.int64)
-            self.report = np.zeros((rows, kernel.report_width(self.n)))
 
     def claim(self, owner: Any) -> int:
         """A slot for ``owner`` (caller holds :attr:`lock`), empty, released when
@@ -165,8 +161,10 @@ class RobotStates:
         joints, geo, obstacles, groups, q_start, v_start, bounds, dt = fixed
         if not (obs.flags.writeable and proposals.flags.writeable and handed.flags.writeable):
             obs, proposals, handed = writable(obs), writable(proposals), writable(handed)
-        if len(proposals) > len(self.codes):
-            self._reserve(len(proposals))
+        rows = len(proposals)
+        if rows > len(self.codes):
+            self.codes = np.zeros((rows, 2), np.int64)
+            self.report = np.zeros((rows, kernel.report_width(self.n)))
         center, half, clamp = acting if acting is not None else (bounds[0], bounds[0], 0.0)
         return kernel.filter_batch(
             joints, geo, obstacles, groups,

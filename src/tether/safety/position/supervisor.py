@@ -255,10 +255,8 @@ class PositionSupervisor:
         """Continue the robot ``other`` has been supervising (its last command and
         change, and its last readable pose), e.g. across a change of degradation level."""
         if other is not self:
-            if other._slot >= 0:
-                other._pull()
-            if self._slot >= 0:
-                self._pull()
+            other._pull()
+            self._pull()
             self._last = other._last
             self._last_bytes = other._last_bytes
             self._last_pose = other._last_pose
@@ -306,8 +304,7 @@ class PositionSupervisor:
     ) -> _Step | tuple[np.ndarray, SafetyVerdict]:
         """Steps 1 and 7 (and an unreadable observation's whole answer): what the joint
         and Cartesian stages get."""
-        if self._slot >= 0:
-            self._pull()
+        self._pull()
         state = self._read_state(observation)
         prev, own = self._previous(previous)
         if state is None:
@@ -528,21 +525,19 @@ class PositionSupervisor:
                 return bits, trial
         return bits, _rounded(envelope.hold(q))
 
-    def _reading(self) -> Reading:
+    def _reading(self) -> tuple[int, int, np.ndarray, float]:
         """Where an observation's joint positions and velocities start, the plausible
         readings as one (4, n) array (low, high, -vmax, vmax), and the period: what the
-        kernel reads an observation with (one per signature)."""
-        reading = _READINGS.get(self._signature)
-        if reading is None:
-            low, high, vmax = (np.array(x) for x in zip(*self._plausible, strict=True))
-            q, v, n = self._q, self._v, self._n
-            # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
-            assert q.step is None
-            assert v.step is None
-            assert q.stop - q.start == v.stop - v.start == n
-            bounds = np.ascontiguousarray(np.stack((low, high, -vmax, vmax)), dtype=np.float64)
-            reading = _READINGS[self._signature] = (q.start, v.start, bounds, self._dt)
-        return reading
+        kernel reads an observation with (alike for a signature; its ``RobotStates`` keeps
+        it)."""
+        low, high, vmax = (np.array(x) for x in zip(*self._plausible, strict=True))
+        q, v, n = self._q, self._v, self._n
+        # The layout's (start, stop) pairs of n joints each (SafetyLimits checks them).
+        assert q.step is None
+        assert v.step is None
+        assert q.stop - q.start == v.stop - v.start == n
+        bounds = np.ascontiguousarray(np.stack((low, high, -vmax, vmax)), dtype=np.float64)
+        return q.start, v.start, bounds, self._dt
 
     def _common(self, observation: Any, age_s: float | None, previous: Any) -> int:
         """The observation's length when the compiled path can take this call whole: the
@@ -592,9 +587,11 @@ class PositionSupervisor:
 
     def _pull(self) -> None:
         """This robot's state back on the supervisor, if the batch path left it in the slot."""
+        slot = self._slot
+        if slot < 0:
+            return
         states = self._states
         assert states is not None
-        slot = self._slot
         if not states.move_out(slot, kernel.FLAG_HERE):
             return
         if states.has_last[slot]:
@@ -742,10 +739,6 @@ def _rounded(values: list[float]) -> list[float]:
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
     return math.dist(a, b)
 
-
-# Per supervisor signature: see PositionSupervisor._reading.
-Reading = tuple[int, int, np.ndarray, float]
-_READINGS: dict[int, Reading] = {}
 
 _SIGNATURES: dict[tuple[Any, ...], int] = {}
 _SIGNATURES_LOCK = threading.Lock()
