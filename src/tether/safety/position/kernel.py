@@ -1017,7 +1017,7 @@ FLAG_HERE, FLAG_HAS_LAST, FLAG_HAS_POSE, FLAG_ACTION_HERE, FLAG_HAS_ACTION = ran
 WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE = range(3)  # float64 rows
 NARROW_OUT, NARROW_ACTION, NARROW_COMMAND = range(3)  # float32 rows
 
-# What filter_batch found for each row (its ``kinds``).
+# What filter_batch found for each row (the CODE_KIND column of its ``codes``).
 ROW_PASSED = 0  # passed, no check raised: the shared PASSED verdict
 ROW_FLAGGED = 1  # passed as proposed, with checks raised
 ROW_CORRECTED = 2  # moved by the joint or Cartesian stage
