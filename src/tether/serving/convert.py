@@ -15,6 +15,7 @@ bytes ``SerializeToString`` makes of the message built here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -163,34 +164,43 @@ def encode_control_replies(
     ns, batch size; int64 >= 0). The bytes equal ``SerializeToString`` of the reply that
     ``fill_action_response`` fills (a single-step policy's: no chunk)."""
     rows, act_dim = actions.shape
-    floats = np.empty((rows, 2 * act_dim + 2), dtype="<f4")
-    floats[:, :act_dim] = actions
-    floats[:, act_dim : 2 * act_dim] = proposed
-    floats[:, 2 * act_dim] = log_probs
-    floats[:, 2 * act_dim + 1] = [v.correction_norm for v in verdicts]
+    # A row's step and verdict as one flat list, converted once (a conversion per column
+    # cost more than the kernel itself for a small batch).
+    norms: list[float] = []
+    columns: list[int] = []
+    joint_list: list[int] = []
+    for (step, _), verdict, level in zip(steps, verdicts, levels, strict=True):
+        norms.append(verdict.correction_norm)
+        joint_list += verdict.joints
+        columns += (
+            step,
+            _SOURCE_CODES.get(verdict.source, 0),
+            int(verdict.checks),
+            _LEVEL_CODES[level],
+            len(joint_list),
+        )
+    floats = np.concatenate(
+        (actions, proposed, log_probs.reshape(rows, 1), np.array(norms).reshape(rows, 1)),
+        axis=1,
+        dtype="<f4",
+    )
     ints = np.empty((rows, reply_kernel.INT_COLUMNS), dtype=np.int64)
-    ints[:, reply_kernel.I_STEP] = [step for step, _ in steps]
-    ints[:, reply_kernel.I_SOURCE] = [_SOURCE_CODES.get(v.source, 0) for v in verdicts]
-    ints[:, reply_kernel.I_CHECKS] = [int(v.checks) for v in verdicts]
-    ints[:, reply_kernel.I_DEGRADATION] = [_LEVEL_CODES[level] for level in levels]
-    ints[:, reply_kernel.I_QUEUE_NS : reply_kernel.I_BATCH_SIZE + 1] = timings
-    counts = [len(v.joints) for v in verdicts]
-    ints[:, reply_kernel.I_JOINTS_END] = np.cumsum(counts)
+    ints[:, : reply_kernel.ROW_COLUMNS] = np.array(columns).reshape(rows, reply_kernel.ROW_COLUMNS)
+    ints[:, reply_kernel.ROW_COLUMNS :] = timings
     joints = _NO_JOINTS
-    if any(counts):
-        joints = np.fromiter((j for v in verdicts for j in v.joints), np.int64)
-        if joints.min() < 0 or joints.max() > _UINT32_MAX:
+    if joint_list:
+        if min(joint_list) < 0 or max(joint_list) > _UINT32_MAX:
             raise ValueError(
-                f"a verdict names joint {int(joints.min())} or {int(joints.max())}, outside "
+                f"a verdict names joint {min(joint_list)} or {max(joint_list)}, outside "
                 "the wire's uint32; the reply cannot carry it"
             )
+        joints = np.array(joint_list, dtype=np.int64)
     episode_ids = [episode for _, episode in steps]
     text = "".join(episode_ids).encode()
-    lengths = [len(episode) for episode in episode_ids]
+    lengths = list(map(len, episode_ids))
     if len(text) != sum(lengths):  # not all ASCII: count each id's UTF-8 bytes
         lengths = [len(episode.encode()) for episode in episode_ids]
-    episode_ends = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(lengths, out=episode_ends[1:])
+    episode_ends = np.array([0, *accumulate(lengths)], dtype=np.int64)
     episodes = np.frombuffer(text, dtype=np.uint8)
     blob = _VERSION.of(version)
     out = np.empty(

@@ -12,8 +12,8 @@ tables so the call unboxes few arguments:
   little-endian bytes, a row holding the safe action, the proposed action, the
   log-probability and the verdict's correction norm;
 * ``ints`` (rows, ``INT_COLUMNS``) int64, every entry >= 0: the columns named ``I_*``
-  (step index, the wire enums of source and degradation, the check bits, the timings,
-  the end of the row's joints in ``joints``);
+  (step index, the wire enums of source and check bits and degradation, the end of the
+  row's joints in ``joints``: the first ``ROW_COLUMNS``; then the timings);
 * ``episodes`` / ``episode_ends``: the rows' episode ids, UTF-8, end to end;
 * ``version``: the encoded ``PolicyVersion`` every row of the batch names;
 * ``names`` / ``name_ends``: the name of check bit ``b`` (empty where no check has that
@@ -40,14 +40,15 @@ _compiled = compiler(numba)
     I_SOURCE,
     I_CHECKS,
     I_DEGRADATION,
+    I_JOINTS_END,
     I_QUEUE_NS,
     I_INFERENCE_NS,
     I_SAFETY_NS,
     I_TOTAL_NS,
     I_BATCH_SIZE,
-    I_JOINTS_END,
 ) = range(10)
 INT_COLUMNS = 10
+ROW_COLUMNS = I_JOINTS_END + 1  # the columns read off each row's step and verdict
 
 # Bytes a varint of a non-negative int64 takes at most, a length prefix (below 2**35),
 # and a row's tags, prefixes and numbers at most, beyond its floats, strings and joints.
