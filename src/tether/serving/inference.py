@@ -55,8 +55,8 @@ from tether.versions.routing import RouteDecision
 # From this many Control steps a batch encodes their replies in one call (µs per row,
 # the batch call against a message each, benchmarks/bench_replies.py: 1 row 10-12 vs 6,
 # 3 rows 4.3-4.9 vs 5.5-6.1, 4 rows 3.3-3.8 vs 5.3-5.7, 8 rows 2.5 vs 5.5, 64 rows 1.05
-# vs 5.5; the batch's timings cost another ~3.5 µs per batch, so 3 rows break even;
-# docs/benchmarks.md).
+# vs 5.5; the batch's timings cost another 5-6 µs per batch, so about 4 rows break
+# even; docs/benchmarks.md).
 ENCODE_ROWS = 4
 
 
