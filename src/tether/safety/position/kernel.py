@@ -1025,7 +1025,7 @@ ROW_REFUSED = 3  # for the per-row path: a previous command not the robot's own,
 # unreadable observation or non-finite proposal; nothing of it was written
 ROW_OUTSIDE = 4  # its robot's state is not in its slot (nothing was done to any row)
 # Columns of filter_batch's ``codes``: a row's kind and check bits. Its ``report`` row:
-# the step row (2n + OUT_EXTRA values), then the proposed command (n).
+# the step row (2n + OUT_EXTRA values), then a corrected row's proposed command (n).
 CODE_KIND, CODE_CHECKS = range(2)
 
 
@@ -1081,7 +1081,8 @@ def filter_batch(
     command mapped back, ``(command - center) / half``.
 
     Writes each row's kind (``ROW_*``) and check bits to ``codes[i]`` (``CODE_*``), its
-    :func:`step` row and its proposed command (as float64) to ``report[i]``
+    :func:`step` row and, for a ``ROW_CORRECTED`` row, its proposed command (as float64)
+    to ``report[i]``
     (:func:`report_width`), both at least ``rows`` long (the caller's buffers: an array
     handed back to Python costs more than the arithmetic of a row). Returns the executed
     commands (float32), with ``acting`` the actions returned. When any row the kernel
@@ -1097,8 +1098,6 @@ def filter_batch(
     for i in range(rows):
         kinds[i] = ROW_PASSED
         checks[i] = 0
-        for j in range(n):
-            report[i, stepped + j] = np.float64(command32[i, j])
     # First what needs no state: a row _read_state or _command refuses (an implausible
     # reading, a non-finite proposal; NaN fails every comparison) is refused whatever
     # its slot holds; then every other row's state must be in its slot.
@@ -1185,6 +1184,8 @@ def filter_batch(
         checks[i] = raised
         if not same:
             kinds[i] = ROW_CORRECTED
+            for j in range(n):  # the proposed command, which only a correction's verdict reads
+                report[i, stepped + j] = np.float64(command32[i, j])
         elif raised != 0:
             kinds[i] = ROW_FLAGGED
         if acting:
