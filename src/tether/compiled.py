@@ -4,13 +4,18 @@ Each kernel module (``tether.policy.kernel``, ``tether.safety.position.kernel``)
 own switch: the environment variable ``switch`` set to ``0`` turns its compiled code off
 (tests and a user with a broken numba install), and without numba the same functions run
 as plain Python. Compiled functions are cached on disk, run with the GIL released and
-never use fast-math (their results must not depend on the CPU). Serving's calls hand
+never use fast-math (their results must not depend on the CPU). On CPUs whose 512-bit
+vectors run at full speed (:data:`WIDE_VECTOR_CPUS`) numba is told to use them: LLVM's
+tuning for every AVX-512 Intel core keeps its loops to 256 bits, a choice made for the
+clock penalty of the first AVX-512 cores. The width changes how many output units one
+instruction computes, never the operations a unit takes, so the bits stay the same. Serving's calls hand
 them writable arrays only (:func:`writable`), so the layouts ``warm()`` compiles are all
 they meet (``tests/serving/test_warm_start.py``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -22,6 +27,23 @@ import numpy as np
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# LLVM's names of the x86_64 cores that run 512-bit vector code without lowering their
+# clock much (Ice Lake and later Intel cores); older AVX-512 cores (Skylake-SP, Cascade
+# Lake) and AMD's keep LLVM's own choice.
+WIDE_VECTOR_CPUS = frozenset(
+    {
+        "icelake-client",
+        "icelake-server",
+        "tigerlake",
+        "rocketlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+    }
+)
+
+
 def import_numba(switch: str) -> Any | None:
     """The numba module, or None when it is not importable or ``switch`` is ``0``."""
     if os.environ.get(switch, "1") == "0":
@@ -30,7 +52,32 @@ def import_numba(switch: str) -> Any | None:
         import numba
     except ImportError:  # pragma: no cover - depends on the install
         return None
+    _prefer_wide_vectors(numba)
     return numba
+
+
+def wide_vector_features(cpu: str, features: str) -> str | None:
+    """The target features that let LLVM vectorise with 512-bit registers on ``cpu``
+    (LLVM's name of it) with host ``features`` (``+avx512f,...``), or None where they
+    would not pay (a CPU outside :data:`WIDE_VECTOR_CPUS`, or no AVX-512)."""
+    if cpu not in WIDE_VECTOR_CPUS or "+avx512f" not in features.split(","):
+        return None
+    return f"{features},-prefer-256-bit"
+
+
+def _prefer_wide_vectors(numba: Any) -> None:
+    """Set numba's target features to :func:`wide_vector_features` of this host, unless
+    the user chose a CPU or features (``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``). Takes
+    effect where numba has compiled nothing yet in this process (its code generator reads
+    the features once); compiled code is cached per feature set."""
+    config = numba.config
+    if config.CPU_NAME is not None or config.CPU_FEATURES is not None:
+        return
+    binding: Any = importlib.import_module("llvmlite.binding")
+    codegen: Any = importlib.import_module("numba.core.codegen")
+    chosen = wide_vector_features(binding.get_host_cpu_name(), codegen.get_host_cpu_features())
+    if chosen is not None:
+        config.CPU_FEATURES = chosen
 
 
 def compiler(numba: Any | None, **options: Any) -> Callable[[F], F]:

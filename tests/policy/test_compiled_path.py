@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tether.assets import load_pretrained_bundle
+from tether.compiled import wide_vector_features
 from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle, kernel
 from tether.policy.action_frame import CommandStepFrame
 from tether.policy.goal_shift import goal_shift_for, split_goal_state, with_goal_shift
@@ -190,12 +191,26 @@ print(kernel.act_rows.inspect_asm(kernel.act_rows.signatures[0]))
 """
 
 
+def _host_has_avx512() -> bool:
+    try:
+        from llvmlite import binding
+    except ImportError:  # pragma: no cover - numba's own dependency
+        return False
+    return bool(binding.get_host_cpu_features().get("avx512f"))
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 code generation targets")
 @pytest.mark.parametrize(
     ("cpu", "features", "register"),
     [
         ("x86-64", "+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
         ("haswell", "+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
+        pytest.param(  # 512-bit vectors (tether.compiled.WIDE_VECTOR_CPUS), FMA on offer
+            "skylake-avx512",
+            "+avx,+avx2,+fma,+avx512f,+avx512dq,+avx512bw,+avx512vl,-prefer-256-bit",
+            "zmm",
+            marks=pytest.mark.skipif(not _host_has_avx512(), reason="needs an AVX-512 CPU"),
+        ),
     ],
 )
 def test_other_x86_64_targets_compute_the_same_bits(
@@ -215,7 +230,8 @@ def test_other_x86_64_targets_compute_the_same_bits(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert register in out.stdout
-    assert "zmm" not in out.stdout, "the target's vector width was not applied"
+    if register != "zmm":
+        assert "zmm" not in out.stdout, "the target's vector width was not applied"
     bundle = load_pretrained_bundle(command_interface="position")
     engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
     obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
@@ -299,3 +315,29 @@ def test_a_swap_serves_the_new_weights(arm: PolicyBundle) -> None:
     served = reference.act(obs, True)
     np.testing.assert_allclose(after.actions, served.actions, atol=2e-6)
     np.testing.assert_allclose(after.log_probs, served.log_probs, atol=5e-5, rtol=2e-6)
+
+
+def test_wide_vectors_are_chosen_only_for_cores_that_run_them_at_full_speed() -> None:
+    avx512 = "+sse2,+avx,+avx2,+fma,+avx512f,+avx512vl"
+    assert wide_vector_features("emeraldrapids", avx512) == f"{avx512},-prefer-256-bit"
+    assert wide_vector_features("icelake-server", avx512) == f"{avx512},-prefer-256-bit"
+    # The first AVX-512 cores lower their clock for it; AMD's keep LLVM's choice.
+    assert wide_vector_features("skylake-avx512", avx512) is None
+    assert wide_vector_features("znver4", avx512) is None
+    # AVX-512 switched off (a virtual machine's CPU model, NUMBA_ENABLE_AVX=0).
+    assert wide_vector_features("sapphirerapids", "+sse2,+avx2,-avx512f") is None
+
+
+def test_the_users_numba_target_is_left_as_given() -> None:
+    """NUMBA_CPU_FEATURES (or NUMBA_CPU_NAME) set by the user wins over tether's choice."""
+    code = (
+        "import numba, tether.policy.kernel, tether.safety.position.kernel\n"
+        "print(numba.config.CPU_FEATURES)\n"
+    )
+    env = {**os.environ, "NUMBA_CPU_FEATURES": "+sse2,-avx512f"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "+sse2,-avx512f"
