@@ -403,7 +403,7 @@ def random_states(spec: RobotSpec, rng: np.random.Generator, count: int) -> list
 
 # What --serving-batch times, per row of one engine batch of 64 robots.
 SERVING_CASES = {
-    "harness": "the harness alone (rows, previous actions, answers; no supervision)",
+    "harness": "the harness alone (rows, their observations as one array, previous actions, answers; no supervision)",
     "decide": "one SessionSupervisor.decide call per row",
     "filter": "one PositionActionSupervisor.filter call per row (the supervisor alone)",
     "filter_actions": "filter_actions, the whole batch in one call (the supervisor alone)",
@@ -443,6 +443,7 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, flo
             i = step[0]
             chosen = [items[(i + 9 * r) % len(items)] for r in range(BATCH)]
             proposed = np.stack([c[1] for c in chosen])
+            stacked = np.array([c[0] for c in chosen])  # the engine's input, as serving has it
             previous = [
                 None if c[2] is None or last[r] is None else last[r].copy()  # type: ignore[union-attr]
                 for r, c in enumerate(chosen)
@@ -456,9 +457,7 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, flo
                     for r, c in enumerate(chosen)
                 ]
             elif kind == "filter_actions":
-                got = filter_actions(
-                    bases, [c[0] for c in chosen], proposed, previous, [0.001] * BATCH
-                )
+                got = filter_actions(bases, stacked, proposed, previous, [0.001] * BATCH)
             elif kind == "decide":
                 got = [
                     sessions[r].decide(
@@ -476,7 +475,7 @@ def serving_batch_us(episodes: int, batches: int, repeats: int) -> dict[str, flo
                     SupervisedRow(sessions[r], c[0], previous[r], 0.001, normal)
                     for r, c in enumerate(chosen)
                 ]
-                got = decide_batch(rows, proposed, 1)
+                got = decide_batch(rows, proposed, 1, stacked)
             for r in range(BATCH):
                 last[r] = got[r][0]
             step[0] = i + 1

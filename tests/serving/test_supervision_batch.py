@@ -54,12 +54,14 @@ def fleet(rows: int, machines: int = 1) -> tuple[list[DegradationMachine], list[
 
 
 @np.errstate(over="ignore")
+@pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("machines", [1, 2])
 @pytest.mark.parametrize("rows", [48, ARRAY_ROWS - 1])
-def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int) -> None:
+def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int, stacked: bool) -> None:
     """Row for row, and the same degradation events in the same order, whether the
     batch's sessions share one degradation machine (one observe_batch) or not, on the
-    array path (48 rows) and row by row (a small batch)."""
+    array path (48 rows) and row by row (a small batch), the observations handed as rows
+    or also as the engine's one array (``stacked``)."""
     rng = np.random.default_rng(5)
     machines_a, singles = fleet(rows, machines)
     machines_b, batched = fleet(rows, machines)
@@ -101,6 +103,7 @@ def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int) -> No
             ],
             proposed,
             policy_version=3,
+            observations=obs if stacked else None,
         )
         for i in range(rows):
             assert same(got[i], want[i]), (step, i, got[i], want[i])
@@ -113,7 +116,10 @@ def test_a_batch_decides_as_one_call_per_session(machines: int, rows: int) -> No
         assert len(machine_b.history()) >= (5 if rows == 48 else 1)
 
 
-def test_serving_batches_compile_nothing_after_the_factory_warmed_the_kernel() -> None:
+@pytest.mark.parametrize("stacked", [False, True])
+def test_serving_batches_compile_nothing_after_the_factory_warmed_the_kernel(
+    stacked: bool,
+) -> None:
     """A compile at the first large batch would stall every robot in it (seconds on a
     fresh install): the factory's warm-up covers the array path's argument layouts."""
     from tether.safety.position import kernel
@@ -140,6 +146,7 @@ def test_serving_batches_compile_nothing_after_the_factory_warmed_the_kernel() -
             ],
             proposed,
             policy_version=1,
+            observations=obs if stacked else None,
         )
         last = [g[0] for g in got]
     assert {name: len(getattr(kernel, name).signatures) for name in compiled} == compiled

@@ -215,7 +215,7 @@ class InferencePipeline:
             for q in queries
         ]
         start = time.perf_counter_ns()
-        decided = decide_batch(supervised, out.actions, version.id)
+        decided = decide_batch(supervised, out.actions, version.id, obs)
         per_row_ns = (time.perf_counter_ns() - start) // len(queries)
         safe = [np.asarray(action, dtype=np.float32) for action, _ in decided]
         replies: Sequence[bytes | None] = [None] * len(queries)

@@ -175,14 +175,18 @@ ARRAY_ROWS = 4
 
 
 def decide_batch(
-    rows: Sequence[SupervisedRow], proposed: np.ndarray, policy_version: int
+    rows: Sequence[SupervisedRow],
+    proposed: np.ndarray,
+    policy_version: int,
+    observations: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, SafetyVerdict]]:
     """``rows[i].session.decide(...)`` for every row of one engine batch (``proposed``:
-    its actions, float32 (rows, act_dim)), bit for bit and in the same order of
-    degradation events. In a batch of ``ARRAY_ROWS`` or more the position supervisors'
-    rows run in one compiled call (``tether.safety.position.batch.filter_actions``), every
-    other row (TAKEOVER, the torque supervisor) as ``decide`` runs it; a smaller batch
-    runs ``decide`` row by row."""
+    its actions, float32 (rows, act_dim); ``observations``, if given: the rows'
+    observations as one float array, row ``i`` equal to ``rows[i].observation``), bit for
+    bit and in the same order of degradation events. In a batch of ``ARRAY_ROWS`` or more
+    the position supervisors' rows run in one compiled call
+    (``tether.safety.position.batch.filter_actions``), every other row (TAKEOVER, the
+    torque supervisor) as ``decide`` runs it; a smaller batch runs ``decide`` row by row."""
     count = len(rows)
     if not count:
         return []
@@ -203,64 +207,66 @@ def decide_batch(
             for i, row in enumerate(rows)
         ]
     results: list[tuple[np.ndarray, SafetyVerdict] | None] = [None] * count
+    # Each row's supervisor, and the position rows (batched: their indices).
     chosen: list[ActionSupervisor] = []
-    # The position rows (their index, supervisor, observation, previous action, age), and
-    # what each row's verdict tells its degradation machine.
     batched: list[int] = []
-    position: list[PositionActionSupervisor] = []
-    observations: list[np.ndarray] = []
-    previous: list[np.ndarray | None] = []
-    ages: list[float | None] = []
-    robots: list[str] = []
-    tightened: list[bool] = []
     machine = rows[0].session._degradation
     shared = machine is not None  # every row's session feeds this one machine
     normal, takeover = DegradationLevel.NORMAL, DegradationLevel.TAKEOVER
     for i, row in enumerate(rows):
         session = row.session
         level = row.level
-        base = session._base
-        if level is normal and not row.tightening < 1.0 and session._active is base:
-            supervisor = base  # _select's answer for the common step, without the call
+        if level is normal and not row.tightening < 1.0 and session._active is session._base:
+            supervisor = session._base  # _select's answer for the common step, without the call
         else:
             supervisor = session._select(level, row.tightening)
         chosen.append(supervisor)
-        robots.append(session.robot)
-        tightened.append(supervisor is not base)
         if session._degradation is not machine:
             shared = False
         if level is takeover:
             results[i] = supervisor.backup_action(row.observation, row.previous)
         elif isinstance(supervisor, PositionActionSupervisor):
             batched.append(i)
-            position.append(supervisor)
-            observations.append(row.observation)
-            previous.append(row.previous)
-            ages.append(row.observation_age_s)
         else:
             results[i] = supervisor.filter(
                 row.observation, proposed[i], row.previous, observation_age_s=row.observation_age_s
             )
-    if batched:
-        answers = filter_actions(
-            position,
-            observations,
-            proposed if len(batched) == count else proposed[batched],
-            previous,
-            ages,
+    if len(batched) == count:  # serving's common batch: every row a position row
+        results = cast(
+            list[tuple[np.ndarray, SafetyVerdict] | None],
+            filter_actions(
+                cast(list[PositionActionSupervisor], chosen),
+                [row.observation for row in rows] if observations is None else observations,
+                proposed,
+                [row.previous for row in rows],
+                [row.observation_age_s for row in rows],
+            ),
         )
-        if len(batched) == count:
-            results = cast(list[tuple[np.ndarray, SafetyVerdict] | None], answers)
-        else:
-            for i, answer in zip(batched, answers, strict=True):
-                results[i] = answer
+    elif batched:
+        picked = [rows[i] for i in batched]
+        answers = filter_actions(
+            [cast(PositionActionSupervisor, chosen[i]) for i in batched],
+            [row.observation for row in picked] if observations is None else observations[batched],
+            proposed[batched],
+            [row.previous for row in picked],
+            [row.observation_age_s for row in picked],
+        )
+        for i, answer in zip(batched, answers, strict=True):
+            results[i] = answer
     out = cast(list[tuple[np.ndarray, SafetyVerdict]], results)
     # Every row's verdict to its session's degradation machine, in row order: one call
     # when the rows share one machine (serving's case).
     if shared:
         assert machine is not None
-        verdicts = [verdict for _, verdict in out]
-        machine.observe_batch(robots, verdicts, tightened, policy_version=policy_version)
+        machine.observe_batch(
+            [row.session.robot for row in rows],
+            [verdict for _, verdict in out],
+            [
+                supervisor is not row.session._base
+                for row, supervisor in zip(rows, chosen, strict=True)
+            ],
+            policy_version=policy_version,
+        )
     else:
         for row, supervisor, result in zip(rows, chosen, out, strict=True):
             row.session._observe(result[1], supervisor, policy_version)

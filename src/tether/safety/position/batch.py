@@ -140,13 +140,14 @@ def _run_group(
 
 def filter_actions(
     supervisors: Sequence[PositionActionSupervisor],
-    observations: Sequence[Any],
+    observations: Sequence[Any] | np.ndarray,
     actions: np.ndarray,
     previous: Sequence[Any | None],
     observation_age_s: Sequence[float | None] | None = None,
 ) -> list[Result]:
     """Row ``i``: ``supervisors[i].filter(observations[i], actions[i], previous[i], …)``
-    for normalized actions ``actions`` (float32, shape (rows, n))."""
+    for normalized actions ``actions`` (float32, shape (rows, n)). ``observations`` may be
+    one float array (rows, m), which spares checking and joining the rows one by one."""
     rows = len(supervisors)
     actions = np.asarray(actions)
     if actions.dtype != np.float32 or actions.ndim != 2 or actions.shape[0] != rows:
@@ -202,7 +203,7 @@ class _Acting(NamedTuple):
 
 def _filter_arrays(
     supervisors: Sequence[PositionSupervisor],
-    observations: Sequence[Any],
+    observations: Sequence[Any] | np.ndarray,
     proposals: np.ndarray,
     proposed: Sequence[Any] | None,
     previous: Sequence[Any | None],
@@ -255,7 +256,7 @@ _FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 def _one_group(
     supervisors: Sequence[PositionSupervisor],
-    observations: Sequence[Any],
+    observations: Sequence[Any] | np.ndarray,
     ages: Sequence[float | None],
     previous: Sequence[Any | None],
 ) -> bool:
@@ -265,16 +266,19 @@ def _one_group(
     signature = first._signature
     if not signature or set(map(_signature_of, supervisors)) != {signature}:
         return False
-    if set(map(type, observations)) != {np.ndarray}:
-        return False
-    shapes = set(map(_shape_of, observations))
-    if len(shapes) != 1:
-        return False
-    (shape,) = shapes
+    if isinstance(observations, np.ndarray):  # the rows of one array, told by the array
+        if observations.ndim != 2 or observations.dtype not in _FLOATS:
+            return False
+        shape = observations.shape[1:]
+    else:
+        if set(map(type, observations)) != {np.ndarray}:
+            return False
+        shapes = set(map(_shape_of, observations))
+        if len(shapes) != 1 or not set(map(_dtype_of, observations)) <= _FLOATS:
+            return False
+        (shape,) = shapes
     expected = first._obs_dim
     if len(shape) != 1 or not (shape[0] == expected if expected else shape[0] >= first._min_obs):
-        return False
-    if not set(map(_dtype_of, observations)) <= _FLOATS:
         return False
     # The signature fixes the staleness bound; NaN fails it.
     staleness = first.limits.command_staleness_s
@@ -292,7 +296,7 @@ def _one_group(
 def _array_group(
     supervisors: Sequence[PositionSupervisor],
     members: list[int],
-    observations: Sequence[Any],
+    observations: Sequence[Any] | np.ndarray,
     proposals: np.ndarray,
     proposed: Sequence[Any] | None,
     previous: Sequence[Any | None],
@@ -309,9 +313,14 @@ def _array_group(
     rows = len(members)
     whole = rows == len(supervisors)  # every row, in order
     chosen = supervisors if whole else [supervisors[i] for i in members]
-    # Equal-length 1-D arrays end to end, then rows: np.stack's values, at a third of its cost.
-    obs = np.concatenate(observations if whole else [observations[i] for i in members])
-    obs = obs.reshape(rows, -1)
+    if isinstance(observations, np.ndarray):
+        # C-contiguous, as the kernel was compiled for (a copy only of another layout).
+        obs = np.ascontiguousarray(observations if whole else observations[members])
+    else:
+        # Equal-length 1-D arrays end to end, then rows: np.stack's values, at a third of
+        # its cost.
+        obs = np.concatenate(observations if whole else [observations[i] for i in members])
+        obs = obs.reshape(rows, -1)
     given = previous if whole else [previous[i] for i in members]
     has_previous = np.fromiter(map(operator.is_not, given, repeat(None)), np.bool_, rows)
     handed = [p for p in given if p is not None]
