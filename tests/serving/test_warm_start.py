@@ -5,7 +5,8 @@ deadline) would turn that step into a watchdog backup. The check runs in a fresh
 process, so no earlier test can have compiled a signature for it: it counts every numba
 dispatcher's signatures in tether's modules after ``server.start()`` and again after
 single steps (observations and previous actions read-only, as they come off the wire),
-batched steps of several robots, unary calls and KServe v2 ModelInfer calls.
+batched steps of several robots, unary calls, KServe v2 ModelInfer calls and openpi
+websocket clients (msgpack-numpy arrays, read-only off the wire).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ SCRIPT = textwrap.dedent(
     spec = arm_spec()
     init_bundle(sys.argv[1], spec, hidden_sizes=(64, 64), seed=3)
     server = PolicyServer(
-        server_config(metrics_port=None),
+        server_config(metrics_port=None, openpi={"port": 0}),
         spec=ServedSpec.from_robot_spec(spec),
         supervisors=SupervisorFactory(spec, limits=relaxed_limits(spec)),
         engine=PolicyEngine(load_bundle(sys.argv[1]), EngineConfig()),
@@ -91,10 +92,23 @@ SCRIPT = textwrap.dedent(
                 for message in (raw, typed):
                     stub.ModelInfer(message, timeout=60)
 
+    def openpi(steps):
+        import msgpack
+        from websockets.sync.client import connect
+        from tether.serving.openpi import pack
+        with connect(f"ws://127.0.0.1:{server.openpi_port}", max_size=None) as ws:
+            ws.recv()  # the metadata
+            for _ in range(steps):
+                ws.send(pack({"observation/state": observation()}))
+                reply = msgpack.unpackb(ws.recv())
+                assert "actions" in reply, reply
+
     try:
         drive("alone", 20)
         kserve()
+        openpi(10)
         threads = [threading.Thread(target=drive, args=(f"r{i}", 30)) for i in range(12)]
+        threads += [threading.Thread(target=openpi, args=(30,)) for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:
