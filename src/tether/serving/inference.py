@@ -141,12 +141,17 @@ class InferencePipeline:
         start_ns = ingress_ns()
         results: list[ActionOutcome | RequestError | None] = [None] * len(queries)
         groups: dict[int, tuple[EngineLike, list[int]]] = {}
+        live: EngineLike | None = None  # the live engine, looked up once per batch
         for i, q in enumerate(queries):
             try:
                 if q.route is not None and self._versions is not None:
                     engine = self._versions.engine_for_route(q.route)
-                else:
+                elif q.pinned_version is not None:
                     engine = self._models.engine_for(q.pinned_version)
+                else:
+                    if live is None:
+                        live = self._models.engine_for(None)
+                    engine = live
             except REQUEST_ERRORS as exc:
                 results[i] = exc
                 continue
