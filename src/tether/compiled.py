@@ -4,13 +4,15 @@ Each kernel module (``tether.policy.kernel``, ``tether.safety.position.kernel``)
 own switch: the environment variable ``switch`` set to ``0`` turns its compiled code off
 (tests and a user with a broken numba install), and without numba the same functions run
 as plain Python. Compiled functions are cached on disk, run with the GIL released and
-never use fast-math (their results must not depend on the CPU). On CPUs whose 512-bit
-vectors run at full speed (:data:`WIDE_VECTOR_CPUS`) numba is told to use them: LLVM's
-tuning for every AVX-512 Intel core keeps its loops to 256 bits, a choice made for the
-clock penalty of the first AVX-512 cores. The width changes how many output units one
-instruction computes, never the operations a unit takes, so the bits stay the same. Serving's calls hand
+never use fast-math (their results must not depend on the CPU). Serving's calls hand
 them writable arrays only (:func:`writable`), so the layouts ``warm()`` compiles are all
 they meet (``tests/serving/test_warm_start.py``).
+
+On CPUs whose 512-bit vectors run at full speed (:data:`WIDE_VECTOR_CPUS`) numba is told
+to use them: LLVM's tuning for every AVX-512 Intel core keeps its loops to 256 bits, a
+choice made for the clock penalty of the first AVX-512 cores. The width changes how many
+output units one instruction computes, never the operations a unit takes, so the bits
+stay the same.
 """
 
 from __future__ import annotations

@@ -231,28 +231,23 @@ def decide_batch(
             results[i] = supervisor.filter(
                 row.observation, proposed[i], row.previous, observation_age_s=row.observation_age_s
             )
-    if len(batched) == count:  # serving's common batch: every row a position row
-        results = cast(
-            list[tuple[np.ndarray, SafetyVerdict] | None],
-            filter_actions(
-                cast(list[PositionActionSupervisor], chosen),
-                [row.observation for row in rows] if observations is None else observations,
-                proposed,
-                [row.previous for row in rows],
-                [row.observation_age_s for row in rows],
-            ),
-        )
-    elif batched:
-        picked = [rows[i] for i in batched]
+    if batched:
+        every = len(batched) == count  # serving's common batch: every row a position row
+        picked = rows if every else [rows[i] for i in batched]
+        if observations is not None and not every:
+            observations = observations[batched]
         answers = filter_actions(
-            [cast(PositionActionSupervisor, chosen[i]) for i in batched],
-            [row.observation for row in picked] if observations is None else observations[batched],
-            proposed[batched],
+            cast(list[PositionActionSupervisor], chosen if every else [chosen[i] for i in batched]),
+            [row.observation for row in picked] if observations is None else observations,
+            proposed if every else proposed[batched],
             [row.previous for row in picked],
             [row.observation_age_s for row in picked],
         )
-        for i, answer in zip(batched, answers, strict=True):
-            results[i] = answer
+        if every:
+            results = cast(list[tuple[np.ndarray, SafetyVerdict] | None], answers)
+        else:
+            for i, answer in zip(batched, answers, strict=True):
+                results[i] = answer
     out = cast(list[tuple[np.ndarray, SafetyVerdict]], results)
     # Every row's verdict to its session's degradation machine, in row order: one call
     # when the rows share one machine (serving's case).
