@@ -148,10 +148,10 @@ class InferencePipeline:
                     engine = self._versions.engine_for_route(q.route)
                 elif q.pinned_version is not None:
                     engine = self._models.engine_for(q.pinned_version)
-                else:
-                    if live is None:
-                        live = self._models.engine_for(None)
+                elif live is not None:
                     engine = live
+                else:
+                    engine = live = self._models.engine_for(None)
             except REQUEST_ERRORS as exc:
                 results[i] = exc
                 continue
