@@ -9,7 +9,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tether.serving.batcher import BatchStats, DynamicBatcher
+from tether.serving.batcher import _PROBE_EVERY, BatchStats, DynamicBatcher
 from tether.serving.config import BatcherConfig
 from tether.serving.errors import (
     AdmissionRefused,
@@ -292,8 +292,9 @@ def test_a_lone_request_runs_in_its_callers_coroutine_with_every_check() -> None
 
 
 def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
-    """The probe every _PROBE_EVERY lone requests runs threaded; robots that queue behind
-    it switch the batcher to batching, so many robots are not served one by one."""
+    """Every _PROBE_EVERY-th lone request queues and waits a turn of the loop; robots
+    that queue behind it join its batch and switch the batcher to batching, so many
+    robots are not served one by one."""
     stats: list[BatchStats] = []
     config = BatcherConfig(execution="auto")
 
@@ -311,11 +312,39 @@ def test_lone_requests_still_probe_for_other_robots_and_then_batch() -> None:
             await batcher.close()
 
     asyncio.run(scenario())
-    assert any(not s.inline for s in stats), "no probe ran threaded"
-    assert max(s.size for s in stats) > 1, "requests never batched"
+    # The first round: lone requests one by one until the probe, which the rest join.
+    probe = _PROBE_EVERY - 1
+    assert [s.size for s in stats[: probe + 1]] == [1] * probe + [40 - probe]
     assert sum(s.size for s in stats) == 40 * 40
+    assert any(not s.inline for s in stats)  # batches of a slow policy: off the loop
     # Once batching took over, the later rounds are served in few batches each.
     assert len(stats) < 40 * 40 / 4
+
+
+def test_a_lone_robots_probes_stay_on_the_loop() -> None:
+    """One robot alone: its probes find nobody and run on the loop like its other
+    requests, never handed to the worker thread."""
+    threads: list[str] = []
+    stats: list[BatchStats] = []
+
+    def run_batch(items: list[int]) -> list[int | ServingError]:
+        threads.append(threading.current_thread().name)
+        return list(items)
+
+    async def scenario() -> None:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            run_batch, BatcherConfig(execution="auto"), on_batch=stats.append
+        )
+        batcher.start()
+        try:
+            for i in range(4 * _PROBE_EVERY):
+                assert (await batcher.submit(i)).value == i
+        finally:
+            await batcher.close()
+
+    asyncio.run(scenario())
+    assert threads == ["MainThread"] * (4 * _PROBE_EVERY)
+    assert [(s.size, s.inline) for s in stats] == [(1, True)] * (4 * _PROBE_EVERY)
 
 
 async def _staggered_fleet(batcher: DynamicBatcher[int, int], robots: int) -> None:

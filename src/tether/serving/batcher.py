@@ -29,9 +29,14 @@ below ``inline_threshold_s`` (5 ms: at 64 robots on 2 cores the shipped arm's ba
 of several requests (a large network, a GPU forward that releases the GIL) run in a
 worker thread so the loop keeps reading the next requests meanwhile. Concurrency is
 judged from evidence: batches of several, or requests that queued while a threaded batch
-computed (one lone batch in ``_PROBE_EVERY`` queues instead of running at once, and runs
-threaded when nothing joined it, because unary callers only reach the queue once the
-loop is free). benchmarks/bench_serving.py measures all three choices.
+computed. A robot served alone runs each request at once, with the loop blocked, so
+others' requests that arrive meanwhile would run alone after it, one by one; to see
+them, one lone request in ``_PROBE_EVERY`` queues instead, and the worker lets the loop
+turn (as it gathers a loaded batch) before taking it: whatever the loop had read by then
+joins it, and a batch of several is the evidence. The probe then runs on the loop like
+any lone batch: a thread hand-off, once per probe, cost the lone robot more CPU than
+its other steps' hand-offs to the recorder (docs/benchmarks.md).
+benchmarks/bench_serving.py measures all three choices.
 
 A lone robot's request does not even queue: when auto mode has no evidence of other
 robots and nothing is queued or computing, ``submit`` runs the batch of one right there,
@@ -125,7 +130,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._concurrent = False
         self._lone_batches = 0
         self._quiet_batches = 0
-        self._probe_queued = False  # submit queued a lone request so that it runs threaded
+        self._probe_queued = False  # submit queued a lone request to see who joins it
         self._last_size = 0  # requests in the last batch taken (the evidence of load)
 
     @property
@@ -144,19 +149,14 @@ class DynamicBatcher(Generic[In, Out]):
             return mode == "inline"
         if batch_size > 1:
             self._concurrent = True
-            self._probe_queued = False  # the evidence a probe would look for is here
             return self._compute_ema_s < self._config.inline_threshold_s
-        if self._concurrent:
-            return False  # keep the loop free: more robots are probably on their way
-        if self._probe_queued:  # submit already decided this one is the probe
-            self._probe_queued = False
-            return False
-        return not self._probe_due()
+        # A lone batch with others about: keep the loop free, more robots are probably on
+        # their way. Without them (a probe nobody joined included): on the loop.
+        return not self._concurrent
 
     def _probe_due(self) -> bool:
-        """One robot at a time runs inline, but now and then a lone batch runs threaded to
-        see whether others are waiting behind the loop (unary callers only reach the queue
-        once the loop is free)."""
+        """Whether this lone request queues, to see whether others are waiting behind the
+        loop (see the module docstring)."""
         self._lone_batches += 1
         return self._lone_batches % _PROBE_EVERY == 0
 
@@ -258,8 +258,11 @@ class DynamicBatcher(Generic[In, Out]):
                     self._full.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._full.wait(), remaining)
-            elif cfg.gather_turns and (len(self._queue) > 1 or self._last_size > 1):
+            elif cfg.gather_turns and (
+                len(self._queue) > 1 or self._last_size > 1 or self._probe_queued
+            ):
                 await self._gather(cfg.gather_turns, cfg.max_batch_size)
+            self._probe_queued = False
             n = min(len(self._queue), cfg.max_batch_size)
             batch = [self._queue.popleft() for _ in range(n)]
             if not batch:
