@@ -341,3 +341,23 @@ def test_the_users_numba_target_is_left_as_given() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "+sse2,-avx512f"
+
+
+@pytest.mark.parametrize("bound", [0.0, 0.5, 3.0, math.inf])
+def test_the_compiled_bound_check_agrees_with_numpy(bound: float) -> None:
+    """``kernel.all_within`` (the engine's finiteness check, the pipeline's bound check) on
+    the compiled layout and on every other one: NaN and ±Inf never within a finite bound,
+    NaN not within an infinite one either."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        values = rng.uniform(-3.5, 3.5, (int(rng.integers(0, 9)), 5)).astype(np.float32)
+        if values.size and trial % 3:
+            values.flat[int(rng.integers(values.size))] = rng.choice([np.nan, np.inf, -np.inf])
+        expected = bool(np.abs(values).max(initial=0.0) <= bound)
+        assert kernel._all_within(values, bound) is expected  # the compiled loop itself
+        assert kernel.all_within(values, bound) is expected
+        assert kernel.all_within(values.T, bound) is expected  # another layout: numpy
+        frozen = values.copy()
+        frozen.flags.writeable = False
+        assert kernel.all_within(frozen, bound) is expected
+        assert kernel.all_within(values.astype(np.float64), bound) is expected

@@ -34,6 +34,7 @@ it beside the others where numba is installed.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -365,8 +366,8 @@ class PolicyEngine:
                 frame=self._frame,
             ),
         )
+        kernel.warm()  # act() checks observations with kernel.all_within on every path
         if isinstance(built, CompiledPath):
-            kernel.warm()
             zeros = np.zeros((self._config.row_block, self.obs_dim), dtype=np.float32)
             for _ in range(_WARMUP_CALLS):
                 built.act(zeros, None)
@@ -434,9 +435,8 @@ class PolicyEngine:
             raise ObservationError(
                 f"observations must be float32, got {obs.dtype}; convert with .astype(np.float32)"
             )
-        finite = np.isfinite(obs)
-        if not finite.all():
-            rows = sorted({int(r) for r in np.nonzero(~finite)[0]})
+        if not kernel.all_within(obs, math.inf):
+            rows = sorted({int(r) for r in np.nonzero(~np.isfinite(obs))[0]})
             raise ObservationError(f"observations must be finite; rows {rows[:10]} hold NaN or Inf")
         return int(n)
 

@@ -532,6 +532,27 @@ def run(packed: Packed, obs: np.ndarray, noise: np.ndarray | None) -> tuple[np.n
     return actions, log_probs
 
 
+@_jit
+def _all_within(values: Any, bound: float) -> bool:
+    for x in values.reshape(-1):  # noqa: SIM110 - a loop that returns early, for numba
+        if not abs(x) <= bound:  # NaN compares false
+            return False
+    return True
+
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+def all_within(values: np.ndarray, bound: float) -> bool:
+    """Whether every entry of ``values`` has a magnitude of at most ``bound``: NaN never
+    has, nor has ±Inf below an infinite bound. One compiled pass for the float32 batches
+    serving checks (C-contiguous, writable: the layout warmed up), numpy for any other."""
+    flags = values.flags
+    if AVAILABLE and flags.c_contiguous and flags.writeable and values.dtype == _FLOAT32:
+        return bool(_all_within(values, bound))
+    return bool(np.abs(values).max(initial=0.0) <= bound)
+
+
 class _NoNoise(dict[int, np.ndarray]):
     def __missing__(self, act_dim: int) -> np.ndarray:
         empty = np.zeros((0, act_dim), dtype=np.float32)
@@ -543,7 +564,7 @@ _NO_NOISE = _NoNoise()
 
 
 def _compile_all() -> None:
-    """Compile :func:`act_rows` for the signatures serving uses."""
+    """Compile :func:`act_rows` and :func:`all_within` for the signatures serving uses."""
     w = np.zeros((2, 2), dtype=np.float32)
     b = np.zeros(2, dtype=np.float32)
     two = np.ones(2, dtype=np.float32)
@@ -563,10 +584,12 @@ def _compile_all() -> None:
         frame=FrameConstants(0, 1, (0.0,), (1.0,), (0.1,), (0.1,)),
     )
     obs = np.zeros((3, 2), dtype=np.float32)
+    all_within(obs, 1.0)
+    all_within(obs[0], 1.0)
     run(packed, obs, None)
     run(packed, obs, np.zeros((3, 1), dtype=np.float32))
 
 
 warm = warm_once(AVAILABLE, _compile_all)
-"""Compile :func:`act_rows` (or load it from numba's cache) before it serves; seconds
-taken (0.0 after the first call, or without numba)."""
+"""Compile :func:`act_rows` and :func:`all_within` (or load them from numba's cache)
+before they serve; seconds taken (0.0 after the first call, or without numba)."""

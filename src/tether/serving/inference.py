@@ -40,6 +40,7 @@ import numpy as np
 
 from tether.data.clock import ingress_ns
 from tether.policy.errors import ObservationError
+from tether.policy.kernel import all_within
 from tether.safety.chunk import ChunkVerdict, supervise_chunk
 from tether.safety.levels import DegradationLevel
 from tether.safety.verdict import SafetyVerdict
@@ -175,7 +176,7 @@ class InferencePipeline:
         obs, deterministic = _engine_input(queries)
         # One pass for the group: NaN compares false, Inf exceeds any finite bound; the
         # rows are told apart only when one failed.
-        if self._max_abs is not None and obs.size and not np.abs(obs).max() <= self._max_abs:
+        if self._max_abs is not None and not all_within(obs, self._max_abs):
             kept = self._refuse_observations(
                 queries, rows, results, np.abs(obs).max(axis=1) <= self._max_abs
             )
