@@ -232,7 +232,7 @@ class Admission:
 
     def admit_step(self, ticket: SessionTicket, now: float | None = None) -> None:
         """Admit one step of an open session: its own bucket, never another robot's."""
-        self._spend(ticket.bucket, f"session {ticket.session_id!r}", now)
+        self._spend(ticket.bucket, "session", ticket.session_id, now)
 
     def admit(self, client_id: str, now: float | None = None) -> None:
         """Raise ``AdmissionRefused`` if the caller keyed ``client_id`` may not send a
@@ -248,14 +248,16 @@ class Admission:
                     self._buckets.popitem(last=False)
             else:
                 self._buckets.move_to_end(client_id)
-        self._spend(bucket, f"client {client_id!r}", t)
+        self._spend(bucket, "client", client_id, t)
 
-    def _spend(self, bucket: TokenBucket | None, who: str, now: float | None) -> None:
-        """One token of ``bucket`` (None: no rate limit), then the memory guard."""
+    def _spend(self, bucket: TokenBucket | None, kind: str, key: str, now: float | None) -> None:
+        """One token of ``bucket`` (None: no rate limit), then the memory guard; a refusal
+        names the ``kind`` ("session", "client") and its ``key`` (built only then: this
+        runs on every step)."""
         t = time.monotonic() if now is None else now
         if bucket is not None and not bucket.take(t):
             raise AdmissionRefused(
-                f"{who} is over its rate limit of {self.rate_hz:g} requests/s "
+                f"{kind} {key!r} is over its rate limit of {self.rate_hz:g} requests/s "
                 f"(burst {self.burst:g}); slow down to the robot's control rate or raise "
                 "admission.rate_limit_hz"
             )
