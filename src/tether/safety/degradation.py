@@ -69,6 +69,13 @@ _INTERVENTION = (_KIND_INDEX[EventKind.INTERVENTION],)
 _BACKUP = (_KIND_INDEX[EventKind.BACKUP_ACTION],)
 _BACKUP_NAN = (_KIND_INDEX[EventKind.BACKUP_ACTION], _KIND_INDEX[EventKind.NAN_OUTPUT])
 _WORST_FIRST = tuple(reversed(DegradationLevel))[:-1]  # TAKEOVER, PAUSED, RESTRICTED
+# Why a robot's window reaches a level: a template and its values (``_target``).
+_Why = tuple[str, tuple[object, ...]]
+_COUNT_WHY = "{} {} events in {} s (threshold {})"
+_RATE_WHY = "{} {} events in the robot's {} steps of the last {} s ({:.1%}, threshold {:.1%})"
+_CHECK_WHY = (
+    "{} {} interventions in the robot's {} steps of the last {} s ({:.1%}, threshold {:.1%})"
+)
 
 
 class DegradationMachine:
@@ -511,8 +518,10 @@ class DegradationMachine:
                 need = max(need, _steps_beyond(tally.by_check.get(bit, 0), rate))
         return need
 
-    def _target(self, state: _Robot) -> tuple[DegradationLevel, str, EventKind | None]:
-        """The most degraded level the robot's window reaches, and why."""
+    def _target(self, state: _Robot) -> tuple[DegradationLevel, _Why, EventKind | None]:
+        """The most degraded level the robot's window reaches, and why (a template and its
+        values, formatted only when the level moves: a degraded robot is judged on every
+        look at the learning-wide level)."""
         steps = len(state.steps)
         judged = steps >= self.config.min_window_steps
         window = self.config.window_s
@@ -522,28 +531,21 @@ class DegradationMachine:
             for index, need in counts:
                 if by_kind[index] >= need:
                     kind = _KINDS[index]
-                    why = f"{by_kind[index]} {kind.value} events in {window} s (threshold {need})"
-                    return level, why, kind
+                    return level, (_COUNT_WHY, (by_kind[index], kind.value, window, need)), kind
             if not judged:
                 continue
             for index, rate in rates:
                 have = by_kind[index]
                 if have >= rate * steps:
                     kind = _KINDS[index]
-                    why = (
-                        f"{have} {kind.value} events in the robot's {steps} steps of the last "
-                        f"{window} s ({have / steps:.1%}, threshold {rate:.1%})"
-                    )
-                    return level, why, kind
+                    why = (kind.value, steps, window, have / steps, rate)
+                    return level, (_RATE_WHY, (have, *why)), kind
             for bit, name, rate in checks:
                 have = tally.by_check.get(bit, 0)
                 if have >= rate * steps:
-                    why = (
-                        f"{have} {name} interventions in the robot's {steps} steps of the "
-                        f"last {window} s ({have / steps:.1%}, threshold {rate:.1%})"
-                    )
-                    return level, why, EventKind.INTERVENTION
-        return DegradationLevel.NORMAL, "", None
+                    why = (name, steps, window, have / steps, rate)
+                    return level, (_CHECK_WHY, (have, *why)), EventKind.INTERVENTION
+        return DegradationLevel.NORMAL, ("", ()), None
 
     def _advance(
         self, state: _Robot, now: float, fired: list[DegradationTransition], *, fleet: bool = True
@@ -563,7 +565,8 @@ class DegradationMachine:
         target, why, trigger = self._target(state)
         before = len(fired)
         if target > state.level:
-            self._move(state, target, why, now, trigger, None, fired)
+            template, values = why
+            self._move(state, target, template.format(*values), now, trigger, None, fired)
         if target >= state.level:
             state.calm_since = None
             state.hot_at = now
