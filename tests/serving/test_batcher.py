@@ -9,7 +9,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tether.serving.batcher import _PROBE_EVERY, BatchStats, DynamicBatcher
+from tether.serving.batcher import _PROBE_EVERY, _QUIET_TO_INLINE, BatchStats, DynamicBatcher
 from tether.serving.config import BatcherConfig
 from tether.serving.errors import (
     AdmissionRefused,
@@ -345,6 +345,40 @@ def test_a_lone_robots_probes_stay_on_the_loop() -> None:
     asyncio.run(scenario())
     assert threads == ["MainThread"] * (4 * _PROBE_EVERY)
     assert [(s.size, s.inline) for s in stats] == [(1, True)] * (4 * _PROBE_EVERY)
+
+
+def test_with_other_robots_about_a_fast_policys_lone_batches_stay_on_the_loop() -> None:
+    """Once requests were seen together, a lone batch of a fast policy runs on the loop
+    like its batches do (a thread hand-off costs more than its compute), and after
+    _QUIET_TO_INLINE lone batches in a row the robot is served in its own coroutine again."""
+    threads: list[str] = []
+    tasks: list[asyncio.Task[object] | None] = []
+
+    def run_batch(items: list[int]) -> list[int | ServingError]:
+        thread = threading.current_thread()
+        threads.append(thread.name)
+        tasks.append(asyncio.current_task() if thread is threading.main_thread() else None)
+        return list(items)
+
+    async def scenario() -> list[asyncio.Task[object] | None]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(run_batch, BatcherConfig())
+        batcher.start()
+        try:
+            # Robots together: lone runs until the probe, which the rest join.
+            await asyncio.gather(*(batcher.submit(i) for i in range(2 * _PROBE_EVERY)))
+            callers = []
+            for i in range(_QUIET_TO_INLINE + 3):  # then one robot at a time
+                callers.append(asyncio.current_task())
+                await batcher.submit(100 + i)
+            return callers
+        finally:
+            await batcher.close()
+
+    callers = asyncio.run(scenario())
+    assert set(threads) == {"MainThread"}
+    lone = tasks[-(_QUIET_TO_INLINE + 3) :]
+    assert all(t is not c for t, c in zip(lone[:_QUIET_TO_INLINE], callers, strict=False))
+    assert lone[-1] is callers[-1]  # concurrency lapsed: served in the caller's coroutine
 
 
 async def _staggered_fleet(batcher: DynamicBatcher[int, int], robots: int) -> None:

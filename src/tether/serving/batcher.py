@@ -23,19 +23,21 @@ returns the wrong number of results or raises fails every caller of that batch w
 Where a batch runs is chosen per batch: a thread hand-off costs tens of microseconds,
 more than a small MLP's forward, and the batch's own Python (supervision, bookkeeping)
 holds the GIL the loop needs, so the loop reads little meanwhile. In ``auto`` mode a lone
-robot's requests run on the event loop, as does any batch whose measured compute time is
-below ``inline_threshold_s`` (5 ms: at 64 robots on 2 cores the shipped arm's batches of
-~30 served 38 % more actions/s inline than threaded, docs/benchmarks.md); slower batches
-of several requests (a large network, a GPU forward that releases the GIL) run in a
-worker thread so the loop keeps reading the next requests meanwhile. Concurrency is
-judged from evidence: batches of several, or requests that queued while a threaded batch
-computed. A robot served alone runs each request at once, with the loop blocked, so
-others' requests that arrive meanwhile would run alone after it, one by one; to see
-them, one lone request in ``_PROBE_EVERY`` queues instead, and the worker lets the loop
-turn (as it gathers a loaded batch) before taking it: whatever the loop had read by then
-joins it, and a batch of several is the evidence. The probe then runs on the loop like
-any lone batch: a thread hand-off, once per probe, cost the lone robot more CPU than
-its other steps' hand-offs to the recorder (docs/benchmarks.md).
+robot's requests run on the event loop; with other robots about, so does any batch,
+of one request or several, while the measured compute time is below
+``inline_threshold_s`` (5 ms: at 64 robots on 2 cores the shipped arm's batches of ~30
+served 38 % more actions/s inline than threaded, and two robots, whose batches are often
+of one, twice as many, docs/benchmarks.md); slower batches (a large network, a GPU
+forward that releases the GIL) run in a worker thread so the loop keeps reading the next
+requests meanwhile. Concurrency is judged from evidence: batches of several, or requests
+that queued while a threaded batch computed; ``_QUIET_TO_INLINE`` lone batches in a row
+with nothing queued end it. A robot served alone runs each request at once, with the
+loop blocked, so others' requests that arrive meanwhile would run alone after it, one
+by one; to see them, one lone request in ``_PROBE_EVERY`` queues instead, and the worker
+lets the loop turn (as it gathers a loaded batch) before taking it: whatever the loop
+had read by then joins it, and a batch of several is the evidence. The probe then runs
+on the loop like any lone batch: a thread hand-off, once per probe, cost the lone robot
+more CPU than its other steps' hand-offs to the recorder (docs/benchmarks.md).
 benchmarks/bench_serving.py measures all three choices.
 
 A lone robot's request does not even queue: when auto mode has no evidence of other
@@ -149,10 +151,9 @@ class DynamicBatcher(Generic[In, Out]):
             return mode == "inline"
         if batch_size > 1:
             self._concurrent = True
+        if self._concurrent:  # others about: on the loop only while batches are fast
             return self._compute_ema_s < self._config.inline_threshold_s
-        # A lone batch with others about: keep the loop free, more robots are probably on
-        # their way. Without them (a probe nobody joined included): on the loop.
-        return not self._concurrent
+        return True  # one robot alone (a probe nobody joined included): on the loop
 
     def _probe_due(self) -> bool:
         """Whether this lone request queues, to see whether others are waiting behind the
@@ -171,8 +172,10 @@ class DynamicBatcher(Generic[In, Out]):
             and self._worker is not None
         )
 
-    def _after_threaded(self, size: int) -> None:
-        """A threaded batch shows concurrency when requests queued while it computed."""
+    def _after_batch(self, size: int) -> None:
+        """Requests queued by the time a batch is done show concurrency (a threaded batch
+        leaves the loop reading meanwhile); ``_QUIET_TO_INLINE`` lone batches in a row
+        with nothing queued end it."""
         if self._queue:
             self._concurrent = True
             self._quiet_batches = 0
@@ -318,6 +321,7 @@ class DynamicBatcher(Generic[In, Out]):
         outcome, start, elapsed = self._hooked_call([p.item for p in live])
         self._deliver(live, outcome, start, elapsed)
         self._report(len(live), elapsed, True, expired)
+        self._after_batch(len(live))
 
     async def _execute_threaded(self, batch: list[_Pending[In, Out]]) -> None:
         live, expired = self._live(batch)
@@ -335,7 +339,7 @@ class DynamicBatcher(Generic[In, Out]):
         )
         self._deliver(live, outcome, start, elapsed)
         self._report(len(live), elapsed, False, expired)
-        self._after_threaded(len(live))
+        self._after_batch(len(live))
 
     def _hooked_call(
         self, items: list[In]
