@@ -184,6 +184,8 @@ class DynamicBatcher(Generic[In, Out]):
             if self._quiet_batches >= _QUIET_TO_INLINE:
                 self._concurrent = False
                 self._quiet_batches = 0
+        else:
+            self._quiet_batches = 0
 
     def start(self) -> None:
         """Start the worker task on the running event loop."""
