@@ -39,6 +39,10 @@ The compiled path is used where numba imports and ``TETHER_POLICY_COMPILED`` is 
 ``0`` (:data:`AVAILABLE`); without it these functions are plain Python over numpy
 float32 scalars and compute the same bits, far too slowly to serve (the engine refuses
 ``execution="compiled"`` then, and ``auto`` does not consider it).
+
+Beside the row, :func:`all_within` checks a batch's observations in one compiled pass
+(every entry finite and within a bound): the engine's check on every path, and the
+serving pipeline's bound check; without numba it is the numpy expression.
 """
 
 from __future__ import annotations
