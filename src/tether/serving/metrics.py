@@ -9,14 +9,16 @@ requests in flight) are plain Python numbers updated by the event loop's thread,
 runs every handler and every batch report, and read into Prometheus families only when
 scraped (``_PerRequest``). prometheus_client's own metrics take a lock and validate on
 every update: about a dozen such updates per request cost more than the rest of the
-reply's bookkeeping. The rarely updated gauges stay prometheus_client's.
+reply's bookkeeping. The degradation gauges are read from their source when scraped
+(``_Degradation``), so the serving loop never computes them. The rarely updated gauges
+stay prometheus_client's.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 import numpy as np
@@ -33,6 +35,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from tether.safety.levels import DegradationLevel
 from tether.serving.errors import ServerSetupError
 
 # Round trips of a policy server range from ~100 µs (small MLP, one robot) to tens of ms.
@@ -126,12 +129,46 @@ class _PerRequest:
         )
 
 
+# The learning-wide degradation level and every robot's own level, read when scraped.
+DegradationSource = Callable[[], tuple[DegradationLevel, Iterable[DegradationLevel]]]
+
+
+class _Degradation:
+    """The degradation gauges, read from the machine when Prometheus scrapes (on the
+    metrics server's thread, under the machine's lock), never on the serving loop: the
+    learning-wide level walks every robot's recent events (~140 µs for 64 degraded
+    robots), which a refresh on the loop every 50 ms paid as a stall."""
+
+    def __init__(self, source: DegradationSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        level, robots = self._source()
+        levels = list(robots)
+        yield GaugeMetricFamily(
+            "tether_degradation_level",
+            "Learning-wide degradation level, aggregated over the robots "
+            "(0 normal, 1 restricted, 2 paused, 3 takeover)",
+            value=int(level),
+        )
+        family = GaugeMetricFamily(
+            "tether_robots_at_level",
+            "Robots whose own degradation level is this one",
+            labels=("level",),
+        )
+        for each in DegradationLevel:
+            family.add_metric((each.name,), levels.count(each))
+        yield family
+
+
 class ServingMetrics:
     """Every metric the edge exports; one instance per server. The per-request ones
     (``request``, the histograms, ``in_flight``) are updated from the event loop's thread
     only (see the module docstring)."""
 
-    def __init__(self, action_names: tuple[str, ...]) -> None:
+    def __init__(
+        self, action_names: tuple[str, ...], degradation: DegradationSource | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.request_counts: dict[tuple[str, str, str], int] = {}
@@ -167,18 +204,8 @@ class ServingMetrics:
             registry=r,
         )
         self.sessions = Gauge("tether_sessions_open", "Control sessions open", registry=r)
-        self.degradation = Gauge(
-            "tether_degradation_level",
-            "Learning-wide degradation level, aggregated over the robots "
-            "(0 normal, 1 restricted, 2 paused, 3 takeover)",
-            registry=r,
-        )
-        self.robots_at_level = Gauge(
-            "tether_robots_at_level",
-            "Robots whose own degradation level is this one",
-            ["level"],
-            registry=r,
-        )
+        if degradation is not None:
+            r.register(_Degradation(degradation))
         self._mean_children = [self.action_mean.labels(n) for n in action_names]
         self._bound_children = [self.action_at_bound.labels(n) for n in action_names]
         self._mean = np.zeros(len(action_names))

@@ -18,8 +18,7 @@ import json
 import logging
 import signal
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import grpc
 import numpy as np
@@ -86,12 +85,12 @@ class PolicyServer:
         self.spec = spec
         self.models = LiveModel(engine)
         self.source: ModelSource = versions if versions is not None else self.models
-        self.metrics = ServingMetrics(spec.action_names)
+        self._supervisors = supervisors
+        self.metrics = ServingMetrics(spec.action_names, degradation=self._degradation_now)
         self.metrics.memory.set_function(lambda: float(psutil.Process().memory_info().rss))
         self.admission = Admission(
             config.admission, control_period_s=spec.control_period_s, cuda=cuda
         )
-        self._supervisors = supervisors
         self._pipeline = InferencePipeline(
             self.source,
             on_actions=self._observe_actions,
@@ -297,13 +296,13 @@ class PolicyServer:
             return
         self._next_gauge_update = now + _GAUGE_PERIOD_S
         self.metrics.live_version.set(engine.version.id)
-        self.metrics.degradation.set(int(self._supervisors.level()))
-        machine = self._supervisors.degradation
-        if machine is not None:
-            levels = Counter(machine.robot_levels().values())
-            for level in DegradationLevel:
-                self.metrics.robots_at_level.labels(level.name).set(levels.get(level, 0))
         self.metrics.actions(np.stack(actions), engine.action_low, engine.action_high)
+
+    def _degradation_now(self) -> tuple[DegradationLevel, Iterable[DegradationLevel]]:
+        """The learning-wide level and every robot's, for the metrics scrape."""
+        machine = self._supervisors.degradation
+        robots = machine.robot_levels().values() if machine is not None else ()
+        return self._supervisors.level(), robots
 
 
 async def run_until_signal(server: PolicyServer) -> None:
