@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from tether.data import (
+    AnsweredSteps,
     ChannelConfig,
     ExperienceLog,
     ExperienceLogConfig,
@@ -29,6 +30,7 @@ from tether.data import (
     Transition,
     TransitionArrays,
     TransitionChannel,
+    TransitionTable,
     ingress_ns,
 )
 from tether.sim import arm_spec
@@ -36,6 +38,7 @@ from tether.sim import arm_spec
 SPEC = arm_spec()
 OBS, ACT = SPEC.obs_dim, SPEC.act_dim
 BATCH = 256
+BLOCK = 32  # Control steps per hand-over: a batch of 32 robots, one step each
 
 
 def arrays(n: int, start: int) -> TransitionArrays:
@@ -95,7 +98,8 @@ def bench_sample(seconds: float) -> tuple[float, float, float]:
 
 
 def bench_record(seconds: float) -> float:
-    """Microseconds one Recorder.record() call costs the control path (worker pairing behind it)."""
+    """Microseconds one Recorder.record() call (a single step) costs the caller (worker
+    pairing behind it)."""
     buffer = ReplayBuffer(OBS, ACT, ReplayBufferConfig())
     steps = make_steps(200_000, sessions=8)
     with Recorder([buffer]) as recorder:
@@ -110,9 +114,32 @@ def bench_record(seconds: float) -> float:
     return cost
 
 
+def bench_record_steps(seconds: float) -> tuple[float, float, int, int]:
+    """What the server's batch pays to hand over its steps: microseconds per step of
+    Recorder.record_steps() with hand-overs of BLOCK steps (one step of each of BLOCK
+    sessions, as one batch of as many robots records them), and the steps/s the worker
+    paired into transitions behind it (the steps it took, until flushed), with the
+    transitions it made and the steps dropped for a full queue (fed faster than it pairs)."""
+    buffer = ReplayBuffer(OBS, ACT, ReplayBufferConfig())
+    steps = make_steps(BLOCK * 6_000, sessions=BLOCK)
+    blocks = [AnsweredSteps.from_records(steps[i : i + BLOCK]) for i in range(0, len(steps), BLOCK)]
+    with Recorder([buffer]) as recorder:
+        n, t0 = 0, time.perf_counter()
+        for block in blocks:
+            recorder.record_steps(block)
+            n += len(block)
+            if time.perf_counter() - t0 > seconds:
+                break
+        cost = (time.perf_counter() - t0) / n * 1e6
+        recorder.flush(60)
+        stats = recorder.stats()
+        rate = (n - stats.dropped_queue_full) / (time.perf_counter() - t0)
+    return cost, rate, stats.pairing.transitions, stats.dropped_queue_full
+
+
 def bench_log(seconds: float) -> float:
     """Transitions/s the experience log writes (1,000 per flush, fsync on, as by default)."""
-    batch = transitions(1000)
+    batch = TransitionTable.from_transitions(transitions(1000), OBS, ACT)
     with tempfile.TemporaryDirectory() as directory:
         log = ExperienceLog(directory, OBS, ACT, ExperienceLogConfig())
         rows, t0 = 0, time.perf_counter()
@@ -150,15 +177,25 @@ def make_steps(count: int, sessions: int) -> list[StepRecord]:
     ]
 
 
+def in_episode(block: AnsweredSteps, episode: str) -> AnsweredSteps:
+    """``block`` with every step in ``episode`` (its ``len`` counts its steps, so the
+    named tuple's ``_replace`` cannot rebuild it)."""
+    fields = block._asdict()
+    fields["facts"] = [fact._replace(episode_id=episode) for fact in block.facts]
+    return AnsweredSteps(**fields)
+
+
 def produce_steps(channel: TransitionChannel, seconds: float, sessions: int) -> None:
-    """Server side: StepRecords through a Recorder into the channel, as fast as they come."""
+    """Server side: hand-overs of BLOCK steps (as the server's batches make them)
+    through a Recorder into the channel, as fast as they come."""
     steps = make_steps(100_000, sessions)
+    blocks = [AnsweredSteps.from_records(steps[i : i + BLOCK]) for i in range(0, len(steps), BLOCK)]
     with Recorder([channel]) as recorder:
         t_end = time.perf_counter() + seconds
         episode = 0
         while time.perf_counter() < t_end:
-            for step in steps:
-                recorder.record(step._replace(episode_id=f"e{episode}"))
+            for block in blocks:
+                recorder.record_steps(in_episode(block, f"e{episode}"))
             episode += 1
     channel.close()
 
@@ -208,7 +245,13 @@ def main() -> None:
         f"sample({BATCH}): {cpu_ms:.3f} ms CPU per call; wall p50 {p50_ms:.3f} ms, "
         f"p99 {p99_ms:.3f} ms (target <= 0.2 ms)"
     )
-    print(f"Recorder.record(): {bench_record(args.seconds):.2f} us per call on the control path")
+    print(f"Recorder.record(), one step: {bench_record(args.seconds):.2f} us per call")
+    cost, rate, made, dropped = bench_record_steps(args.seconds)
+    print(
+        f"Recorder.record_steps(), {BLOCK} steps: {cost:.3f} us per step on the control path; "
+        f"worker paired {rate:,.0f} steps/s into {made:,} transitions, {dropped:,} steps "
+        "dropped (queue full)"
+    )
     print(f"experience log write: {bench_log(args.seconds):,.0f} transitions/s")
     rate, received, dropped = bench_channel(args.seconds)
     print(

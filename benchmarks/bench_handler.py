@@ -5,9 +5,10 @@ the handler its next recorded step only after the reply to the last one came bac
 the server ``bench_peers`` serves (the shipped position policy, supervisor on, the
 recorder writing an experience log, the served-time degradation machine of
 ``bench_serving``). No socket and no grpc: what is left is the handler (validation,
-session, admission, the reply, the record), the batcher, the pipeline (engine and
-supervision) and this harness's own iterator, whose cost is measured by driving a
-handler that answers a prebuilt reply the same way, and subtracted.
+session, admission, the reply), the batcher, the pipeline (engine, supervision and the
+record hand-off of each batch's steps) and this harness's own iterator, whose cost is
+measured by driving a handler that answers a prebuilt reply the same way, and
+subtracted.
 
 For each robot count, the median over ``--rounds`` windows of:
 
@@ -223,8 +224,9 @@ async def _measure(
         pretrained_bundle_path(),
         config,
         degradation=served_time_machine(SPEC.control_period_s),
-        record_step=recorder.record,
+        record_steps=recorder.record_steps,
         end_session=recorder.end_session,
+        after_reply=recorder.nudge,
     )
     await server.start()
     freeze_startup_heap()

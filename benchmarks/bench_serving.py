@@ -306,8 +306,9 @@ def _server_main(
         if gather_turns is not None:
             settings["batcher"] = {**settings["batcher"], "gather_turns": gather_turns}
         config = ServerConfig.model_validate(settings)
-        # tether run's recorder: every Control step to the experience log, paired by a
-        # worker thread (the transport probe measures what it adds).
+        # tether run's recorder: every batch's Control steps (AnsweredSteps) to the
+        # experience log, paired by a worker thread (the transport probe measures what it
+        # adds).
         log = (
             ExperienceLog(tempfile.mkdtemp(prefix="bench_log_"), SPEC.obs_dim, SPEC.act_dim)
             if recorder
@@ -318,8 +319,9 @@ def _server_main(
             Path(bundle),
             config,
             degradation=served_time_machine(SPEC.control_period_s),
-            record_step=steps.record if steps is not None else None,
+            record_steps=steps.record_steps if steps is not None else None,
             end_session=steps.end_session if steps is not None else None,
+            after_reply=steps.nudge if steps is not None else None,
         )
         await policy.start()
         freeze_startup_heap()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
-from tether.data import StepRecord, Transition, TransitionArrays
+from tether.data import StepRecord, Transition, TransitionArrays, TransitionTable
 
 OBS_DIM = 5
 ACT_DIM = 3
@@ -86,6 +87,28 @@ def make_transitions(
             )
         )
     return out
+
+
+def table_of(transitions: Sequence[Transition]) -> TransitionTable:
+    """``transitions`` as the table a recorder sink takes."""
+    return TransitionTable.from_transitions(transitions, OBS_DIM, ACT_DIM)
+
+
+def make_table(count: int, **kwargs: object) -> TransitionTable:
+    """:func:`make_transitions` as the table a recorder sink takes."""
+    return table_of(make_transitions(count, **kwargs))  # type: ignore[arg-type]
+
+
+class CollectingSink:
+    """A recorder sink that keeps every transition it is handed, row by row."""
+
+    def __init__(self) -> None:
+        self.received: list[Transition] = []
+        self.puts = 0
+
+    def put(self, transitions: TransitionTable) -> None:
+        self.puts += 1
+        self.received.extend(transitions.transitions())
 
 
 def make_arrays(

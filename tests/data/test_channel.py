@@ -14,7 +14,7 @@ from tests.data.data_builders import (
     OBS_DIM,
     die_holding_the_channel_lock,
     make_arrays,
-    make_transitions,
+    make_table,
     produce_into_channel,
 )
 from tether.data import ChannelConfig, ChannelError, TransitionChannel
@@ -49,7 +49,7 @@ def test_rows_cross_processes_complete_and_in_order() -> None:
 
 def test_a_full_ring_drops_and_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     with TransitionChannel(OBS_DIM, ACT_DIM, ChannelConfig(capacity=10)) as channel:
-        assert channel.put(make_transitions(25)) == 10
+        assert channel.put(make_table(25)) == 10
         stats = channel.stats()
         assert (stats.offered, stats.accepted, stats.dropped, stats.backlog) == (25, 10, 15, 10)
         assert "15 transitions dropped" in caplog.text

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_table, make_transitions, table_of
 from tether.data import (
+    ACTION_SOURCES,
     ExperienceLog,
     ExperienceLogConfig,
     LogFormatError,
@@ -21,6 +22,8 @@ from tether.data import (
     ReplayBufferConfig,
     SamplerConfig,
     StorageConfig,
+    Transition,
+    TransitionTable,
     WriterConfig,
     read_log,
     rebuild_buffer,
@@ -31,10 +34,12 @@ from tether.data.log_reader import chunk_paths
 FAST = ExperienceLogConfig(flush_interval_s=0.05, fsync=False)
 
 
-def write(directory: Path, batches: list[list], config: ExperienceLogConfig = FAST) -> None:
+def write(
+    directory: Path, batches: list[list[Transition]], config: ExperienceLogConfig = FAST
+) -> None:
     with ExperienceLog(directory, OBS_DIM, ACT_DIM, config) as log:
         for batch in batches:
-            log.put(batch)
+            log.put(table_of(batch))
             log.flush()
 
 
@@ -57,7 +62,7 @@ def test_the_flusher_writes_without_an_explicit_flush(tmp_path: Path) -> None:
         tmp_path, OBS_DIM, ACT_DIM, ExperienceLogConfig(flush_interval_s=0.05, fsync=True)
     )
     try:
-        log.put(make_transitions(7))
+        log.put(make_table(7))
         deadline = time.monotonic() + 10  # generous: the machine is shared
         while log.stats().rows_flushed < 7 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -80,7 +85,7 @@ def test_a_torn_tail_is_tolerated_reported_and_repaired(
     sizes = [3, 5, 4]
     ends = []
     for i, n in enumerate(sizes):
-        log.put(make_transitions(n, start=sum(sizes[:i])))
+        log.put(make_table(n, start=sum(sizes[:i])))
         log.flush()
         ends.append(chunk_paths(directory)[0].stat().st_size)
     log._stop.set()  # stop the flusher without sealing: the state a SIGKILL leaves behind
@@ -95,7 +100,7 @@ def test_a_torn_tail_is_tolerated_reported_and_repaired(
     assert (table.num_rows if table is not None else 0) == complete
     # reopening repairs the chunk into a sealed, pandas-readable file, then appends after it
     with ExperienceLog(directory, OBS_DIM, ACT_DIM, FAST) as again:
-        again.put(make_transitions(2, start=100))
+        again.put(make_table(2, start=100))
         again.flush()
     table, report = read_log(directory)
     assert all(c.sealed for c in report.chunks)
@@ -185,37 +190,68 @@ def test_log_written_reopened_and_rebuilt_gives_the_same_buffer(tmp_path: Path) 
 
 
 def test_a_malformed_transition_is_rejected_and_counted_without_blocking_the_log(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Rows of other dimensions than the log's are rejected at put, counted and logged;
+    the rows before and after them are written."""
     good = make_transitions(3)
-    bad = good[1]._replace(observation=np.zeros(OBS_DIM + 2, np.float32))
+    wide = np.zeros(OBS_DIM + 2, np.float32)
+    bad = good[1]._replace(observation=wide, next_observation=wide)
     with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
-        log.put([good[0], bad, good[2]])
+        log.put(table_of([good[0]]))
+        log.put(TransitionTable.from_transitions([bad], OBS_DIM + 2, ACT_DIM))
+        log.put(table_of([good[2]]))
+        assert log.stats().rows_rejected == 1
+        assert log.stats().pending_rows == 2
         log.flush()
-        log.put(make_transitions(2, start=10))
+        log.put(make_table(2, start=10))
         log.flush()
         stats = log.stats()
     assert stats.rows_rejected == 1
     assert stats.rows_flushed == 4
+    assert stats.flush_errors == 0
+    assert "rejected 1 transitions ((obs_dim, act_dim) (7, 3)" in caplog.text
     table, _ = read_log(tmp_path)
     assert table is not None
     assert table.column("step_index").to_pylist() == [0, 2, 10, 11]
 
 
-def test_a_stamp_beyond_int64_is_refused_alone_and_the_batch_is_kept(tmp_path: Path) -> None:
-    """A stranger's step stamped 2**63 raised OverflowError and lost the whole flush."""
+@pytest.mark.parametrize(
+    "field",
+    ["client_timestamp_ns", "step_index", "ingress_ns", "next_ingress_ns", "policy_version"],
+)
+def test_a_stamp_beyond_int64_cannot_reach_the_log(field: str) -> None:
+    """A stranger's step stamped 2**63 once raised OverflowError in a flush and lost the
+    whole batch; now the table a sink takes cannot hold it: building it refuses the row."""
     good = make_transitions(3)
-    bad = good[1]._replace(client_timestamp_ns=2**63)
+    bad = good[1]._replace(**{field: 2**63})
+    with pytest.raises(OverflowError):
+        table_of([good[0], bad, good[2]])
+
+
+def test_an_unstorable_row_is_refused_alone_and_the_batch_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row whose value the log cannot store (here a source code beyond the known ones)
+    is rejected by itself at flush; the other rows of its batch are written, and the
+    flush does not fail or retry."""
+    rows = make_table(3)
+    rows.arrays.action_sources[1] = len(ACTION_SOURCES)
     with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, FAST) as log:
-        log.put([good[0], bad, good[2]])
+        log.put(rows)
         log.flush()
         stats = log.stats()
+        log.put(make_table(1, start=5))
+        log.flush()
     assert stats.rows_rejected == 1
     assert stats.rows_flushed == 2
     assert stats.flush_errors == 0
+    assert stats.pending_rows == 0
+    assert "beyond its column's type or source" in caplog.text
     table, _ = read_log(tmp_path)
     assert table is not None
-    assert table.column("step_index").to_pylist() == [0, 2]
+    assert table.column("step_index").to_pylist() == [0, 2, 5]
+    assert table.column("action_source").to_pylist() == ["policy"] * 3
 
 
 def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: Path) -> None:
@@ -223,11 +259,11 @@ def test_a_failed_write_keeps_the_rows_and_continues_in_a_fresh_chunk(tmp_path: 
     config = ExperienceLogConfig(flush_interval_s=60, fsync=False)
     log = ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, config)
     try:
-        log.put(make_transitions(3))
+        log.put(make_table(3))
         log.flush()
         assert log._chunk is not None
         log._chunk.file.close()  # the disk goes away under the open chunk
-        log.put(make_transitions(2, start=3))
+        log.put(make_table(2, start=3))
         with pytest.raises(ValueError, match="closed file"):
             log.flush()
         assert log.stats().pending_rows == 2
@@ -260,7 +296,7 @@ def test_a_large_flush_is_written_in_slices_and_a_failed_slice_keeps_the_rest(
         write(batch)
 
     try:
-        log.put(make_transitions(total))
+        log.put(make_table(total))
         log._write = second_slice_fails  # type: ignore[method-assign]
         with pytest.raises(OSError, match="disk full"):
             log.flush()
@@ -283,11 +319,11 @@ def test_first_flush_imports_nothing_after_open(tmp_path: Path) -> None:
 
     script = f"""
 import sys
-from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_table
 from tether.data import ExperienceLog, ExperienceLogConfig
 log = ExperienceLog({str(tmp_path)!r}, OBS_DIM, ACT_DIM, ExperienceLogConfig(fsync=False))
 before = set(sys.modules)
-log.put(make_transitions(3))
+log.put(make_table(3))
 log.flush()
 log.close()
 print(sorted(set(sys.modules) - before))

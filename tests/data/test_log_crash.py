@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tests.data.data_builders import ACT_DIM, OBS_DIM, make_transitions
+from tests.data.data_builders import ACT_DIM, OBS_DIM, make_table
 from tether.data import ExperienceLog, ExperienceLogConfig, read_log
 from tether.data.log_reader import chunk_paths
 
@@ -20,13 +20,13 @@ from tether.data.log_reader import chunk_paths
 WRITER = """
 import sys
 sys.path.insert(0, sys.argv[2])
-from tests.data.data_builders import make_transitions
+from tests.data.data_builders import make_table
 from tether.data import ExperienceLog, ExperienceLogConfig
 config = ExperienceLogConfig(flush_interval_s=0.02, fsync=False, chunk_max_bytes=200_000)
 log = ExperienceLog(sys.argv[1], 5, 3, config)
 start = 0
 while True:
-    log.put(make_transitions(100, start=start))
+    log.put(make_table(100, start=start))
     start += 100
     if start % 1000 == 0:
         print(log.flush(), flush=True)
@@ -64,7 +64,7 @@ def test_sigkill_of_the_writer_loses_no_flushed_row(tmp_path: Path) -> None:
     assert all(c.sealed for c in report.chunks[:-1])
 
     with ExperienceLog(tmp_path, OBS_DIM, ACT_DIM, ExperienceLogConfig(fsync=False)) as log:
-        log.put(make_transitions(50, start=rows))
+        log.put(make_table(50, start=rows))
     table, report = read_log(tmp_path)
     assert table is not None
     assert table.column("step_index").to_pylist() == list(range(rows + 50))

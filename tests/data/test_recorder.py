@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.data.data_builders import ACT_DIM, OBS_DIM, make_step
+from tests.data.data_builders import ACT_DIM, OBS_DIM, CollectingSink, make_step
 from tether.data import (
+    AnsweredSteps,
     DataError,
     ExperienceLog,
     ExperienceLogConfig,
@@ -20,6 +21,7 @@ from tether.data import (
     ReplayBufferConfig,
     StorageConfig,
     Transition,
+    TransitionTable,
     ingress_ns,
     read_log,
 )
@@ -41,14 +43,14 @@ class GatedSink:
         self.gate = threading.Event()
         self.received: list[Transition] = []
 
-    def put(self, transitions: Sequence[Transition]) -> None:
+    def put(self, transitions: TransitionTable) -> None:
         self.entered.set()
         self.gate.wait(10)
-        self.received.extend(transitions)
+        self.received.extend(transitions.transitions())
 
 
 class BrokenSink:
-    def put(self, transitions: Sequence[Transition]) -> None:
+    def put(self, transitions: TransitionTable) -> None:
         raise OSError("disk full")
 
 
@@ -147,3 +149,65 @@ def test_steps_reach_the_sinks_without_a_flush(config: RecorderConfig, within_s:
         while len(buffer) < 1 and time.monotonic() - start < within_s:
             time.sleep(0.005)
         assert len(buffer) == 1
+
+
+def test_a_full_queue_counts_the_steps_of_a_dropped_block() -> None:
+    """record_steps takes a block whole or not at all; what it drops is counted in steps,
+    and the steps it dropped leave a gap the pairer never bridges."""
+    sink = GatedSink()
+    recorder = Recorder([sink], RecorderConfig(max_pending_steps=5, max_batch_steps=2))
+    try:
+        assert recorder.record_steps(AnsweredSteps.from_records([make_step(0), make_step(1)]))
+        assert sink.entered.wait(5)  # the worker is now stuck in the sink
+        assert recorder.record_steps(AnsweredSteps.from_records([make_step(i) for i in (2, 3, 4)]))
+        assert not recorder.record_steps(
+            AnsweredSteps.from_records([make_step(i) for i in (5, 6, 7)])
+        )
+        assert recorder.record_steps(AnsweredSteps.from_records([make_step(i) for i in (8, 9)]))
+        assert recorder.stats().dropped_queue_full == 3
+        sink.gate.set()
+        recorder.end_session("s0")
+        assert recorder.flush()
+        stats = recorder.stats()
+    finally:
+        sink.gate.set()
+        recorder.close()
+    assert [t.step_index for t in sink.received] == [0, 1, 2, 3, 8]
+    assert stats.pairing.steps == 7
+    assert stats.pairing.missing == 3
+    assert stats.dropped_queue_full == 3
+
+
+def test_a_recorded_human_override_reaches_the_sinks_as_the_persons_action() -> None:
+    """A step carrying executed_previous_action is recorded, not refused, and the
+    transition it completes holds the person's action, with source "human"."""
+    sink = CollectingSink()
+    with Recorder([sink]) as recorder:
+        assert recorder.record(make_step(0, source="clipped"))
+        assert recorder.record(make_step(1, override=True))
+        assert recorder.record(make_step(2))
+        assert recorder.flush()
+        stats = recorder.stats()
+    assert stats.pairing.malformed == 0
+    first, second = sink.received
+    assert first.action_source == "human"
+    np.testing.assert_array_equal(first.action, np.full(ACT_DIM, -0.5, dtype=np.float32))
+    np.testing.assert_array_equal(first.proposed_action, make_step(0).proposed_action)
+    assert second.action_source == "policy"
+    np.testing.assert_array_equal(second.action, make_step(1).safe_action)
+
+
+def test_steps_reach_every_sink_as_one_table_per_wake() -> None:
+    """Sinks take a TransitionTable: its rows read back as the transitions paired."""
+    sink = CollectingSink()
+    with Recorder([sink], RecorderConfig(wake_after_steps=10_000, wake_interval_s=1.0)) as rec:
+        assert rec.record_steps(
+            AnsweredSteps.from_records(
+                [make_step(i, session=s) for i in range(4) for s in ("a", "b")]
+            )
+        )
+        assert rec.flush()
+    assert sink.puts == 1
+    assert sorted((t.session_id, t.step_index) for t in sink.received) == [
+        (s, i) for s in ("a", "b") for i in range(3)
+    ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tether.data.columns import TransitionArrays
+from tether.data.columns import TransitionArrays, TransitionTable
 from tether.data.records import Transition
 from tether.fleet.replay import ReplayService
 from tether.fleet.shipper import ReplayShipper
@@ -19,9 +19,10 @@ pytestmark = pytest.mark.ray
 OBS, ACT = 3, 2
 
 
-def transitions(n: int) -> list[Transition]:
+def transitions(n: int) -> TransitionTable:
+    """``n`` transitions numbered by their reward, as the table the recorder hands over."""
     arrays = TransitionArrays.empty(n, OBS, ACT)
-    return [
+    rows = [
         Transition(
             session_id="s",
             robot_id="robot-0",
@@ -43,6 +44,7 @@ def transitions(n: int) -> list[Transition]:
         )
         for i in range(n)
     ]
+    return TransitionTable.from_transitions(rows, OBS, ACT)
 
 
 class GatedReplay(ReplayService):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Sequence
 
 import numpy as np
 
 from tests.serving.serving_harness import MakeServer
+from tether.data.columns import TransitionTable
 from tether.data.records import Transition
 from tether.policy.engine import PolicyEngine
 from tether.serving.client import AsyncPolicyClient, PolicyClient
@@ -47,7 +46,7 @@ def test_sim_robot_runs_episodes_through_a_session(make_server: MakeServer, arm:
     from tether.data.step import StepRecord
 
     records: list[StepRecord] = []
-    running = make_server(record_step=records.append)
+    running = make_server(record_steps=lambda block: records.extend(block.records()))
     env = ArmEnv(seed=1)
     with PolicyClient(running.address) as client:
         robot = SimRobotClient(
@@ -57,11 +56,8 @@ def test_sim_robot_runs_episodes_through_a_session(make_server: MakeServer, arm:
     assert stats.steps == 40
     assert stats.watchdog_misses == 0
     assert stats.round_trip_p50_s > 0
-    # A step reaches the hook once its reply was sent, so the last one may follow the
-    # robot's return by a moment.
-    deadline = time.monotonic() + 5
-    while len(records) < 40 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # The batch that answers a step records it before the reply goes out: every step the
+    # robot was answered is recorded by the time it returns.
     assert len(records) == 40
     assert all(np.all(np.isfinite(r.safe_action)) for r in records)
     # Rewards arrive one step late: the reward of step t's action comes with step t+1.
@@ -84,8 +80,8 @@ class Collected:
     def __init__(self) -> None:
         self.transitions: list[Transition] = []
 
-    def put(self, transitions: Sequence[Transition]) -> None:
-        self.transitions.extend(transitions)
+    def put(self, transitions: TransitionTable) -> None:
+        self.transitions.extend(transitions.transitions())
 
 
 def test_recorded_transitions_pair_each_action_with_its_own_outcome(
@@ -93,17 +89,17 @@ def test_recorded_transitions_pair_each_action_with_its_own_outcome(
 ) -> None:
     """Sim robot → server → tether.data.Recorder: every transition is (s_t, a_t, r_t, s_t+1)."""
     from tether.data.recorder import Recorder
-    from tether.data.step import StepRecord
+    from tether.data.step import AnsweredSteps, StepRecord
 
     sink = Collected()
     recorder = Recorder([sink])
     steps: list[StepRecord] = []
 
-    def record(step: StepRecord) -> None:
-        steps.append(step)
-        recorder.record(step)
+    def record(block: AnsweredSteps) -> None:
+        steps.extend(block.records())
+        recorder.record_steps(block)
 
-    running = make_server(record_step=record, end_session=recorder.end_session)
+    running = make_server(record_steps=record, end_session=recorder.end_session)
     with PolicyClient(running.address) as client:
         SimRobotClient(client, control_rate_hz=0, control_deadline_s=5.0, seed=2).run(25)
     assert recorder.flush(10)

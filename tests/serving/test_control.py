@@ -25,7 +25,11 @@ def test_session_steps_are_recorded_once_each_in_order(
 ) -> None:
     records: list[StepRecord] = []
     ended: list[str] = []
-    running = make_server(engine=engine, record_step=records.append, end_session=ended.append)
+    running = make_server(
+        engine=engine,
+        record_steps=lambda block: records.extend(block.records()),
+        end_session=ended.append,
+    )
     rng = np.random.default_rng(0)
     with PolicyClient(running.address) as client:
         session = client.session(arm, robot_id="arm-1", control_deadline_s=5.0)

@@ -6,6 +6,7 @@ import numpy as np
 
 from tests.serving.serving_harness import relaxed_limits
 from tether.data.clock import ingress_ns
+from tether.data.step import StepFacts
 from tether.policy.engine import PolicyEngine
 from tether.serving.errors import RequestInvalid
 from tether.serving.inference import ActionOutcome, ActionQuery, InferencePipeline
@@ -27,6 +28,13 @@ def queries(spec: RobotSpec, flags: list[bool], seed: int) -> list[ActionQuery]:
         )
         for flag in flags
     ]
+
+
+def step_facts(index: int, episode: str, **fields: object) -> StepFacts:
+    """What a Control step of ``episode`` at ``index`` reports: a plain step unless
+    ``fields`` say otherwise (a reward, flags, an executed action, a client stamp)."""
+    facts = StepFacts(index, episode, "session", "robot", 0.0, False, False, None, 0)
+    return facts._replace(**fields)
 
 
 def test_rows_keep_their_own_deterministic_flag(engine: PolicyEngine, arm: RobotSpec) -> None:
@@ -93,7 +101,7 @@ def test_an_observation_out_of_bounds_is_refused_alone(
         observation = batch[k].observation.copy()
         observation[2] = value
         batch[k] = batch[k]._replace(observation=observation)
-    batch[4] = batch[4]._replace(reply_to=(7, "e"))  # a Control step: its field's name
+    batch[4] = batch[4]._replace(step=step_facts(7, "e"))  # a Control step: its field's name
     results = pipeline.run(batch)
     for k, result in enumerate(results):
         if k in bad:

@@ -226,7 +226,7 @@ def test_an_executed_action_outside_the_action_bounds_is_refused_naming_the_fiel
     make_server: MakeServer, arm: RobotSpec
 ) -> None:
     records: list[object] = []
-    running = make_server(record_step=records.append)
+    running = make_server(record_steps=lambda block: records.extend(block.records()))
     impossible = [50.0, -50.0] + [0.0] * (arm.act_dim - 2)
     replies = _run(
         running.address,
@@ -240,6 +240,7 @@ def test_an_executed_action_outside_the_action_bounds_is_refused_naming_the_fiel
     inside = [0.5] * arm.act_dim
     replies = _run(running.address, _session(arm, "arm-2", _steps(arm, 2, executed_action=inside)))
     assert [r.WhichOneof("kind") for r in replies] == ["opened", "action", "action"]
+    assert len(records) == 2  # the hook records answered steps: the empty list above is real
 
 
 def test_undecodable_bytes_are_invalid_argument_and_logged_once_per_interval(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from typing import Any
 
 import grpc
@@ -15,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.serving.serving_harness import MakeServer, server_config
-from tests.serving.test_inference import queries
+from tests.serving.test_inference import queries, step_facts
 from tether.data.clock import ingress_ns
-from tether.data.step import StepRecord
+from tether.data.step import AnsweredSteps, StepRecord
 from tether.policy.engine import PolicyEngine
 from tether.policy.manifest import VersionInfo
 from tether.safety.levels import DegradationLevel
@@ -138,7 +137,7 @@ def test_the_encoder_follows_a_new_version() -> None:
 def _steps(spec: RobotSpec, count: int, *, answering: bool = True) -> list[ActionQuery]:
     """``count`` Control steps of as many robots (GetAction queries: not ``answering``)."""
     return [
-        q._replace(reply_to=(100 + i, f"episode-{i}") if answering else None)
+        q._replace(step=step_facts(100 + i, f"episode-{i}") if answering else None)
         for i, q in enumerate(queries(spec, [True] * count, seed=count))
     ]
 
@@ -233,9 +232,16 @@ def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(
     """Twelve robots' steps, sent together once every session is open, coalesce into one
     batch (it waits until it is full), so the replies go out as the bytes the batch
     encoded; each robot's client parses its own step's answer, the action the recorder
-    logged for it."""
+    logged for it (in the one block of the batch that answered them)."""
     robots = ENCODE_ROWS + 4
     records: dict[str, StepRecord] = {}
+    blocks: list[int] = []  # rows per block the recorder hook got
+
+    def record(block: AnsweredSteps) -> None:
+        blocks.append(len(block))
+        for step in block.records():
+            records.setdefault(step.episode_id, step)
+
     encoded: list[int] = []  # rows per call of the encoder (its bytes equal the messages')
 
     def counted(steps: Any, *args: Any) -> list[bytes]:
@@ -245,7 +251,7 @@ def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(
     monkeypatch.setattr(inference, "encode_control_replies", counted)
     running = make_server(
         server_config(batcher={"max_batch_size": robots, "batch_timeout_s": 1.0}),
-        record_step=lambda record: records.setdefault(record.episode_id, record),
+        record_steps=record,
     )
     rng = np.random.default_rng(7)
     observations = rng.uniform(-0.2, 0.2, (robots, arm.obs_dim)).astype(np.float32)
@@ -273,9 +279,7 @@ def test_robots_batched_together_get_their_own_encoded_replies_over_grpc(
 
     replies = asyncio.run(all_robots())
     assert encoded == [robots]
-    deadline = time.monotonic() + 5
-    while len(records) < robots and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert blocks == [robots]  # recorded by the batch, before its replies went out
     for i, reply in enumerate(replies):
         assert reply.WhichOneof("kind") == "action", reply
         assert (reply.step_index, reply.episode_id) == (40 + i, f"ep-{i}")

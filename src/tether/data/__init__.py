@@ -11,7 +11,7 @@ from tether.lazy import lazy_exports
 if TYPE_CHECKING:
     from tether.data.channel import ChannelConfig, ChannelStats, TransitionChannel
     from tether.data.clock import ingress_ns
-    from tether.data.columns import TransitionArrays
+    from tether.data.columns import TransitionArrays, TransitionTable
     from tether.data.errors import ChannelError, DataError, LogFormatError, ReplayStateError
     from tether.data.log import ExperienceLog, ExperienceLogConfig, ExperienceLogStats
     from tether.data.log_reader import ChunkReport, LogReport, read_log, rebuild_buffer
@@ -22,10 +22,17 @@ if TYPE_CHECKING:
     from tether.data.replay.sampler import RecentMixSampler, SampleIndex, SamplerConfig
     from tether.data.replay.storage import StorageConfig, TransitionStorage
     from tether.data.replay.writer import ReservoirWriter, WriterConfig, WriterStats
-    from tether.data.step import ACTION_SOURCES, StepRecord
+    from tether.data.step import (
+        ACTION_SOURCES,
+        AnsweredSteps,
+        StepBlock,
+        StepFacts,
+        StepRecord,
+    )
 
 __all__ = [
     "ACTION_SOURCES",
+    "AnsweredSteps",
     "ChannelConfig",
     "ChannelError",
     "ChannelStats",
@@ -48,6 +55,8 @@ __all__ = [
     "ReservoirWriter",
     "SampleIndex",
     "SamplerConfig",
+    "StepBlock",
+    "StepFacts",
     "StepPairer",
     "StepRecord",
     "StorageConfig",
@@ -57,6 +66,7 @@ __all__ = [
     "TransitionChannel",
     "TransitionSink",
     "TransitionStorage",
+    "TransitionTable",
     "WriterConfig",
     "WriterStats",
     "ingress_ns",

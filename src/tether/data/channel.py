@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.data.columns import COLUMN_DTYPES, TransitionArrays, row_shape
+from tether.data.columns import COLUMN_DTYPES, TransitionArrays, TransitionTable, row_shape
 from tether.data.errors import ChannelError
-from tether.data.records import Transition
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +126,9 @@ class TransitionChannel:
         """The shared-memory segment's name."""
         return self._shm.name
 
-    def put(self, transitions: Sequence[Transition]) -> int:
+    def put(self, transitions: TransitionTable) -> int:
         """Producer: queue ``transitions``; return how many fit (the rest are counted as dropped)."""
-        return self.put_arrays(
-            TransitionArrays.from_transitions(transitions, self.obs_dim, self.act_dim)
-        )
+        return self.put_arrays(transitions.arrays)
 
     def put_arrays(self, rows: TransitionArrays) -> int:
         """Producer: queue ``rows`` without waiting; return how many fit."""

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tether.data.records import Transition, TransitionBatch
-from tether.data.step import HUMAN_SOURCE_CODE, action_source_code
+from tether.data.step import ACTION_SOURCES, HUMAN_SOURCE_CODE, action_source_code
 
 
 def fields_of(transitions: Sequence[Transition]) -> list[tuple[Any, ...]]:
@@ -215,3 +215,98 @@ def row_shape(name: str, obs_dim: int, act_dim: int) -> tuple[int, ...]:
     if name in ("proposed_actions", "actions"):
         return (act_dim,)
     return ()
+
+
+class TransitionTable(NamedTuple):
+    """``N`` transitions as columns: the numeric ones (``arrays``) and those that name
+    where each came from. What the recorder hands its sinks."""
+
+    arrays: TransitionArrays
+    session_ids: Sequence[str]
+    robot_ids: Sequence[str]
+    episode_ids: Sequence[str]
+    step_indices: np.ndarray  # (N,) int64, the index of ``observation`` in its episode
+    weights_sha256: Sequence[str]
+    client_timestamp_ns: np.ndarray  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    @classmethod
+    def from_transitions(
+        cls, transitions: Sequence[Transition], obs_dim: int, act_dim: int
+    ) -> TransitionTable:
+        """The columns of ``transitions`` (ValueError or OverflowError for a value that
+        does not fit its column)."""
+        fields = fields_of(transitions)
+        names = Transition._fields
+
+        def column(name: str) -> Sequence[Any]:
+            return fields[names.index(name)] if fields else ()
+
+        rows = len(transitions)
+        return cls(
+            TransitionArrays.from_fields(fields, obs_dim, act_dim),
+            column("session_id"),
+            column("robot_id"),
+            column("episode_id"),
+            np.array(column("step_index"), dtype=np.int64).reshape(rows),
+            column("weights_sha256"),
+            np.array(column("client_timestamp_ns"), dtype=np.int64).reshape(rows),
+        )
+
+    def transitions(self) -> list[Transition]:
+        """Row by row (for inspection and tests; sinks read the columns)."""
+        a = self.arrays
+        return [
+            Transition(*row)
+            for row in zip(
+                self.session_ids,
+                self.robot_ids,
+                self.episode_ids,
+                self.step_indices.tolist(),
+                a.observations,
+                a.proposed_actions,
+                a.actions,
+                a.rewards.tolist(),
+                a.next_observations,
+                a.terminated.tolist(),
+                a.truncated.tolist(),
+                [ACTION_SOURCES[c] for c in a.action_sources.tolist()],
+                a.safety_checks.tolist(),
+                a.policy_versions.tolist(),
+                self.weights_sha256,
+                a.ingress_ns.tolist(),
+                a.next_ingress_ns.tolist(),
+                self.client_timestamp_ns.tolist(),
+                strict=True,
+            )
+        ]
+
+    def slice(self, start: int, stop: int) -> TransitionTable:
+        """Rows ``start:stop`` (views of the numeric columns)."""
+        rows = slice(start, stop)
+        return TransitionTable(
+            self.arrays.take(rows),
+            self.session_ids[rows],
+            self.robot_ids[rows],
+            self.episode_ids[rows],
+            self.step_indices[rows],
+            self.weights_sha256[rows],
+            self.client_timestamp_ns[rows],
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[TransitionTable]) -> TransitionTable:
+        """Rows of all ``parts`` in order; ``parts`` must not be empty."""
+        if len(parts) == 1:
+            return parts[0]
+        return TransitionTable(
+            TransitionArrays.concat([p.arrays for p in parts]),
+            [v for p in parts for v in p.session_ids],
+            [v for p in parts for v in p.robot_ids],
+            [v for p in parts for v in p.episode_ids],
+            np.concatenate([p.step_indices for p in parts]),
+            [v for p in parts for v in p.weights_sha256],
+            np.concatenate([p.client_timestamp_ns for p in parts]),
+        )

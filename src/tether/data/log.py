@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -27,10 +26,10 @@ from typing import BinaryIO
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether.data.columns import TransitionTable
 from tether.data.errors import DataError, LogFormatError
 from tether.data.log_format import log_schema, record_batch, schema_dims
 from tether.data.log_reader import chunk_paths, chunk_sequence, is_sealed, read_chunk
-from tether.data.records import Transition
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +39,9 @@ logger = logging.getLogger(__name__)
 FLUSH_SLICE_ROWS = 512
 
 
-# What a row that cannot be stored raises while it is converted (an int beyond int64 is an
-# OverflowError, which escaped the rejection once and cost a whole flush of other rows).
-_UNSTORABLE = (ValueError, TypeError, OverflowError, pa.ArrowException)
+# What a row that cannot be stored raises while it is converted (a source code beyond the
+# known ones is an IndexError, a string column holding something else an ArrowException).
+_UNSTORABLE = (ValueError, TypeError, OverflowError, IndexError, pa.ArrowException)
 
 
 class ExperienceLogConfig(BaseModel):
@@ -119,8 +118,8 @@ class ExperienceLog:
         # ~0.25 s of imports under the GIL, which on the flusher thread, one interval into
         # serving, stalled every robot's step for that long (docs/benchmarks.md). Paid
         # here, at open, before anything is served.
-        record_batch([], self._schema)
-        self._pending: list[Sequence[Transition]] = []
+        record_batch(TransitionTable.from_transitions([], obs_dim, act_dim), self._schema)
+        self._pending: list[TransitionTable] = []
         self._pending_rows = 0
         self._pending_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -133,10 +132,15 @@ class ExperienceLog:
         self._flusher = threading.Thread(target=self._run, name="tether-log-flusher", daemon=True)
         self._flusher.start()
 
-    def put(self, transitions: Sequence[Transition]) -> None:
-        """Queue ``transitions`` for the next flush (a recorder sink; cheap)."""
+    def put(self, transitions: TransitionTable) -> None:
+        """Queue ``transitions`` for the next flush (a recorder sink; cheap). Rows of other
+        dimensions than the log's are counted as rejected and not queued."""
         if self._closed:
             raise DataError(f"experience log {self.directory} is closed; reopen it to append")
+        dims = transitions.arrays.obs_dim, transitions.arrays.act_dim
+        if len(transitions) and dims != (self.obs_dim, self.act_dim):
+            self._reject(len(transitions), f"(obs_dim, act_dim) {dims}")
+            return
         with self._pending_lock:
             if self._pending_rows >= self.config.max_pending_rows:
                 raise DataError(
@@ -156,35 +160,37 @@ class ExperienceLog:
             with self._pending_lock:
                 parts, self._pending = self._pending, []
                 self._pending_rows = 0
-            rows = [t for part in parts for t in part]
+            if not parts:
+                return int(self._n["rows_flushed"])
+            rows = TransitionTable.concat(parts)
             for start in range(0, len(rows), FLUSH_SLICE_ROWS):
                 if start:
                     time.sleep(0)  # a thread waiting for the GIL takes it now
                 self._append(rows, start)
             chunk = self._chunk
-            if rows and self.config.fsync and chunk is not None:
+            if self.config.fsync and chunk is not None:
                 os.fsync(chunk.file.fileno())
             return int(self._n["rows_flushed"])
 
-    def _append(self, rows: list[Transition], start: int) -> None:
+    def _append(self, rows: TransitionTable, start: int) -> None:
         """Convert and write the slice of ``rows`` from ``start``; on a failure it and every
         later row go back to the front of the queue, in order, to be tried again (the
         slice without the rows it rejected), and the error is raised."""
-        end = start + FLUSH_SLICE_ROWS
+        end = min(start + FLUSH_SLICE_ROWS, len(rows))
         try:
-            batch, kept = self._convert(rows[start:end])
+            batch, kept = self._convert(rows.slice(start, end))
         except Exception as exc:  # unforeseen: keep every row for the next try, loudly
-            self._requeue(rows[start:], exc)
+            self._requeue(rows.slice(start, len(rows)), exc)
             raise
         if batch is not None:
             try:
                 self._write(batch)
             except Exception as exc:
                 self._abandon_chunk()
-                self._requeue(kept + rows[end:], exc)
+                self._requeue(TransitionTable.concat([kept, rows.slice(end, len(rows))]), exc)
                 raise
 
-    def _requeue(self, rows: list[Transition], exc: Exception) -> None:
+    def _requeue(self, rows: TransitionTable, exc: Exception) -> None:
         with self._pending_lock:
             self._pending.insert(0, rows)
             self._pending_rows += len(rows)
@@ -222,28 +228,35 @@ class ExperienceLog:
             except Exception:  # kept pending and counted; retried next interval
                 logger.exception("experience log %s: flush failed; will retry", self.directory)
 
-    def _convert(self, rows: list[Transition]) -> tuple[pa.RecordBatch | None, list[Transition]]:
+    def _convert(self, rows: TransitionTable) -> tuple[pa.RecordBatch | None, TransitionTable]:
         """The rows as one record batch; rows that cannot be stored are counted and dropped,
         so one malformed transition cannot block every later flush."""
         try:
             return record_batch(rows, self._schema), rows
         except _UNSTORABLE:
-            good = [t for t in rows if self._fits(t)]
-            rejected = len(rows) - len(good)
-            self._n["rows_rejected"] += rejected
-            logger.error(
-                "experience log %s: rejected %d transitions that do not fit obs_dim=%d, "
-                "act_dim=%d, the known action sources or int64 fields; they are not logged",
-                self.directory,
-                rejected,
-                self.obs_dim,
-                self.act_dim,
-            )
-            return (record_batch(good, self._schema) if good else None), good
+            good = [row for row in range(len(rows)) if self._fits(rows.slice(row, row + 1))]
+            self._reject(len(rows) - len(good), "a value beyond its column's type or source")
+            if not good:
+                return None, rows.slice(0, 0)
+            kept = TransitionTable.concat([rows.slice(row, row + 1) for row in good])
+            return record_batch(kept, self._schema), kept
 
-    def _fits(self, transition: Transition) -> bool:
+    def _reject(self, rows: int, why: str) -> None:
+        with self._pending_lock:  # put (the recorder's thread) and flushes both reject
+            self._n["rows_rejected"] += rows
+        logger.error(
+            "experience log %s: rejected %d transitions (%s; it stores obs_dim=%d, act_dim=%d "
+            "and the known action sources); they are not logged",
+            self.directory,
+            rows,
+            why,
+            self.obs_dim,
+            self.act_dim,
+        )
+
+    def _fits(self, transition: TransitionTable) -> bool:
         try:
-            record_batch([transition], self._schema)
+            record_batch(transition, self._schema)
         except _UNSTORABLE:
             return False
         return True

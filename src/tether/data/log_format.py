@@ -11,19 +11,17 @@ including ``obs_dim``/``act_dim`` in its metadata.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tether.data.columns import TransitionArrays, fields_of
+from tether.data.columns import TransitionArrays, TransitionTable
 from tether.data.errors import LogFormatError
-from tether.data.records import Transition
 from tether.data.step import ACTION_SOURCES
 
 FORMAT = "tether.experience-log/1"
 FILE_MAGIC = b"ARROW1\x00\x00"  # what precedes the stream messages in an IPC file
+_SOURCE_NAMES = np.array(ACTION_SOURCES, dtype=object)
 
 
 def log_schema(obs_dim: int, act_dim: int) -> pa.Schema:
@@ -65,27 +63,18 @@ def schema_dims(schema: pa.Schema, where: str) -> tuple[int, int]:
     return int(meta[b"obs_dim"]), int(meta[b"act_dim"])
 
 
-def record_batch(transitions: Sequence[Transition], schema: pa.Schema) -> pa.RecordBatch:
-    """One flush worth of ``transitions`` as a record batch of ``schema``."""
-    obs_dim, act_dim = schema_dims(schema, "log schema")
-    fields = fields_of(transitions)
-    arrays = TransitionArrays.from_fields(fields, obs_dim, act_dim)
-    names = Transition._fields
-
-    def strings(name: str) -> pa.Array:
-        return pa.array(fields[names.index(name)] if fields else [], pa.string())
-
-    def integers(name: str) -> pa.Array:
-        return pa.array(fields[names.index(name)] if fields else [], pa.int64())
+def record_batch(transitions: TransitionTable, schema: pa.Schema) -> pa.RecordBatch:
+    """``transitions`` as a record batch of ``schema``, column by column."""
+    arrays = transitions.arrays
 
     def fixed(matrix: np.ndarray) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1])
 
     columns = {
-        "session_id": strings("session_id"),
-        "robot_id": strings("robot_id"),
-        "episode_id": strings("episode_id"),
-        "step_index": integers("step_index"),
+        "session_id": pa.array(transitions.session_ids, pa.string()),
+        "robot_id": pa.array(transitions.robot_ids, pa.string()),
+        "episode_id": pa.array(transitions.episode_ids, pa.string()),
+        "step_index": pa.array(transitions.step_indices),
         "observation": fixed(arrays.observations),
         "proposed_action": fixed(arrays.proposed_actions),
         "action": fixed(arrays.actions),
@@ -93,13 +82,13 @@ def record_batch(transitions: Sequence[Transition], schema: pa.Schema) -> pa.Rec
         "next_observation": fixed(arrays.next_observations),
         "terminated": pa.array(arrays.terminated),
         "truncated": pa.array(arrays.truncated),
-        "action_source": strings("action_source"),
+        "action_source": pa.array(_SOURCE_NAMES.take(arrays.action_sources), pa.string()),
         "safety_checks": pa.array(arrays.safety_checks),
         "policy_version": pa.array(arrays.policy_versions),
-        "weights_sha256": strings("weights_sha256"),
+        "weights_sha256": pa.array(transitions.weights_sha256, pa.string()),
         "ingress_ns": pa.array(arrays.ingress_ns),
         "next_ingress_ns": pa.array(arrays.next_ingress_ns),
-        "client_timestamp_ns": integers("client_timestamp_ns"),
+        "client_timestamp_ns": pa.array(transitions.client_timestamp_ns),
     }
     return pa.record_batch([columns[name] for name in schema.names], schema=schema)
 

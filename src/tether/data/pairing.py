@@ -15,16 +15,19 @@ time, and keeps these invariants:
   none of them changes what was paired;
 * a terminated or truncated step closes its episode.
 
-It is single-threaded on purpose: the recorder's worker thread owns it.
+The pairer sees only each step's key and a reference to where its data lies (an int the
+caller chooses, ``StepBlock`` rows numbered in arrival order by the recorder); it answers
+with pairs of references, and the caller gathers the transitions' columns for all of
+them at once. It is single-threaded on purpose: the recorder's worker thread owns it.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tether.data.records import Transition
-from tether.data.step import ACTION_SOURCES, StepRecord
+from tether.data.step import StepBlock
 
 # Episodes a session remembers after closing them, so stragglers are counted, not reopened.
 _CLOSED_EPISODES_REMEMBERED = 8
@@ -43,18 +46,33 @@ class PairingStats:
     missing: int  # step indices never received before their gap was given up
     late: int  # arrived after its gap was given up, or for an episode already closed
     after_end: int  # arrived after its episode's terminal step
-    malformed: int  # pairs refused: shapes of the two steps disagree, or an unknown action source
+    # Steps refused before pairing: shapes other than the recorder's, an unknown action
+    # source, or a value beyond its column's type (counted by the recorder).
+    malformed: int
     episodes_ended: int  # episodes closed by a terminated/truncated step
     episodes_abandoned: int  # episodes closed by a new episode or the session's end
     open_episodes: int
+
+
+class Pairs:
+    """References of paired steps: transition ``k`` joins ``held[k]`` to ``nexts[k]``."""
+
+    __slots__ = ("held", "nexts")
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self.nexts: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.held)
 
 
 @dataclass
 class _Episode:
     episode_id: str
     cursor: int = -1  # highest index consumed in order (held, or given up)
-    held: StepRecord | None = None  # step ``cursor``, waiting for its successor
-    pending: dict[int, StepRecord] = field(default_factory=dict)
+    held: int | None = None  # reference of step ``cursor``, waiting for its successor
+    pending: dict[int, tuple[int, bool]] = field(default_factory=dict)  # index: (ref, ends)
     highest: int = -1
     gaps: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=_GAPS_REMEMBERED))
     ended: bool = False
@@ -70,7 +88,7 @@ class _Session:
 
 
 class StepPairer:
-    """Turns a stream of :class:`StepRecord` (any order, any duplicates) into transitions."""
+    """Turns a stream of step keys (any order, any duplicates) into pairs of references."""
 
     def __init__(self, reorder_window_steps: int = 8) -> None:
         if reorder_window_steps < 1:
@@ -79,44 +97,57 @@ class StepPairer:
         self._sessions: dict[str, _Session] = {}
         self._n = dict.fromkeys(PairingStats.__dataclass_fields__, 0)
 
-    def add(self, step: StepRecord) -> list[Transition]:
-        """Take one step; return the transitions it completes (often one, sometimes more)."""
-        self._n["steps"] += 1
-        session = self._sessions.get(step.session_id)
-        if session is None:  # not setdefault: it would build a _Session for every step
-            session = self._sessions[step.session_id] = _Session()
-        episode = session.current
-        out: list[Transition] = []
-        if episode is None or episode.episode_id != step.episode_id:
-            if step.episode_id in session.closed:
-                self._n["late"] += 1
-                return out
-            if episode is not None:
-                out.extend(self._retire(session, episode))
-            episode = session.current = _Episode(step.episode_id)
-        if step.step_index == episode.cursor + 1 and not episode.pending and not episode.ended:
-            # The common step: the successor of the one held, nothing waiting (so none
-            # above it seen): taken at once, without the pending table.
-            episode.highest = step.step_index
-            self._take(episode, step, out)
-        elif self._classify(episode, step):
-            episode.pending[step.step_index] = step
-            episode.highest = max(episode.highest, step.step_index)
-            self._advance(episode, out)
-            while not episode.ended and episode.highest - episode.cursor > self._window:
-                self._give_up_gap(episode)
-                self._advance(episode, out)
-        self._n["transitions"] += len(out)
-        return out
+    def add_block(self, block: StepBlock, first_ref: int, out: Pairs) -> None:
+        """Take every row of ``block`` in order, row ``i`` as reference ``first_ref + i``;
+        append the pairs they complete to ``out``."""
+        before = len(out.held)
+        sessions = self._sessions
+        held, nexts = out.held, out.nexts
+        ends = (block.terminated | block.truncated).tolist()
+        keys = zip(
+            block.session_ids, block.episode_ids, block.step_indices.tolist(), ends, strict=True
+        )
+        for ref, (session_id, episode_id, index, ends_episode) in enumerate(keys, first_ref):
+            session = sessions.get(session_id)
+            episode = None if session is None else session.current
+            if (
+                episode is not None
+                and episode.episode_id == episode_id
+                and index == episode.cursor + 1
+                and not episode.pending
+                and not episode.ended
+                and not ends_episode
+            ):
+                # The common step: the successor of the one held, nothing waiting (so
+                # none above it seen), the episode going on: paired here, inline.
+                if episode.held is not None:
+                    held.append(episode.held)
+                    nexts.append(ref)
+                episode.held = ref
+                episode.cursor = episode.highest = index
+            else:
+                self._add(session_id, episode_id, index, ends_episode, ref, out)
+        self._n["steps"] += len(block)
+        self._n["transitions"] += len(out.held) - before
 
-    def end_session(self, session_id: str) -> list[Transition]:
+    def end_session(self, session_id: str, out: Pairs) -> None:
         """The session is over: pair what can still be paired, count the gaps, forget it."""
         session = self._sessions.pop(session_id, None)
-        out: list[Transition] = []
         if session is not None and session.current is not None:
-            out = self._retire(session, session.current)
-            self._n["transitions"] += len(out)
-        return out
+            before = len(out.held)
+            self._retire(session, session.current, out)
+            self._n["transitions"] += len(out.held) - before
+
+    def live_refs(self) -> Iterator[int]:
+        """Every reference a later step may still be paired with (held or pending)."""
+        for session in self._sessions.values():
+            episode = session.current
+            if episode is None or episode.ended:
+                continue
+            if episode.held is not None:
+                yield episode.held
+            for ref, _ in episode.pending.values():
+                yield ref
 
     def stats(self) -> PairingStats:
         open_episodes = sum(
@@ -124,9 +155,33 @@ class StepPairer:
         )
         return PairingStats(**{**self._n, "open_episodes": open_episodes})
 
-    def _classify(self, episode: _Episode, step: StepRecord) -> bool:
+    def _add(
+        self, session_id: str, episode_id: str, index: int, ends: bool, ref: int, out: Pairs
+    ) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:  # not setdefault: it would build a _Session for every step
+            session = self._sessions[session_id] = _Session()
+        episode = session.current
+        if episode is None or episode.episode_id != episode_id:
+            if episode_id in session.closed:
+                self._n["late"] += 1
+                return
+            if episode is not None:
+                self._retire(session, episode, out)
+            episode = session.current = _Episode(episode_id)
+        if index == episode.cursor + 1 and not episode.pending and not episode.ended:
+            episode.highest = index
+            self._take(episode, ref, ends, out)
+        elif self._classify(episode, index):
+            episode.pending[index] = (ref, ends)
+            episode.highest = max(episode.highest, index)
+            self._advance(episode, out)
+            while not episode.ended and episode.highest - episode.cursor > self._window:
+                self._give_up_gap(episode)
+                self._advance(episode, out)
+
+    def _classify(self, episode: _Episode, index: int) -> bool:
         """Count a step that cannot be used; True if it is new to its episode."""
-        index = step.step_index
         if episode.ended and index > episode.cursor:
             self._n["after_end"] += 1
         elif index <= episode.cursor:
@@ -139,21 +194,18 @@ class StepPairer:
             return True
         return False
 
-    def _advance(self, episode: _Episode, out: list[Transition]) -> None:
+    def _advance(self, episode: _Episode, out: Pairs) -> None:
         while not episode.ended and episode.cursor + 1 in episode.pending:
-            self._take(episode, episode.pending.pop(episode.cursor + 1), out)
+            self._take(episode, *episode.pending.pop(episode.cursor + 1), out)
 
-    def _take(self, episode: _Episode, nxt: StepRecord, out: list[Transition]) -> None:
-        """``nxt`` is the successor of the held step: pair the two, and hold ``nxt``."""
+    def _take(self, episode: _Episode, ref: int, ends: bool, out: Pairs) -> None:
+        """Step ``ref`` is the successor of the held step: pair the two, and hold it."""
         if episode.held is not None:
-            transition = _pair(episode.held, nxt)
-            if transition is None:
-                self._n["malformed"] += 1
-            else:
-                out.append(transition)
-        episode.held = nxt
+            out.held.append(episode.held)
+            out.nexts.append(ref)
+        episode.held = ref
         episode.cursor += 1
-        if nxt.episode_ended:
+        if ends:
             episode.ended = True
             self._n["episodes_ended"] += 1
             self._n["after_end"] += len(episode.pending)
@@ -167,56 +219,13 @@ class StepPairer:
         episode.held = None
         episode.cursor = first - 1
 
-    def _drain(self, episode: _Episode) -> list[Transition]:
-        out: list[Transition] = []
+    def _retire(self, session: _Session, episode: _Episode, out: Pairs) -> None:
+        """Close ``episode`` because its session moved on to another one."""
+        session.closed.append(episode.episode_id)
+        if episode.ended:
+            return
+        self._n["episodes_abandoned"] += 1
         self._advance(episode, out)
         while episode.pending and not episode.ended:
             self._give_up_gap(episode)
             self._advance(episode, out)
-        return out
-
-    def _retire(self, session: _Session, episode: _Episode) -> list[Transition]:
-        """Close ``episode`` because its session moved on to another one."""
-        session.closed.append(episode.episode_id)
-        if episode.ended:
-            return []
-        self._n["episodes_abandoned"] += 1
-        return self._drain(episode)
-
-
-def _pair(step: StepRecord, nxt: StepRecord) -> Transition | None:
-    """The transition from ``step`` to ``nxt``; None if their shapes or the source are unusable."""
-    override = nxt.executed_previous_action
-    safe = step.safe_action
-    action = safe if override is None else override
-    observation = step.observation
-    next_observation = nxt.observation
-    if (
-        step.action_source not in ACTION_SOURCES
-        or observation.shape != next_observation.shape
-        or action.shape != safe.shape
-        or step.proposed_action.shape != safe.shape
-    ):
-        return None
-    # Positional, in Transition's field order: the recorder builds one per served step.
-    return Transition(
-        step.session_id,
-        step.robot_id,
-        step.episode_id,
-        step.step_index,
-        observation,
-        step.proposed_action,
-        action,
-        nxt.reward,
-        next_observation,
-        nxt.terminated,
-        nxt.truncated,
-        # A person's override is what the robot did, whatever the server proposed.
-        step.action_source if override is None else "human",
-        step.safety_checks,
-        step.policy_version,
-        step.weights_sha256,
-        step.ingress_ns,
-        nxt.ingress_ns,
-        step.client_timestamp_ns,
-    )

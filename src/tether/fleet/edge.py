@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from tether.data.log import ExperienceLog
 from tether.data.recorder import Recorder
-from tether.data.step import StepRecord
+from tether.data.step import AnsweredSteps
 from tether.fleet.notes import ActorNote, NoteBook
 from tether.fleet.shipper import ReplayShipper
 from tether.fleet.version_service import GateReport, RollbackReport
@@ -145,8 +145,9 @@ class EdgeServer:
             engine_config=self.config.served_engine(self.bundle.architecture),
             degradation=self._degradation,
             limits=limits,
-            record_step=self._record_step,
+            record_steps=self._record_steps,
             end_session=self._recorder.end_session,
+            after_reply=self._recorder.nudge,
             versions=self._versions,
         )
         self._versions.drive(self._server.models)
@@ -184,9 +185,9 @@ class EdgeServer:
         fleet = self.config.fleet
         return self._steps / (max(1, self.plan.robots) * fleet.control_rate_hz)
 
-    def _record_step(self, step: StepRecord) -> bool:
-        self._steps += 1
-        return self._recorder.record(step)
+    def _record_steps(self, steps: AnsweredSteps) -> bool:
+        self._steps += len(steps)
+        return self._recorder.record_steps(steps)
 
     def _server_config(self) -> ServerConfig:
         return self.config.served_server().model_copy(

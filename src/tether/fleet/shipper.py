@@ -18,12 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.data.columns import TransitionArrays
-from tether.data.records import Transition
+from tether.data.columns import TransitionArrays, TransitionTable
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +76,7 @@ class ReplayShipper:
 
     # ----------------------------------------------------------------- the sink
 
-    def put(self, transitions: Sequence[Transition]) -> int:
+    def put(self, transitions: TransitionTable) -> int:
         """Take ``transitions`` (recorder's worker thread); returns how many were kept."""
         n = len(transitions)
         if n == 0:
@@ -89,9 +87,7 @@ class ReplayShipper:
             keep = min(room, n)
             self._dropped += n - keep
         if keep:
-            rows = TransitionArrays.from_transitions(
-                transitions[:keep], self._obs_dim, self._act_dim
-            )
+            rows = transitions.arrays.take(slice(0, keep))
             with self._lock:
                 self._rows.append(rows)
                 self._buffered += keep

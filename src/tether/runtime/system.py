@@ -35,7 +35,7 @@ from tether.assets import pretrained_bundle_path
 from tether.data.channel import TransitionChannel
 from tether.data.log import ExperienceLog
 from tether.data.recorder import Recorder
-from tether.data.step import StepRecord
+from tether.data.step import AnsweredSteps
 from tether.learning.hindsight import bundle_for_learner
 from tether.learning.learner import LearnerCounters
 from tether.learning.placement import learner_placement
@@ -278,8 +278,9 @@ class RunSystem:
             engine_config=self.config.served_engine(self.bundle.architecture),
             degradation=self._degradation,
             limits=self.limits,
-            record_step=self._record_step,
+            record_steps=self._record_steps,
             end_session=self._recorder.end_session,
+            after_reply=self._recorder.nudge,
             versions=self._versions,
         )
         self._versions.drive(self._server.models)  # health and Describe follow the live version
@@ -294,9 +295,9 @@ class RunSystem:
         fleet = self.config.fleet
         return self._steps_served / (fleet.robots * fleet.control_rate_hz)
 
-    def _record_step(self, step: StepRecord) -> bool:
-        self._steps_served += 1
-        return self._recorder.record(step)
+    def _record_steps(self, steps: AnsweredSteps) -> bool:
+        self._steps_served += len(steps)
+        return self._recorder.record_steps(steps)
 
     def _engine_for_bundle(self, bundle: PolicyBundle) -> PolicyEngine:
         return PolicyEngine(bundle, self.config.served_engine(bundle.architecture))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -149,7 +149,7 @@ _VERSION = _VersionBytes()
 
 
 def encode_control_replies(
-    steps: Sequence[tuple[int, str]],
+    steps: Sequence[tuple[Any, ...]],
     actions: np.ndarray,
     proposed: np.ndarray,
     log_probs: np.ndarray,
@@ -159,7 +159,7 @@ def encode_control_replies(
     timings: np.ndarray,
 ) -> list[bytes]:
     """Every row's ``ControlReply`` as wire bytes, in one compiled call: row ``i`` answers
-    step ``steps[i]`` (index, episode id) with the safe action ``actions[i]``, what was
+    step ``steps[i]`` (a tuple that starts with its index and episode id: ``StepFacts``) with the safe action ``actions[i]``, what was
     proposed, its verdict and level, and ``timings[i]`` (queue, inference, safety, total
     ns, batch size; int64 >= 0). The bytes equal ``SerializeToString`` of the reply that
     ``fill_action_response`` fills (a single-step policy's: no chunk)."""
@@ -169,11 +169,11 @@ def encode_control_replies(
     norms: list[float] = []
     columns: list[int] = []
     joint_list: list[int] = []
-    for (step, _), verdict, level in zip(steps, verdicts, levels, strict=True):
+    for step, verdict, level in zip(steps, verdicts, levels, strict=True):
         norms.append(verdict.correction_norm)
         joint_list += verdict.joints
         columns += (
-            step,
+            step[0],
             _SOURCE_CODES.get(verdict.source, 0),
             int(verdict.checks),
             _LEVEL_CODES[level],
@@ -195,7 +195,7 @@ def encode_control_replies(
                 "the wire's uint32; the reply cannot carry it"
             )
         joints = np.array(joint_list, dtype=np.int64)
-    episode_ids = [episode for _, episode in steps]
+    episode_ids = [step[1] for step in steps]
     text = "".join(episode_ids).encode()
     lengths = list(map(len, episode_ids))
     if len(text) != sum(lengths):  # not all ASCII: count each id's UTF-8 bytes

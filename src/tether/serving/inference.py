@@ -17,12 +17,21 @@ step ``k`` with step ``k - 1``'s safe action as its previous action and judged
 step; the outcome holds the supervised chunk with one verdict per step.
 
 A batch with ``ENCODE_ROWS`` or more Control steps of a single-step policy also writes
-their replies (``ActionQuery.reply_to``) as wire bytes in one compiled call
+their replies (``ActionQuery.step``) as wire bytes in one compiled call
 (``tether.serving.convert.encode_control_replies``; a reply built message by message
 costs ~5 µs, a row of the batch call ~1 µs); their timings are read in the batch:
 queue from the step's arrival to the batch's start, inference the batch's compute up to
 the replies, total from arrival to the replies. A smaller batch leaves ``reply`` None
 and the handler builds the message.
+
+With a ``record`` hook (the recorder's ``record_steps``), every batch hands its answered
+Control steps over as one ``AnsweredSteps``: the facts each step reported
+(``ActionQuery.step``) beside the batch's own observation, proposed and safe action
+arrays, unconverted, so the recorder's worker pairs and stores columns instead of an
+object per step. A chunk policy's steps are
+recorded with their chunk's step 0. The hook runs where the batch runs, before the
+replies are delivered, and must only enqueue; a hook that raises is logged and never
+fails the batch.
 
 Invariant: ``run`` returns exactly one entry per query, in query order: an
 ``ActionOutcome`` or the error of that query alone (a ``ServingError`` or a
@@ -32,6 +41,7 @@ Invariant: ``run`` returns exactly one entry per query, in query order: an
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
@@ -39,6 +49,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tether.data.clock import ingress_ns
+from tether.data.step import AnsweredSteps, StepFacts
 from tether.policy.errors import ObservationError
 from tether.policy.kernel import all_within
 from tether.safety.chunk import ChunkVerdict, supervise_chunk
@@ -60,6 +71,8 @@ from tether.versions.routing import RouteDecision
 # even; docs/benchmarks.md).
 ENCODE_ROWS = 4
 
+logger = logging.getLogger(__name__)
+
 
 class ActionQuery(NamedTuple):
     """One validated request for an action. This and ``ActionOutcome`` are named tuples:
@@ -75,9 +88,9 @@ class ActionQuery(NamedTuple):
     # Every named input of a policy that declares them (the state vector included, the
     # same array as ``observation``), validated against the engine's input specs.
     inputs: Mapping[str, np.ndarray] | None = None
-    # The Control step this query answers (step_index, episode_id): its outcome may then
-    # carry the encoded ControlReply (``ActionOutcome.reply``).
-    reply_to: tuple[int, str] | None = None
+    # The Control step this query answers: what the robot reported with it, recorded with
+    # the answer; its outcome may then carry the encoded ControlReply (``ActionOutcome.reply``).
+    step: StepFacts | None = None
 
 
 class ActionOutcome(NamedTuple):
@@ -125,8 +138,10 @@ class InferencePipeline:
         versions: PolicyVersions | None = None,
         step_period_s: float = 0.0,
         max_abs_observation: float | None = None,
+        record: Callable[[AnsweredSteps], object] | None = None,
     ) -> None:
         self._models = models
+        self._record = record
         # The bound on every observation entry (validation.max_abs_observation), checked
         # for a whole group at once; None: the callers checked their observations.
         self._max_abs = max_abs_observation
@@ -202,7 +217,9 @@ class InferencePipeline:
             return
         version = out.version
         if out.actions.ndim == 3:
-            self._run_chunks(engine, queries, rows, results, out.actions, out.log_probs, version)
+            self._run_chunks(
+                engine, queries, rows, results, obs, out.actions, out.log_probs, version
+            )
             return
         if self._versions is not None:
             self._versions.on_batch(version.id, obs, out.actions, _previous_actions(queries))
@@ -225,7 +242,7 @@ class InferencePipeline:
         per_row_ns = (time.perf_counter_ns() - start) // len(queries)
         safe = [np.asarray(action, dtype=np.float32) for action, _ in decided]
         replies: Sequence[bytes | None] = [None] * len(queries)
-        if len(queries) >= ENCODE_ROWS and all(q.reply_to is not None for q in queries):
+        if len(queries) >= ENCODE_ROWS and all(q.step is not None for q in queries):
             # A number the wire cannot carry (ValueError): the handlers' messages say so.
             with contextlib.suppress(ValueError):
                 replies = _encode_replies(
@@ -266,8 +283,22 @@ class InferencePipeline:
                 None,  # proposed_chunk
                 reply,
             )
+        if self._record is not None:
+            self._record_steps(_answered(queries, obs, out.actions, safe, decided, version))
         if self._on_actions is not None:
             self._on_actions(engine, safe)
+
+    def _record_steps(self, steps: AnsweredSteps | None) -> None:
+        """Hand the group's answered Control steps (if any) to the ``record`` hook."""
+        assert self._record is not None
+        if steps is None:
+            return
+        try:
+            self._record(steps)
+        except Exception:  # recording never fails a batch; the steps are answered anyway
+            logger.exception(
+                "recording %d answered steps failed; they are not recorded", len(steps)
+            )
 
     def _refuse_observations(
         self,
@@ -285,7 +316,7 @@ class InferencePipeline:
                 kept.append(k)
                 continue
             query = queries[k]
-            field = "observation" if query.reply_to is None else "step.observation"
+            field = "observation" if query.step is None else "step.observation"
             results[rows[k]] = refusal(query.observation, field, self._max_abs)
         return kept
 
@@ -295,6 +326,7 @@ class InferencePipeline:
         queries: list[ActionQuery],
         rows: list[int],
         results: list[ActionOutcome | RequestError | None],
+        obs: np.ndarray,
         chunks: np.ndarray,
         log_probs: np.ndarray,
         version: VersionLike,
@@ -303,9 +335,9 @@ class InferencePipeline:
         first_steps = np.ascontiguousarray(chunks[:, 0])
         if self._versions is not None:
             # The versions layer compares single actions: it sees each chunk's first step.
-            obs = np.stack([q.observation for q in queries])
             self._versions.on_batch(version.id, obs, first_steps, _previous_actions(queries))
         safe_rows: list[np.ndarray] = []
+        decided: list[tuple[np.ndarray, SafetyVerdict]] = []  # step 0 of each chunk
         for j, (q, row) in enumerate(zip(queries, rows, strict=True)):
             tightening = 1.0 if q.route is None else q.route.tightening
             level = q.supervisor.level()
@@ -341,6 +373,7 @@ class InferencePipeline:
             )
             elapsed = time.perf_counter_ns() - start
             safe_rows.append(chunk.actions[0])
+            decided.append((chunk.actions[0], chunk.verdicts[0]))
             results[row] = ActionOutcome(
                 action=chunk.actions[0],
                 proposed_action=chunks[j, 0],
@@ -354,8 +387,55 @@ class InferencePipeline:
                 chunk=chunk,
                 proposed_chunk=chunks[j],
             )
+        if self._record is not None:
+            self._record_steps(_answered(queries, obs, first_steps, safe_rows, decided, version))
         if self._on_actions is not None:
             self._on_actions(engine, safe_rows)
+
+
+def _answered(
+    queries: list[ActionQuery],
+    obs: np.ndarray,
+    proposed: np.ndarray,
+    safe: list[np.ndarray],
+    decided: Sequence[tuple[object, SafetyVerdict]],
+    version: VersionLike,
+) -> AnsweredSteps | None:
+    """The group's Control steps as one hand-over; None if it holds none."""
+    if len(queries) == 1:  # a lone robot's step: nothing to pick, nothing to convert
+        only = queries[0]
+        if only.step is None:
+            return None
+        return AnsweredSteps(
+            [only.step],
+            obs,
+            proposed,
+            safe,
+            [decided[0][1]],
+            [only.ingress_ns],
+            version.id,
+            version.weights_sha256,
+        )
+    facts = [q.step for q in queries]
+    rows: Sequence[int] = range(len(queries))
+    if None in facts:  # GetAction queries beside Control steps: not recorded
+        rows = [i for i, f in enumerate(facts) if f is not None]
+        if not rows:
+            return None
+        facts = [facts[i] for i in rows]
+        obs, proposed = obs[rows], proposed[rows]
+        safe = [safe[i] for i in rows]
+        decided = [decided[i] for i in rows]
+    return AnsweredSteps(
+        facts,  # type: ignore[arg-type]  # the None rows were left out above
+        obs,
+        proposed,
+        safe,
+        [verdict for _, verdict in decided],
+        [queries[i].ingress_ns for i in rows],
+        version.id,
+        version.weights_sha256,
+    )
 
 
 def _encode_replies(
@@ -380,7 +460,7 @@ def _encode_replies(
     np.maximum(now_ns - arrivals, 0, out=timings[:, 3])
     timings[:, 4] = rows
     return encode_control_replies(
-        [q.reply_to for q in queries],  # type: ignore[misc]  # run checked every row has one
+        [q.step for q in queries],  # type: ignore[misc]  # run checked every row has one
         np.array(safe),
         proposed,
         log_probs,

@@ -12,7 +12,7 @@ import gc
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.data.step import StepRecord
+from tether.data.step import AnsweredSteps
 from tether.policy.bundle import PolicyBundle, load_bundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
@@ -46,14 +46,15 @@ def build_server(
     engine_config: EngineConfig | None = None,
     degradation: DegradationMachine | None = None,
     limits: SafetyLimits | None = None,
-    record_step: Callable[[StepRecord], object] | None = None,
+    record_steps: Callable[[AnsweredSteps], object] | None = None,
     end_session: Callable[[str], None] | None = None,
+    after_reply: Callable[[], object] | None = None,
     versions: PolicyVersions | None = None,
 ) -> PolicyServer:
     """A ready-to-start server for the bundle at ``bundle_path``.
 
-    ``tether run`` passes its degradation machine, the recorder's ``record`` and
-    ``end_session``, and its policy versions; plain ``tether serve`` passes none of
+    ``tether run`` passes its degradation machine, the recorder's ``record_steps``,
+    ``end_session`` and ``nudge`` (``after_reply``), and its policy versions; plain ``tether serve`` passes none of
     them, gets a fresh degradation machine and serves the bundle alone.
     """
     bundle = load_bundle(bundle_path)
@@ -70,8 +71,9 @@ def build_server(
         spec=ServedSpec.from_robot_spec(spec),
         supervisors=SupervisorFactory(spec, limits=limits, degradation=degradation),
         engine=engine,
-        record_step=record_step,
+        record_steps=record_steps,
         end_session=end_session,
+        after_reply=after_reply,
         cuda=engine.device.type == "cuda",
         versions=versions,
     )

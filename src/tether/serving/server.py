@@ -26,7 +26,7 @@ import psutil
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from tether.data.step import StepRecord
+from tether.data.step import AnsweredSteps
 from tether.safety.levels import DegradationLevel
 from tether.serving import event_loop, reply_kernel
 from tether.serving.admission import Admission
@@ -70,8 +70,9 @@ class PolicyServer:
         spec: ServedSpec,
         supervisors: SupervisorFactory,
         engine: EngineLike | None = None,
-        record_step: Callable[[StepRecord], object] | None = None,
+        record_steps: Callable[[AnsweredSteps], object] | None = None,
         end_session: Callable[[str], None] | None = None,
+        after_reply: Callable[[], object] | None = None,
         before_batch: Callable[[], None] | None = None,
         cuda: bool = False,
         versions: PolicyVersions | None = None,
@@ -97,9 +98,10 @@ class PolicyServer:
             versions=versions,
             step_period_s=spec.control_period_s,
             max_abs_observation=config.validation.max_abs_observation,
+            record=record_steps,
         )
-        self._record_step = record_step
         self._end_session = end_session
+        self._after_reply = after_reply
         self._before_batch = before_batch
         self._server: grpc.aio.Server | None = None
         self._batcher: DynamicBatcher[ActionQuery, ActionOutcome] | None = None
@@ -165,8 +167,8 @@ class PolicyServer:
             admission=self.admission,
             metrics=self.metrics,
             supervisors=self._supervisors,
-            record_step=self._record_step,
             end_session=self._end_session,
+            after_reply=self._after_reply,
             safety_limits_json=json.dumps(self._supervisors.limits.to_dict(), sort_keys=True),
             versions=self._versions,
         )

@@ -33,7 +33,7 @@ import grpc
 import numpy as np
 
 from tether.data.clock import ingress_ns
-from tether.data.step import StepRecord
+from tether.data.step import StepFacts
 from tether.serving.admission import Admission, SessionTicket
 from tether.serving.batcher import Batched, DynamicBatcher
 from tether.serving.config import ServerConfig
@@ -66,7 +66,6 @@ from tether.versions.facade import PolicyVersions
 from tether.versions.holder import ModelSource
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
-StepSink = Callable[[StepRecord], object]  # tether.data.Recorder.record
 # The robot whose level GetAction's callers share (they name no robot).
 STATELESS_ROBOT = "(GetAction)"
 
@@ -84,8 +83,8 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         admission: Admission,
         metrics: ServingMetrics,
         supervisors: SupervisorFactory,
-        record_step: StepSink | None = None,
         end_session: Callable[[str], None] | None = None,
+        after_reply: Callable[[], object] | None = None,
         safety_limits_json: str = "",
         versions: PolicyVersions | None = None,
     ) -> None:
@@ -98,8 +97,10 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         # GetAction is stateless: its callers share one supervisor, and one robot's level.
         self._supervisor = supervisors(STATELESS_ROBOT)
         self._supervisors = supervisors
-        self._record_step = record_step
         self._end_session = end_session
+        # Called once a Control reply was handed to grpc (the recorder's nudge): work it
+        # starts then overlaps the robot's turn-around instead of delaying the reply.
+        self._after_reply = after_reply
         self._versions = versions
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
@@ -202,13 +203,9 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                         "ControlStep.kind is 'open' after the session opened; expected 'step' "
                         "(open a new stream for a new session)",
                     )
-                reply, record = await self._step(session, ticket, message.step, stream_deadline)
-                try:
-                    yield reply
-                finally:
-                    # After the reply went out (or the stream closed on it): see _step.
-                    if record is not None and self._record_step is not None:
-                        self._record_step(record)
+                yield await self._step(session, ticket, message.step, stream_deadline)
+                if self._after_reply is not None:
+                    self._after_reply()
         finally:
             self._admission.close_session(ticket)
             self._metrics.sessions.dec()
@@ -257,17 +254,10 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         ticket: SessionTicket,
         step: pb.StepData,
         stream_deadline: float | None,
-    ) -> tuple[pb.ControlReply | bytes, StepRecord | None]:
-        """The reply to one step (the bytes the batch encoded, else a message), and the
-        record the recorder hook gets once it is sent.
-
-        The hand-off waits until grpc has sent the reply: the recorder's worker thread
-        wakes on it and takes the GIL to pair the step, and woken before the reply left
-        it would compete with the reply's send and delay it (measured in
-        docs/benchmarks.md). Handed over after the send, its work overlaps the robot's
-        turn-around instead. The record is built here, at the
-        step's own time, so nothing in it depends on when it is handed over.
-        """
+    ) -> pb.ControlReply | bytes:
+        """The reply to one step (the bytes the batch encoded, else a message). What the
+        step reported travels with its query (``StepFacts``): the batch that answers it
+        records it (``InferencePipeline``), fixed at the step's own time."""
         arrival = time.perf_counter_ns()
         ingress = ingress_ns()  # the one stamp pairing and staleness rest on
         self._metrics.in_flight.inc()
@@ -298,7 +288,18 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             route = None
             if self._versions is not None and session.pinned_version is None:
                 route = self._versions.route(session.session_id, episode, task)
-            query = ActionQuery(  # positional, in field order: built on every step
+            facts = StepFacts(  # positional, in field order, as the query: every step
+                step.step_index,
+                episode,
+                session.session_id,
+                session.robot_id,
+                reward,
+                step.terminated,
+                step.truncated,
+                executed,
+                step.client_timestamp_ns,
+            )
+            query = ActionQuery(
                 obs,
                 step.deterministic,
                 session.previous_action(episode, executed),
@@ -307,7 +308,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 session.pinned_version,
                 route,
                 named,
-                (step.step_index, episode),  # reply_to
+                facts,
             )
             batched = await self._batcher.submit(query, self._step_deadline(stream_deadline))
             self._queued(batched)
@@ -322,7 +323,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                 episode_id=step.episode_id,
                 error=pb.StepError(code=code.value[0], message=str(exc)),
             )
-            return refusal, None
+            return refusal
         outcome = batched.value
         version = str(outcome.version.id)
         session.answered(episode, outcome, step.terminated, step.truncated)
@@ -339,26 +340,12 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             )
             if finished is not None:
                 self._versions.on_episode(finished)
-        record = None
-        if self._record_step is not None:
-            record = session.step_record(
-                episode_id=episode,
-                step_index=step.step_index,
-                observation=obs,
-                reward=reward,
-                terminated=step.terminated,
-                truncated=step.truncated,
-                executed=executed,
-                outcome=outcome,
-                ingress_ns=ingress,
-                client_timestamp_ns=step.client_timestamp_ns,
-            )
         reply: pb.ControlReply | bytes | None = outcome.reply
         if reply is None:
             reply = pb.ControlReply(step_index=step.step_index, episode_id=step.episode_id)
             fill_action_response(reply.action, batched, time.perf_counter_ns() - arrival)
         self._finish("Control", "OK", version, arrival)
-        return reply, record
+        return reply
 
     def _executed_action(self, values: Sequence[float]) -> np.ndarray:
         """The action the robot reports having executed, within the live policy's action

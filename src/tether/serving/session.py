@@ -2,8 +2,8 @@
 
 A session owns its own supervisor (the supervisor remembers where its robot was last
 seen, which must never leak to another robot) and the previous executed action, which
-the supervisor's rate and acceleration checks compare against. It turns each answered
-step into the data layer's ``StepRecord``, stamped at ingress, in one place.
+the supervisor's rate and acceleration checks compare against. The batch that answers a
+step records it (``tether.serving.inference``), not the session.
 
 Invariants: the previous action is the one the robot reported executing (a person's
 override) or else the last safe action this session sent in the same episode; a new
@@ -16,7 +16,6 @@ import uuid
 
 import numpy as np
 
-from tether.data.step import StepRecord
 from tether.safety.verdict import ActionSource
 from tether.serving.inference import ActionOutcome
 from tether.serving.supervision import SessionSupervisor
@@ -117,43 +116,6 @@ class ControlSession:
         new = max(0, bounded - self.watchdog_misses)
         self.watchdog_misses = max(self.watchdog_misses, bounded)
         return new
-
-    def step_record(
-        self,
-        *,
-        episode_id: str,
-        step_index: int,
-        observation: np.ndarray,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        executed: np.ndarray | None,
-        outcome: ActionOutcome,
-        ingress_ns: int,
-        client_timestamp_ns: int,
-    ) -> StepRecord:
-        verdict = outcome.verdict
-        version = outcome.version
-        # Positional, in StepRecord's field order: built on every step of every session.
-        return StepRecord(
-            self.session_id,
-            self.robot_id,
-            episode_id,
-            step_index,
-            observation,
-            reward,
-            terminated,
-            truncated,
-            executed,
-            outcome.proposed_action,
-            outcome.action,
-            verdict.source.value,
-            int(verdict.checks),
-            version.id,
-            version.weights_sha256,
-            ingress_ns,
-            client_timestamp_ns,
-        )
 
 
 class _EpisodeTally:

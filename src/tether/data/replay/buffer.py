@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors.numpy import load_file, save_file
 
-from tether.data.columns import TransitionArrays
+from tether.data.columns import TransitionArrays, TransitionTable
 from tether.data.records import Transition, TransitionBatch
 from tether.data.replay.sampler import RecentMixSampler, SampleIndex, SamplerConfig
 from tether.data.replay.state import StateDict, expect
@@ -100,9 +100,9 @@ class ReplayBuffer:
             self.writer.extend(self.storage, data)
             self._ingested += len(data)
 
-    def put(self, transitions: Sequence[Transition]) -> None:
+    def put(self, transitions: TransitionTable) -> None:
         """Recorder-sink form of :meth:`extend`, for a learner in the server's process."""
-        self.extend(transitions)
+        self.extend(transitions.arrays)
 
     def sample(self, batch_size: int) -> TransitionBatch:
         """``batch_size`` transitions, ``recent_fraction`` of them from the recent window."""
