@@ -2,22 +2,22 @@
 pairs the steps and feeds sinks.
 
 ``Recorder.record_steps(steps)`` runs on the serving layer's control path (the batch
-that answered the steps), so it does only an ``append`` to a deque under a lock; the
-worker wakes when ``nudge`` finds ``wake_after_steps`` queued or the oldest queued
-step ``wake_interval_s`` old (the serving loop nudges once a reply was sent), and by
-itself every ``2 * wake_interval_s`` (a wake per step was a thread switch and a GIL
-hand-over on every served action; each wake delays the one step that arrives during
-it, so a lone robot's wakes are kept to ~20 a second). Everything else happens on the recorder's own thread, one wake's steps at a
-time: they are joined into one ``StepBlock`` of typed columns, the pairer sees each
-step's key and row number, and the transitions' columns are gathered from the blocks in
-one pass per column (an object per step and per transition cost more of the GIL the
-serving loop shares, docs/benchmarks.md). Each sink (the experience log, the learner
-channel) then takes one ``TransitionTable``. Invariants: ``record_steps`` never blocks and
-never raises for a full queue; every step it cannot take is counted in
-``dropped_queue_full``, every step the worker refuses (shapes other than the first
-steps', values beyond their columns) in ``pairing.malformed``, alone; a sink that raises
-is counted and logged and never stops the worker, so one broken sink cannot stall
-control or starve the other sinks.
+that answered the steps), so it does only an ``append`` to a deque under a lock. The
+worker wakes when ``nudge`` finds ``wake_after_steps`` queued or the oldest queued step
+``wake_interval_s`` old (the serving loop nudges once a reply was sent), and by itself
+every ``2 * wake_interval_s``: a wake per step was a thread switch and a GIL hand-over on
+every served action, and each wake delays the one step that arrives during it, so a
+lone robot's wakes are kept to ~20 a second. Everything else happens on the recorder's
+own thread, one wake's steps at a time: they are joined into one ``StepBlock`` of typed
+columns, the pairer sees each step's key and row number, and the transitions' columns
+are gathered from the blocks in one pass per column, not an object per step and per
+transition (docs/benchmarks.md). Each sink (the experience log, the learner channel)
+then takes one ``TransitionTable``. Invariants: ``record_steps`` never blocks and never
+raises for a full queue; every step it cannot take is counted in ``dropped_queue_full``,
+every step the worker refuses (shapes other than the first steps', values beyond their
+columns) in ``pairing.malformed``, alone; a sink that raises is counted and logged and
+never stops the worker, so one broken sink cannot stall control or starve the other
+sinks.
 """
 
 from __future__ import annotations
