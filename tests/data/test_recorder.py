@@ -211,3 +211,59 @@ def test_steps_reach_every_sink_as_one_table_per_wake() -> None:
     assert sorted((t.session_id, t.step_index) for t in sink.received) == [
         (s, i) for s in ("a", "b") for i in range(3)
     ]
+
+
+def _hand_over(recorder: Recorder, indices: range) -> None:
+    recorder.record_steps(AnsweredSteps.from_records([make_step(i) for i in indices]))
+
+
+def test_handing_steps_over_never_wakes_the_worker_a_nudge_does() -> None:
+    """The batch hands its steps over before its replies are sent: the worker must not
+    wake then (it would take the GIL from the replies), only when the loop nudges it
+    after the send. With the hand-over waking it, the sink fills before the nudge."""
+    buffer = small_buffer()
+    config = RecorderConfig(wake_after_steps=4, wake_interval_s=1.0)
+    with Recorder([buffer], config) as recorder:
+        time.sleep(0.05)  # the worker is asleep in its wait now (2 s)
+        _hand_over(recorder, range(8))
+        time.sleep(0.3)
+        assert len(buffer) == 0  # 8 steps queued, twice wake_after_steps: nobody woke it
+        start = time.monotonic()
+        recorder.nudge()
+        while len(buffer) < 7 and time.monotonic() - start < 1.0:
+            time.sleep(0.005)
+        assert len(buffer) == 7
+        assert time.monotonic() - start < 1.0  # the nudge, not the worker's own timer
+
+
+def test_a_nudge_wakes_the_worker_for_old_steps_and_not_for_young_ones() -> None:
+    buffer = small_buffer()
+    config = RecorderConfig(wake_after_steps=1_000, wake_interval_s=0.4)
+    with Recorder([buffer], config) as recorder:
+        time.sleep(0.05)
+        _hand_over(recorder, range(3))
+        recorder.nudge()  # the oldest step is young: too early
+        time.sleep(0.2)
+        assert len(buffer) == 0
+        time.sleep(0.25)  # now it waited longer than wake_interval_s (its timer: 0.8 s)
+        start = time.monotonic()
+        recorder.nudge()
+        while len(buffer) < 2 and time.monotonic() - start < 1.0:
+            time.sleep(0.005)
+        assert len(buffer) == 2
+        assert time.monotonic() - start < 0.3
+
+
+def test_a_malformed_first_step_does_not_decide_the_recorders_dimensions() -> None:
+    """Dimensions come from the first well-formed steps: a wrong first step is refused
+    alone, and the steps after it are paired."""
+    sink = CollectingSink()
+    wide = make_step(0, session="bad")._replace(observation=np.zeros((2, OBS_DIM), np.float32))
+    with Recorder([sink]) as recorder:
+        recorder.record(wide)
+        for i in range(4):
+            recorder.record(make_step(i))
+        assert recorder.flush()
+        stats = recorder.stats()
+    assert [t.step_index for t in sink.received] == [0, 1, 2]
+    assert stats.pairing.malformed == 1

@@ -340,3 +340,29 @@ def test_a_stamp_beyond_int64_is_refused_naming_the_field_and_the_session_goes_o
     # Recorded by the batches that answered them, before their replies: nothing to wait for.
     assert [r.client_timestamp_ns for r in records] == [5, 7]
     assert [r.step_index for r in records] == [0, 2]
+
+
+def test_the_recorder_is_nudged_once_per_reply_after_its_steps_were_handed_over(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """``after_reply`` (the recorder's nudge) runs once a reply was handed to grpc: after
+    the batch handed the step over, never in the batch, once per reply (a refused step's
+    included), so the recorder's worker wakes while the robot turns around."""
+    events: list[str] = []
+    running = make_server(
+        record_steps=lambda block: events.extend(f"record {f.step_index}" for f in block.facts),
+        after_reply=lambda: events.append("nudge"),
+    )
+    robot = LockStep(running.address, _identity(arm, "nudged"))
+    for index in range(3):
+        observation = [0.0] * arm.obs_dim
+        if index == 1:
+            observation[0] = float("nan")  # refused at the edge: a StepError reply
+        reply = robot.send(
+            pb.ControlStep(
+                step=pb.StepData(observation=observation, episode_id="e", step_index=index)
+            )
+        )
+        assert reply.WhichOneof("kind") == ("error" if index == 1 else "action"), reply
+    robot.close()
+    assert events == ["record 0", "nudge", "nudge", "record 2", "nudge"]
