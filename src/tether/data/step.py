@@ -201,6 +201,10 @@ class StepBlock(NamedTuple):
         """The columns of every step of ``parts`` (at least one step), in order; one
         conversion per column for all of them. Raises ValueError (OverflowError for an
         integer beyond int64) when shapes disagree or a value does not fit its column."""
+        lengths = [len(p.facts) for p in parts]
+        rows = sum(lengths)
+        if not rows:
+            raise ValueError("a StepBlock needs at least one step")
         facts: list[StepFacts] = []
         safe: list[np.ndarray] = []
         verdicts: list[StepVerdict] = []
@@ -211,7 +215,6 @@ class StepBlock(NamedTuple):
             verdicts += part.verdicts
             ingress += part.ingress_ns
         # One version answers a batch, and mostly every batch of a wake.
-        lengths = [len(p.facts) for p in parts]
         versions = np.repeat(np.array([p.policy_version for p in parts], np.int64), lengths)
         part_weights = [p.weights_sha256 for p in parts]
         if part_weights.count(part_weights[0]) == len(part_weights):
@@ -224,9 +227,6 @@ class StepBlock(NamedTuple):
         else:
             observations = np.concatenate([p.observations for p in parts])
             proposed = np.concatenate([p.proposed_actions for p in parts])
-        rows = len(facts)
-        if not rows:
-            raise ValueError("a StepBlock needs at least one step")
         # One transposition of the facts, one conversion per column type.
         (indices, episodes, sessions, robots, rewards, terminated, truncated, executed, stamps) = (
             zip(*facts, strict=True)
