@@ -159,10 +159,11 @@ def encode_control_replies(
     timings: np.ndarray,
 ) -> list[bytes]:
     """Every row's ``ControlReply`` as wire bytes, in one compiled call: row ``i`` answers
-    step ``steps[i]`` (a tuple that starts with its index and episode id: ``StepFacts``) with the safe action ``actions[i]``, what was
-    proposed, its verdict and level, and ``timings[i]`` (queue, inference, safety, total
-    ns, batch size; int64 >= 0). The bytes equal ``SerializeToString`` of the reply that
-    ``fill_action_response`` fills (a single-step policy's: no chunk)."""
+    step ``steps[i]`` (a tuple that starts with its index and episode id: ``StepFacts``)
+    with the safe action ``actions[i]``, what was proposed, its verdict and level, and
+    ``timings[i]`` (queue, inference, safety, total ns, batch size; int64 >= 0). The bytes
+    equal ``SerializeToString`` of the reply that ``fill_action_response`` fills (a
+    single-step policy's: no chunk)."""
     rows, act_dim = actions.shape
     # A row's step and verdict as one flat list, converted once (a conversion per column
     # cost more than the kernel itself for a small batch).

@@ -54,8 +54,9 @@ def build_server(
     """A ready-to-start server for the bundle at ``bundle_path``.
 
     ``tether run`` passes its degradation machine, the recorder's ``record_steps``,
-    ``end_session`` and ``nudge`` (``after_reply``), and its policy versions; plain ``tether serve`` passes none of
-    them, gets a fresh degradation machine and serves the bundle alone.
+    ``end_session`` and ``nudge`` (``after_reply``), and its policy versions; plain
+    ``tether serve`` passes none of them, gets a fresh degradation machine and serves the
+    bundle alone.
     """
     bundle = load_bundle(bundle_path)
     spec = robot_spec_of(bundle)
