@@ -6,8 +6,9 @@ that answered the steps), so it does only an ``append`` to a deque under a lock.
 worker wakes when ``nudge`` finds ``wake_after_steps`` queued or the oldest queued step
 ``wake_interval_s`` old (the serving loop nudges once a reply was sent), and by itself
 every ``2 * wake_interval_s``: a wake per step was a thread switch and a GIL hand-over on
-every served action, and each wake delays the one step that arrives during it, so a
-lone robot's wakes are kept to ~20 a second. Everything else happens on the recorder's
+every served action, and each wake has a fixed cost and delays the step that arrives
+during it, so wakes are kept few (one per 256 steps under load, ~5 a second at a few
+robots' control rate). Everything else happens on the recorder's
 own thread, one wake's steps at a time: they are joined into one ``StepBlock`` of typed
 columns, the pairer sees each step's key and row number, and the transitions' columns
 are gathered from the blocks in one pass per column, not an object per step and per
@@ -84,7 +85,7 @@ class RecorderConfig(BaseModel):
         "turn (steps)",
     )
     wake_interval_s: float = Field(
-        default=0.05,
+        default=0.2,
         gt=0.0,
         le=1.0,
         description="age of the oldest queued step at which the next reply wakes the worker; "
