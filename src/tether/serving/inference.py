@@ -109,7 +109,7 @@ class ActionOutcome(NamedTuple):
     # then its step 0): the supervised steps with each step's verdict, and what was proposed.
     chunk: ChunkVerdict | None = None
     proposed_chunk: np.ndarray | None = None  # (H, act_dim)
-    # The ControlReply answering ``ActionQuery.reply_to`` as wire bytes, when the batch
+    # The ControlReply answering ``ActionQuery.step`` as wire bytes, when the batch
     # encoded it (see ``InferencePipeline``); None: the handler builds the message.
     reply: bytes | None = None
 
