@@ -17,6 +17,7 @@ from tether.data import (
     ExperienceLogConfig,
     Recorder,
     RecorderConfig,
+    RecorderStats,
     ReplayBuffer,
     ReplayBufferConfig,
     StorageConfig,
@@ -47,6 +48,14 @@ class GatedSink:
         self.entered.set()
         self.gate.wait(10)
         self.received.extend(transitions.transitions())
+
+
+def _release(recorder: Recorder, sink: GatedSink) -> RecorderStats:
+    """Let the stuck worker go on, end the session, and the stats once all reached ``sink``."""
+    sink.gate.set()
+    recorder.end_session("s0")
+    assert recorder.flush()
+    return recorder.stats()
 
 
 class BrokenSink:
@@ -90,10 +99,7 @@ def test_a_full_queue_drops_counts_and_the_gap_is_never_paired() -> None:
         accepted = [recorder.record(make_step(i)) for i in range(2, 22)]
         assert accepted == [True] * 5 + [False] * 15
         assert recorder.stats().dropped_queue_full == 15
-        sink.gate.set()
-        recorder.end_session("s0")
-        assert recorder.flush()
-        stats = recorder.stats()
+        stats = _release(recorder, sink)
     finally:
         sink.gate.set()
         recorder.close()
@@ -165,10 +171,7 @@ def test_a_full_queue_counts_the_steps_of_a_dropped_block() -> None:
         )
         assert recorder.record_steps(AnsweredSteps.from_records([make_step(i) for i in (8, 9)]))
         assert recorder.stats().dropped_queue_full == 3
-        sink.gate.set()
-        recorder.end_session("s0")
-        assert recorder.flush()
-        stats = recorder.stats()
+        stats = _release(recorder, sink)
     finally:
         sink.gate.set()
         recorder.close()
