@@ -1,5 +1,6 @@
-"""Busy polling: after each request the loop polls instead of sleeping, for a bounded time,
-on either event loop; events, timers and other threads run as always meanwhile."""
+"""Busy polling: while requests come close together, the loop polls instead of sleeping for
+a bounded time after each, on either event loop; events, timers and other threads run as
+always meanwhile, and each turn of the spin hands the core to any thread ready for it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from tether.serving import event_loop
+from tether.serving import busy_poll, event_loop
 from tether.serving.busy_poll import BusyPoll
 from tether.serving.config import ServerConfig
 
@@ -18,12 +19,13 @@ LOOPS = pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
 
 
 @LOOPS
-def test_a_touch_keeps_the_loop_awake_for_the_budget_then_it_sleeps(
+def test_close_requests_keep_the_loop_awake_for_the_budget_then_it_sleeps(
     kind: event_loop.EventLoopKind,
 ) -> None:
     async def main() -> tuple[int, bool, int, bool]:
         poll = BusyPoll(asyncio.get_running_loop(), 0.05)
         poll.touch()
+        poll.touch()  # a request close behind the first
         assert poll.spinning
         await asyncio.sleep(0.02)
         early, awake = poll.spins, poll.spinning
@@ -49,10 +51,55 @@ def test_without_a_touch_the_loop_sleeps(kind: event_loop.EventLoopKind) -> None
 
 
 @LOOPS
+def test_requests_further_apart_than_the_budget_never_spin(
+    kind: event_loop.EventLoopKind,
+) -> None:
+    """A spin shorter than the gap to the next request would end before it came: a core
+    kept busy for nothing (a few robots at 50 Hz), so the loop sleeps between them."""
+
+    async def main() -> tuple[bool, bool, int]:
+        poll = BusyPoll(asyncio.get_running_loop(), 0.01)
+        poll.touch()
+        first = poll.spinning  # nothing came before it
+        await asyncio.sleep(0.03)
+        poll.touch()  # 30 ms after the first, the budget is 10 ms
+        later = poll.spinning
+        await asyncio.sleep(0.02)
+        return first, later, poll.spins
+
+    assert event_loop.run(main(), kind) == (False, False, 0)
+
+
+def test_each_turn_of_the_spin_hands_the_core_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the yield a spinning loop keeps its core until the scheduler preempts it,
+    and grpc's threads (and the robots' processes on a shared machine) wait for a tick:
+    the tail of every step (docs/benchmarks.md)."""
+    yields = [0]
+
+    def counted() -> None:
+        yields[0] += 1
+
+    monkeypatch.setattr(busy_poll, "_yield_core", counted)
+
+    async def main() -> int:
+        poll = BusyPoll(asyncio.get_running_loop(), 0.02)
+        poll.touch()
+        poll.touch()
+        while poll.spinning:
+            await asyncio.sleep(0)
+        return poll.spins
+
+    spins = event_loop.run(main(), "uvloop")
+    assert spins > 0
+    assert yields[0] == spins
+
+
+@LOOPS
 def test_each_touch_extends_the_spin(kind: event_loop.EventLoopKind) -> None:
     async def main() -> float:
         loop = asyncio.get_running_loop()
         poll = BusyPoll(loop, 0.03)
+        poll.touch()
         start = time.perf_counter()
         for _ in range(4):  # touched every 20 ms: never 30 ms without one
             poll.touch()
@@ -71,6 +118,7 @@ def test_readers_and_timers_run_while_it_spins(kind: event_loop.EventLoopKind) -
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         poll = BusyPoll(loop, 1.0)
+        poll.touch()
         poll.touch()
         seen: list[str] = []
         a, b = socket.socketpair()
@@ -107,6 +155,7 @@ def test_other_threads_run_while_the_loop_spins(kind: event_loop.EventLoopKind) 
         worker.start()
         await asyncio.sleep(0.05)
         before = counted[0]
+        poll.touch()
         poll.touch()
         while poll.spinning:
             await asyncio.sleep(0)  # let the spin run; never sleep on a timer
