@@ -33,7 +33,7 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000] [--spin-us 20,40] [--recorder-off] [--no-gathering]
+        [--busy-poll-us 2000] [--busy-poll-off] [--spin-us 20,40] [--recorder-off] [--no-gathering]
         [--servers 'echo;tether'] [--period-ms 20] [--gc-stats]
 
 With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
@@ -42,11 +42,12 @@ step's latency is still from its send to its action. Between two steps of a robo
 servers (and the clients) go idle, so each step meets a sleeping thread and cold caches,
 as a fleet's steps do; actions/s is then the load offered, not a capacity.
 
-With ``--busy-poll-us`` two more servers run: tether with ``ServerConfig.busy_poll_us``
-(after each request its event loop polls that long before it sleeps,
-``tether.serving.busy_poll``) and the echo touching the same ``BusyPoll`` on each step, so
-the table shows what busy polling gives the transport floor too; the ratios stay against
-the plain echo.
+tether busy-polls as ``tether serve`` does by default (``ServerConfig.busy_poll_us``:
+while steps come within 1 ms of each other its event loop polls instead of sleeping,
+``tether.serving.busy_poll``); ``--busy-poll-off`` adds **tether, busy-poll off**. With
+``--busy-poll-us`` two more servers run: tether with that budget and the echo touching
+the same ``BusyPoll`` on each step, so the table shows what busy polling gives the
+transport floor too; the ratios stay against the plain echo.
 
 With ``--recorder-off`` tether also serves without its recorder (what recording every
 step costs the server), with ``--no-gathering`` with a batcher that takes each batch at
@@ -228,6 +229,7 @@ class Servers:
             "LeRobot-style": lambda: Child(_lerobot_style_main, bundle),
             "echo, uvloop": lambda: served("echo", loop="uvloop"),
             "tether, asyncio loop": lambda: served("policy", bundle, recorder=True, loop="asyncio"),
+            UNPOLLED: lambda: served("policy", bundle, recorder=True, busy_poll_us=0.0),
             "echo, busy-poll": lambda: served("echo", busy_poll_us=busy_poll_us),
             "tether, busy-poll": lambda: served(
                 "policy", bundle, recorder=True, busy_poll_us=busy_poll_us
@@ -267,6 +269,7 @@ class Servers:
 
 
 UNRECORDED = "tether, recorder off"
+UNPOLLED = "tether, busy-poll off"
 UNGATHERED = "tether, no gathering"
 
 
@@ -309,6 +312,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy-poll-us", type=float, default=0.0)
+    parser.add_argument(
+        "--busy-poll-off", action="store_true", help="also tether without busy polling"
+    )
     parser.add_argument("--spin-us", default="", help="echoes spinning this long per step")
     parser.add_argument(
         "--recorder-off", action="store_true", help="also tether without its recorder"
@@ -351,6 +357,7 @@ def main() -> None:
     names = (
         SERVERS
         + (POLLED if args.busy_poll_us > 0 else ())
+        + ((UNPOLLED,) if args.busy_poll_off else ())
         + ((UNRECORDED,) if args.recorder_off else ())
         + ((UNGATHERED,) if args.no_gathering else ())
         + tuple(map(spun, spin_us))

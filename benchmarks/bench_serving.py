@@ -242,14 +242,15 @@ def _server_main(
     execution: str,
     work: tuple[str, int, int],
     recorder: bool,
-    busy_poll_us: float = 0.0,
+    busy_poll_us: float | None = None,
     loop: str = "",
     gather_turns: int | None = None,
     gc_stats: str = "",
 ) -> None:
     """Child process: serve until SIGTERM; report the bound port through ``ports``.
     The loop is ``tether.serving.event_loop``'s choice for ``loop``, and with
-    ``busy_poll_us`` it busy-polls (``tether.serving.busy_poll``), whatever the server;
+    ``busy_poll_us`` it busy-polls (``tether.serving.busy_poll``), whatever the server
+    (None: tether as ``ServerConfig`` has it by default, the echo not at all);
     ``gather_turns`` (tether only) replaces the batcher's default; with ``gc_stats`` (a
     path) the server times its garbage collections from start-up on and writes them there
     as JSON when it stops (``GcTimer``);
@@ -283,7 +284,7 @@ def _server_main(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         if kind == "echo":
             server = grpc.aio.server()
-            poll = BusyPoll(loop, busy_poll_us / 1e6) if busy_poll_us > 0 else None
+            poll = BusyPoll(loop, busy_poll_us / 1e6) if busy_poll_us else None
             echo = EchoService(probe_work(*work), poll)
             pb_grpc.add_PolicyServiceServicer_to_server(echo, server)  # type: ignore[no-untyped-call]
             port = server.add_insecure_port("127.0.0.1:0")
@@ -301,8 +302,9 @@ def _server_main(
         settings = {
             **policy_config(max_batch, execution),
             "event_loop": chosen,
-            "busy_poll_us": busy_poll_us,
         }
+        if busy_poll_us is not None:
+            settings["busy_poll_us"] = busy_poll_us
         if gather_turns is not None:
             settings["batcher"] = {**settings["batcher"], "gather_turns": gather_turns}
         config = ServerConfig.model_validate(settings)
@@ -393,7 +395,7 @@ class ServerProcess:
         execution: str = "auto",
         work: tuple[str, int, int] = ("none", 0, 0),
         recorder: bool = False,
-        busy_poll_us: float = 0.0,
+        busy_poll_us: float | None = None,
         loop: str = "",
         gather_turns: int | None = None,
         gc_stats: bool = False,

@@ -168,8 +168,9 @@ def test_other_threads_run_while_the_loop_spins(kind: event_loop.EventLoopKind) 
     assert event_loop.run(main(), kind) > 10_000
 
 
-def test_off_and_bad_values() -> None:
-    assert ServerConfig().busy_poll_us == 0.0
+def test_on_by_default_off_at_zero_and_bad_values() -> None:
+    assert ServerConfig().busy_poll_us == 1000.0
+    assert ServerConfig(busy_poll_us=0.0).busy_poll_us == 0.0
     with pytest.raises(ValueError, match="busy_poll_us"):
         ServerConfig(busy_poll_us=-1.0)
     with pytest.raises(ValueError, match="spin_s must be positive"):

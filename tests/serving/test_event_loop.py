@@ -4,6 +4,8 @@ the same answers on every one."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -74,8 +76,10 @@ def test_every_loop_serves_the_same_answers(
     configs = [
         server_config(),
         server_config(event_loop="asyncio"),
-        server_config(busy_poll_us=2000.0),
-        server_config(event_loop="asyncio", busy_poll_us=2000.0),
+        # Steps of one robot come well within 0.1 s of each other: both loops spin.
+        server_config(busy_poll_us=100_000.0),
+        server_config(event_loop="asyncio", busy_poll_us=100_000.0),
+        server_config(busy_poll_us=0.0),
     ]
     for config in configs:
         running = make_server(config, engine=engine)
@@ -86,9 +90,53 @@ def test_every_loop_serves_the_same_answers(
             answers.append([session.step(o, deterministic=True).action for o in observations])
             session.close()
         poll = running.server.batcher.busy_poll
-        # Busy polling ran where it was asked for (each step touched it), nowhere else.
-        assert (poll is not None and poll.spins > 0) == (config.busy_poll_us > 0)
+        # Busy polling ran where steps came within its budget (each step touched it), and
+        # is not there where it is off.
+        assert (poll is None) == (config.busy_poll_us == 0)
+        if config.busy_poll_us == 100_000.0:
+            assert poll is not None
+            assert poll.spins > 0
         running.stop()
     for first, *others in zip(*answers, strict=True):
         for other in others:
             np.testing.assert_array_equal(first, other)
+
+
+def test_a_second_robot_disarms_busy_polling(
+    make_server: MakeServer, engine: PolicyEngine, arm: RobotSpec
+) -> None:
+    """Busy polling serves one robot's fast loop: while two Control sessions are open no
+    step starts a spin (at 50 Hz, spins between several robots' steps made every step
+    slower), and it is armed again once one of them closes."""
+    running = make_server(server_config(busy_poll_us=100_000.0), engine=engine)
+    obs = np.zeros(arm.obs_dim, dtype=np.float32)
+
+    def wait_for(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 5.0
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    with PolicyClient(running.address) as client:
+        one = client.session(arm, robot_id="arm-1", control_deadline_s=5.0)
+        for _ in range(3):
+            one.step(obs, deterministic=True)
+        poll = running.server.batcher.busy_poll
+        assert poll is not None
+        assert poll.armed
+        assert poll.spins > 0
+        two = client.session(arm, robot_id="arm-2", control_deadline_s=5.0)
+        wait_for(lambda: not poll.spinning)  # the first robot's spin ran out
+        before = poll.spins
+        for _ in range(5):
+            one.step(obs, deterministic=True)
+            two.step(obs, deterministic=True)
+        assert not poll.armed
+        assert poll.spins == before
+        two.close()
+        wait_for(lambda: poll.armed)
+        assert poll.armed
+        for _ in range(3):
+            one.step(obs, deterministic=True)
+        assert poll.spins > before
+        one.close()
+    running.stop()

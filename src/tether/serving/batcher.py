@@ -219,7 +219,9 @@ class DynamicBatcher(Generic[In, Out]):
                 f"request queue is full: {len(self._queue)} queued, the bound is "
                 f"{self._max_queued}; retry with backoff or raise admission.max_queued_requests"
             )
-        if self._poll is not None:
+        if self._poll is not None and not self._concurrent:
+            # One robot's loop sleeps through each of its turn-arounds; with others about,
+            # their messages wake it, and a spin takes a core from the robots' own work.
             self._poll.touch()
         if self._alone():
             if not self._probe_due():

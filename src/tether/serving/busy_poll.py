@@ -7,14 +7,20 @@ thread sleeps in ``epoll_wait``, the core goes idle and the next message pays th
 same supervisor call measured 13 µs in a tight loop, 24 µs with 0.3 ms sleeps between
 calls and 42 µs with 1 ms sleeps (docs/benchmarks.md, issue 22). Linux offers busy polling
 for sockets of real NICs (``SO_BUSY_POLL``), not for loopback or for the event fds grpc.aio
-wakes its loop with, so tether does it in the loop, on any loop (uvloop or asyncio's):
-each request that reaches the batcher ``touch``es a ``BusyPoll``. A request that came
-within ``spin_s`` of the one before keeps one callback scheduled on the loop until
-``spin_s`` after it. A loop with a callback ready polls its file descriptors with a zero
-timeout instead of blocking, so for that long the loop iterates (events and timers handled
-as always) and never sleeps; then the callback stops re-scheduling itself and the loop
-blocks as before. Requests further apart than ``spin_s`` (a few robots at 50 Hz) never
-start a spin: it would end before the next one came, a core kept busy for nothing.
+wakes its loop with, so tether does it in the loop, on any loop (uvloop or asyncio's).
+Each request that reaches the batcher while it sees no other robot's requests beside it
+``touch``es a ``BusyPoll``; a request that came within ``spin_s`` of the one before keeps
+one callback scheduled on the loop until ``spin_s`` after it. A loop with a callback ready
+polls its file descriptors with a zero timeout instead of blocking, so for that long the
+loop iterates (events and timers handled as always) and never sleeps; then the callback
+stops re-scheduling itself and the loop blocks as before.
+
+It serves one robot in a fast loop, and nothing else. Requests further apart than
+``spin_s`` (a robot at 50 Hz) never start a spin: it would end before the next one came,
+a core kept busy for nothing. Nor do several robots: the service disarms the poll while
+more than one Control session is open. Each robot's messages wake the loop for the others,
+and at 50 Hz spins between them made 8 and 64 robots' steps slower and dearer
+(docs/benchmarks.md).
 
 Each turn of the spin hands the core to any other thread that is ready to run on it
 (``sched_yield``) and the loop releases the GIL in each zero-timeout poll, so grpc's own
@@ -43,7 +49,7 @@ class BusyPoll:
     """Keeps ``loop`` polling without sleeping until ``spin_s`` after the last ``touch``
     that came within ``spin_s`` of the one before it."""
 
-    __slots__ = ("_budget_ns", "_last_ns", "_loop", "_spinning", "_until_ns", "spins")
+    __slots__ = ("_budget_ns", "_last_ns", "_loop", "_spinning", "_until_ns", "armed", "spins")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, spin_s: float) -> None:
         if not spin_s > 0:
@@ -53,6 +59,9 @@ class BusyPoll:
         self._last_ns = -self._budget_ns - 1  # no request yet: the first one does not spin
         self._until_ns = 0
         self._spinning = False
+        # False while several robots are served (the service sets it): each one's messages
+        # wake the loop for the others, and spins between them cost more than they save.
+        self.armed = True
         self.spins = 0  # loop iterations kept awake, for tests and curiosity
 
     @property
@@ -61,7 +70,9 @@ class BusyPoll:
 
     def touch(self) -> None:
         """A request arrived (loop thread): if it came within ``spin_s`` of the previous
-        one, keep the loop awake until ``spin_s`` from now."""
+        one, and the poll is armed, keep the loop awake until ``spin_s`` from now."""
+        if not self.armed:
+            return
         now = time.perf_counter_ns()
         last, self._last_ns = self._last_ns, now
         if now - last > self._budget_ns:

@@ -288,13 +288,15 @@ class ServerConfig(BaseModel):
         default=5.0, description="Control periods after which a queued step is stale (periods)"
     )
     busy_poll_us: float = Field(
-        default=0.0,
+        default=1000.0,
         ge=0.0,
         le=100_000.0,
-        description="After each request the server's event loop keeps polling for this long "
-        "before it sleeps, keeping its core awake and its caches warm for the next message "
-        "(tether.serving.busy_poll, on either event loop); costs up to this much CPU per "
-        "request burst. 0 turns it off (µs)",
+        description="While a lone robot's requests arrive within this long of each other, the "
+        "server's event loop keeps polling for this long after each one instead of sleeping, "
+        "keeping its core awake and its caches warm for the next message "
+        "(tether.serving.busy_poll, on either event loop; each turn yields the core to any "
+        "thread ready for it). Several robots' sessions, or requests further apart (a robot "
+        "at 50 Hz), never spin. 0 turns it off (µs)",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
