@@ -26,6 +26,8 @@ from tether.data import (
     ingress_ns,
     read_log,
 )
+from tether.data.pairing import Pairs
+from tether.data.recorder import _BlockStore
 
 
 def small_buffer() -> ReplayBuffer:
@@ -270,3 +272,37 @@ def test_a_malformed_first_step_does_not_decide_the_recorders_dimensions() -> No
         stats = recorder.stats()
     assert [t.step_index for t in sink.received] == [0, 1, 2]
     assert stats.pairing.malformed == 1
+
+
+def test_a_fault_of_the_worker_loses_its_wake_and_recording_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A defect in pairing or gathering (not a sink's) must not end the worker: hours of
+    serving would then record nothing. It loses that wake's steps, counted, and the flush
+    behind it says so; the steps after it are paired as always."""
+    sink = CollectingSink()
+    gather = _BlockStore.gather
+    calls = [0]
+
+    def faulty(store: _BlockStore, pairs: Pairs) -> TransitionTable:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("a defect in gathering")
+        return gather(store, pairs)
+
+    monkeypatch.setattr(_BlockStore, "gather", faulty)
+    config = RecorderConfig(wake_after_steps=10_000, wake_interval_s=1.0)
+    with Recorder([sink], config) as recorder:
+        _hand_over(recorder, range(5))
+        assert not recorder.flush()  # the steps before it were lost, and it says so
+        faulted = recorder.stats()
+        _hand_over(recorder, range(5, 10))
+        assert recorder.flush()
+        stats = recorder.stats()
+    assert faulted.worker_faults == 1
+    assert faulted.lost_to_faults == 5
+    assert "a defect in gathering" in faulted.last_worker_fault
+    assert faulted.worker_alive
+    assert stats.worker_faults == 1
+    # Step 4 was held by the pairer when its wake failed: it pairs with step 5.
+    assert [t.step_index for t in sink.received] == [4, 5, 6, 7, 8]

@@ -145,6 +145,7 @@ def test_data_path_dropped_nothing_and_promotions_came_through_the_gate(run_dir:
     assert details["recorder"]["missing"] <= 0.01 * details["recorder"]["steps"]
     assert details["recorder"]["dropped_queue_full"] == 0
     assert details["recorder"]["sink_errors"] == 0
+    assert details["recorder"]["worker_faults"] == 0
     assert details["channel"]["dropped"] == 0
     assert details["experience_log"]["rows_flushed"] == details["recorder"]["transitions"]
     candidates = {e.version for e in events if e.kind == "candidate"}

@@ -18,7 +18,9 @@ raises for a full queue; every step it cannot take is counted in ``dropped_queue
 every step the worker refuses (shapes other than the first steps', values beyond their
 columns) in ``pairing.malformed``, alone; a sink that raises is counted and logged and
 never stops the worker, so one broken sink cannot stall control or starve the other
-sinks.
+sinks; and a fault of the worker's own (pairing, gathering) loses that wake's steps,
+counted in ``worker_faults`` and ``lost_to_faults``, and never the worker: recording goes
+on with the next wake, and a ``flush`` waiting behind the fault returns False.
 """
 
 from __future__ import annotations
@@ -102,7 +104,19 @@ class RecorderStats:
     dropped_queue_full: int  # steps record() refused because the queue was full
     sink_errors: int  # sink calls that raised
     last_sink_error: str  # "" if none
-    worker_alive: bool  # False once closed, or if the worker died (then steps pile up and drop)
+    worker_faults: int  # wakes of the worker that raised (pairing, gathering); it went on
+    lost_to_faults: int  # steps those wakes had taken: not paired, in no sink
+    last_worker_fault: str  # "" if none
+    worker_alive: bool  # False once closed (a fault does not end it)
+
+    def losses(self) -> dict[str, int]:
+        """What kept steps from the sinks, beside ``pairing``'s counts (for run reports)."""
+        return {
+            "dropped_queue_full": self.dropped_queue_full,
+            "sink_errors": self.sink_errors,
+            "worker_faults": self.worker_faults,
+            "lost_to_faults": self.lost_to_faults,
+        }
 
 
 @dataclass(frozen=True)
@@ -110,9 +124,10 @@ class _EndSession:
     session_id: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Barrier:
     done: threading.Event
+    intact: bool = True  # False if a fault lost steps queued before it
 
 
 class Recorder:
@@ -138,6 +153,10 @@ class Recorder:
         self._refused = 0
         self._sink_errors = 0
         self._last_sink_error = ""
+        self._faults = 0
+        self._lost_to_faults = 0
+        self._last_fault = ""
+        self._faulted = False  # since the last barrier: a barrier after it is not intact
         self._stats_lock = threading.Lock()
         self._pairing = self._pairer.stats()
         self._next_tidy = 0.0  # when the worker next forgets spent blocks and snapshots stats
@@ -199,13 +218,14 @@ class Recorder:
         self._wake.set()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Wait until everything enqueued so far reached the sinks; False on timeout."""
+        """Wait until everything enqueued so far reached the sinks; False on timeout, or if
+        a fault of the worker lost steps since the previous flush (``worker_faults``)."""
         if self._closed:
             return not self._queue
         barrier = _Barrier(threading.Event())
         self._queue.append(barrier)
         self._wake.set()
-        return barrier.done.wait(timeout_s)
+        return barrier.done.wait(timeout_s) and barrier.intact
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Process what is queued, then stop the worker. Sinks are not closed here."""
@@ -220,6 +240,7 @@ class Recorder:
         with self._stats_lock:
             pairing = self._pairing
             sink_errors, last = self._sink_errors, self._last_sink_error
+            faults, lost, last_fault = self._faults, self._lost_to_faults, self._last_fault
         with self._count_lock:
             refused, queued = self._refused, self._appended - self._consumed
         return RecorderStats(
@@ -228,6 +249,9 @@ class Recorder:
             dropped_queue_full=self._dropped,
             sink_errors=sink_errors,
             last_sink_error=last,
+            worker_faults=faults,
+            lost_to_faults=lost,
+            last_worker_fault=last_fault,
             worker_alive=self._worker.is_alive(),
         )
 
@@ -245,9 +269,34 @@ class Recorder:
                 self._process_some()
 
     def _process_some(self) -> None:
+        """One wake's worth of the queue, up to ``max_batch_steps`` or a barrier. A fault
+        (a defect in pairing or gathering, not a sink's: those are caught per sink) loses
+        the steps taken, is counted and logged, and leaves the worker running."""
+        barriers: list[_Barrier] = []
+        consumed = self._consumed
+        try:
+            self._pair_and_deliver(barriers)
+        except Exception as exc:
+            lost = self._consumed - consumed  # the steps this wake took from the queue
+            with self._stats_lock:
+                self._faults += 1
+                self._lost_to_faults += lost
+                self._last_fault = repr(exc)
+            self._faulted = True
+            logger.exception(
+                "recorder worker fault: %d step(s) of this wake are lost (not paired, in no "
+                "sink); recording goes on",
+                lost,
+            )
+        finally:
+            for barrier in barriers:
+                barrier.intact = not self._faulted
+                self._faulted = False
+                barrier.done.set()
+
+    def _pair_and_deliver(self, barriers: list[_Barrier]) -> None:
         pairs = Pairs()
         parts: list[AnsweredSteps] = []
-        barriers: list[_Barrier] = []
         steps = 0
         while self._queue and steps < self.config.max_batch_steps:
             item = self._queue.popleft()
@@ -278,8 +327,6 @@ class Recorder:
             self._store.keep(self._pairer.live_refs())
             with self._stats_lock:
                 self._pairing = self._pairer.stats()
-        for barrier in barriers:
-            barrier.done.set()
 
     def _pair(self, parts: list[AnsweredSteps], pairs: Pairs) -> None:
         """Join ``parts`` into one block of columns and pair its steps; parts that cannot

@@ -380,8 +380,7 @@ class EdgeServer:
             pid=os.getpid(),
             node_id=self.node_id,
             node_ip=self.node_ip,
-            recorder=asdict(rec.pairing)
-            | {"dropped_queue_full": rec.dropped_queue_full, "sink_errors": rec.sink_errors},
+            recorder=asdict(rec.pairing) | rec.losses(),
             shipper=asdict(self._shipper.stats()),
         )
 

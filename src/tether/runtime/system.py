@@ -578,8 +578,7 @@ class RunSystem:
             "stop",
             f"run {how} after {self.t_s():.1f} s",
             details={
-                "recorder": asdict(rec.pairing)
-                | {"dropped_queue_full": rec.dropped_queue_full, "sink_errors": rec.sink_errors},
+                "recorder": asdict(rec.pairing) | rec.losses(),
                 "channel": asdict(self._channel.stats()),
                 "experience_log": asdict(self._log.stats()),
                 "learner": self._learner.counters()._asdict(),
