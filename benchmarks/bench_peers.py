@@ -33,8 +33,8 @@ the servers' order rotated, and the table keeps each cell's median over rounds, 
 neighbour's burst on a shared machine does not land on one server only.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
-        [--busy-poll-us 2000] [--busy-poll-off] [--spin-us 20,40] [--recorder-off] [--no-gathering]
-        [--servers 'echo;tether'] [--period-ms 20] [--gc-stats]
+        [--busy-poll-us 2000] [--busy-poll-off] [--spin-us 20,40] [--recorder-off]
+        [--no-gathering] [--servers 'echo;tether'] [--period-ms 20] [--gc-stats]
 
 With ``--period-ms`` the robots run at a control rate instead of a closed loop: each
 sends one step per period (20: 50 Hz), their first steps spread over the period, and a
@@ -43,8 +43,9 @@ servers (and the clients) go idle, so each step meets a sleeping thread and cold
 as a fleet's steps do; actions/s is then the load offered, not a capacity.
 
 tether busy-polls as ``tether serve`` does by default (``ServerConfig.busy_poll_us``:
-while steps come within 1 ms of each other its event loop polls instead of sleeping,
-``tether.serving.busy_poll``); ``--busy-poll-off`` adds **tether, busy-poll off**. With
+while a lone robot's steps come within 1 ms of each other its event loop polls instead of
+sleeping, ``tether.serving.busy_poll``); ``--busy-poll-off`` adds **tether, busy-poll
+off**. With
 ``--busy-poll-us`` two more servers run: tether with that budget and the echo touching
 the same ``BusyPoll`` on each step, so the table shows what busy polling gives the
 transport floor too; the ratios stay against the plain echo.
