@@ -12,8 +12,9 @@ import time
 import pytest
 
 from tether.serving import busy_poll, event_loop
+from tether.serving.batcher import DynamicBatcher
 from tether.serving.busy_poll import BusyPoll
-from tether.serving.config import ServerConfig
+from tether.serving.config import BatcherConfig, ServerConfig
 
 LOOPS = pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
 
@@ -175,3 +176,26 @@ def test_on_by_default_off_at_zero_and_bad_values() -> None:
         ServerConfig(busy_poll_us=-1.0)
     with pytest.raises(ValueError, match="spin_s must be positive"):
         BusyPoll(asyncio.new_event_loop(), 0.0)
+
+
+def test_a_second_stream_disarms_the_poll_and_its_close_rearms_it() -> None:
+    """The batcher counts clients with a stream of requests (Control sessions, openpi
+    connections): busy polling serves one such client's fast loop only."""
+
+    async def main() -> list[bool]:
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            lambda items: items, BatcherConfig(), busy_poll_s=0.01
+        )
+        batcher.stream_opened()
+        batcher.start()
+        poll = batcher.busy_poll
+        assert poll is not None
+        seen = [poll.armed]
+        batcher.stream_opened()
+        seen.append(poll.armed)
+        batcher.stream_closed()
+        seen.append(poll.armed)
+        await batcher.close()
+        return seen
+
+    assert event_loop.run(main(), "uvloop") == [True, False, True]

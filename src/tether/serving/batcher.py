@@ -115,6 +115,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._run_batch = run_batch
         self._busy_poll_s = busy_poll_s
         self._poll: BusyPoll | None = None  # made on the loop, by start
+        self._streams = 0  # clients connected with a stream of requests (stream_opened)
         self._config = config or BatcherConfig()
         self._max_queued = max_queued
         self._before_batch = before_batch
@@ -139,6 +140,23 @@ class DynamicBatcher(Generic[In, Out]):
     def busy_poll(self) -> BusyPoll | None:
         """What keeps the loop polling after each request (``busy_poll_s`` > 0, once started)."""
         return self._poll
+
+    def stream_opened(self) -> None:
+        """A client that sends a stream of requests connected (a Control session, an openpi
+        connection). Busy polling serves one such client's fast loop: with several, each
+        one's requests wake the loop for the others, and spins between them cost more
+        than they save (``tether.serving.busy_poll``)."""
+        self._streams += 1
+        self._arm_poll()
+
+    def stream_closed(self) -> None:
+        """The client of a ``stream_opened`` left."""
+        self._streams -= 1
+        self._arm_poll()
+
+    def _arm_poll(self) -> None:
+        if self._poll is not None:
+            self._poll.armed = self._streams <= 1
 
     @property
     def queued(self) -> int:
@@ -193,6 +211,7 @@ class DynamicBatcher(Generic[In, Out]):
             loop = asyncio.get_running_loop()
             if self._busy_poll_s > 0:
                 self._poll = BusyPoll(loop, self._busy_poll_s)
+                self._arm_poll()
             self._worker = loop.create_task(self._work())
 
     async def close(self) -> None:

@@ -17,10 +17,10 @@ stops re-scheduling itself and the loop blocks as before.
 
 It serves one robot in a fast loop, and nothing else. Requests further apart than
 ``spin_s`` (a robot at 50 Hz) never start a spin: it would end before the next one came,
-a core kept busy for nothing. Nor do several robots: the service disarms the poll while
-more than one Control session is open. Each robot's messages wake the loop for the others,
-and at 50 Hz spins between them made 8 and 64 robots' steps slower and dearer
-(docs/benchmarks.md).
+a core kept busy for nothing. Nor do several robots: the batcher disarms the poll while
+more than one client with a stream of requests (a Control session, an openpi connection)
+is connected. Each robot's messages wake the loop for the others, and at 50 Hz spins
+between them made 8 and 64 robots' steps slower and dearer (docs/benchmarks.md).
 
 Each turn of the spin hands the core to any other thread that is ready to run on it
 (``sched_yield``) and the loop releases the GIL in each zero-timeout poll, so grpc's own
@@ -59,8 +59,8 @@ class BusyPoll:
         self._last_ns = -self._budget_ns - 1  # no request yet: the first one does not spin
         self._until_ns = 0
         self._spinning = False
-        # False while several robots are served (the service sets it): each one's messages
-        # wake the loop for the others, and spins between them cost more than they save.
+        # False while several robots are served (the batcher sets it, stream_opened): each
+        # one's messages wake the loop for the others, and spins cost more than they save.
         self.armed = True
         self.spins = 0  # loop iterations kept awake, for tests and curiosity
 

@@ -295,8 +295,8 @@ class ServerConfig(BaseModel):
         "server's event loop keeps polling for this long after each one instead of sleeping, "
         "keeping its core awake and its caches warm for the next message "
         "(tether.serving.busy_poll, on either event loop; each turn yields the core to any "
-        "thread ready for it). Several robots' sessions, or requests further apart (a robot "
-        "at 50 Hz), never spin. 0 turns it off (µs)",
+        "thread ready for it). Several robots (Control sessions, openpi connections), or "
+        "requests further apart (a robot at 50 Hz), never spin. 0 turns it off (µs)",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",

@@ -118,6 +118,10 @@ class ActionGateway:
         self.inputs = self.signature.inputs
         self.horizon = self.signature.horizon
 
+    @property
+    def batcher(self) -> DynamicBatcher[ActionQuery, ActionOutcome]:
+        return self._batcher
+
     def input_named(self, name: str, field: str) -> TensorSpec:
         for tensor in self.inputs:
             if tensor.name == name:

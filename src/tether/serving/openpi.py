@@ -252,6 +252,7 @@ class OpenpiEndpoint:
         previous: np.ndarray | None = None
         prev_total_ms: float | None = None
         gateway.metrics.sessions.inc()
+        gateway.batcher.stream_opened()
         try:
             await ws.send(pack(self.metadata()))
             while True:
@@ -297,6 +298,7 @@ class OpenpiEndpoint:
                 prev_total_ms = (time.perf_counter_ns() - arrival) / 1e6
         finally:
             gateway.metrics.sessions.dec()
+            gateway.batcher.stream_closed()
 
     def _finish(self, status: str, version: str, arrival_ns: int) -> None:
         metrics = self._gateway.metrics

@@ -92,7 +92,6 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._spec = spec
         self._models = models
         self._batcher = batcher
-        self._sessions_open = 0  # Control streams past their open message
         self._admission = admission
         self._metrics = metrics
         # GetAction is stateless: its callers share one supervisor, and one robot's level.
@@ -181,8 +180,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         # A call's deadline is fixed when it starts: read once, not on every step.
         stream_deadline = _deadline(context)
         self._metrics.sessions.inc()
-        self._sessions_open += 1
-        self._arm_busy_poll()
+        self._batcher.stream_opened()
         try:
             live = self._models.live_engine()
             yield pb.ControlReply(
@@ -212,18 +210,11 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         finally:
             self._admission.close_session(ticket)
             self._metrics.sessions.dec()
-            self._sessions_open -= 1
-            self._arm_busy_poll()
+            self._batcher.stream_closed()
             if self._versions is not None:
                 self._versions.end_session(session.session_id)
             if self._end_session is not None:
                 self._end_session(session.session_id)
-
-    def _arm_busy_poll(self) -> None:
-        """Busy polling serves one robot's loop; with several sessions it is off."""
-        poll = self._batcher.busy_poll
-        if poll is not None:
-            poll.armed = self._sessions_open <= 1
 
     async def _open(
         self, request_iterator: AsyncIterator[pb.ControlStep | Undecodable], context: Context
