@@ -30,7 +30,9 @@ The clients replay the shipped policy's closed loop on the built-in arm
 (``bench_serving.record_closed_loop``): each robot its own episodes, so the supervisor
 sees the states a robot under this policy produces. ``--rounds`` repeats every cell with
 the servers' order rotated, and the table keeps each cell's median over rounds, so a
-neighbour's burst on a shared machine does not land on one server only.
+neighbour's burst on a shared machine does not land on one server only; the ratios to
+the echo are the median of each round's ratio (in a round the servers of one robot count
+run one after another, so the host's slower and faster minutes cancel out of each).
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
         [--busy-poll-us 2000] [--busy-poll-off] [--spin-us 20,40] [--recorder-off]
@@ -307,6 +309,13 @@ def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
 
+def _paired(rounds: list[dict[str, float]], echo: list[dict[str, float]], key: str) -> float:
+    """The median over rounds of each round's ratio to the echo: within a round the servers
+    of one robot count run one after another, so a shift of the host between rounds
+    cancels out of each ratio (a ratio of medians taken over all rounds mixes them)."""
+    return statistics.median(r[key] / e[key] for r, e in zip(rounds, echo, strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0)
@@ -350,7 +359,7 @@ def main() -> None:
     feed = Feed(recording)
     print(
         f"# bench_peers: shipped position policy, {args.seconds} s per cell, "
-        f"{args.rounds} rounds, median per cell; {platform.processor() or platform.machine()}, "
+        f"{args.rounds} rounds, median per cell, ratios paired per round; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
         + (f"; each robot one step per {args.period_ms:g} ms" if args.period_ms else "")
     )
@@ -395,13 +404,14 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for clients in counts:
-        echo = _median(cells[("echo", clients)])
+        echo = cells[("echo", clients)]
         for server in names:
-            m = _median(cells[(server, clients)])
+            rounds = cells[(server, clients)]
+            m = _median(rounds)
             print(
                 f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
-                f"{m['actions_per_s']:,.0f} | {m['p50_ms'] / echo['p50_ms']:.2f} | "
-                f"{m['actions_per_s'] / echo['actions_per_s']:.2f} | "
+                f"{m['actions_per_s']:,.0f} | {_paired(rounds, echo, 'p50_ms'):.2f} | "
+                f"{_paired(rounds, echo, 'actions_per_s'):.2f} | "
                 f"{m['server_cpu_us']:.1f} | {m['main_cpu_us']:.1f} / {m['grpc_cpu_us']:.1f} / "
                 f"{m['other_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
             )
