@@ -30,13 +30,13 @@ _UNKNOWN = len(ACTION_SOURCES)  # the code of a source outside ACTION_SOURCES: r
 
 def action_source_code(source: str) -> int:
     """The storage code of ``source``; an unknown source is a serving-layer bug."""
-    try:
-        return ACTION_SOURCES.index(source)
-    except ValueError:
+    code = _SOURCE_CODES.get(source, _UNKNOWN)
+    if code == _UNKNOWN:
         raise ValueError(
             f"action_source must be one of {ACTION_SOURCES}, got {source!r}; "
             "use tether.safety.ActionSource values"
-        ) from None
+        )
+    return code
 
 
 class StepRecord(NamedTuple):
@@ -45,8 +45,8 @@ class StepRecord(NamedTuple):
     ``reward``, ``executed_previous_action`` and the episode-end flags describe the
     *previous* action and this observation; ``proposed_action``/``safe_action`` and the
     fields after them describe the action chosen *for* this observation. Actions are
-    normalized to [-1, 1]. A named tuple: immutable, and built on every step of every
-    session for a quarter of a frozen dataclass's cost.
+    normalized to [-1, 1]. The form of a single step (tools, tests,
+    ``Recorder.record``); the server hands steps over a batch at a time (``AnsweredSteps``).
     """
 
     session_id: str
@@ -66,11 +66,6 @@ class StepRecord(NamedTuple):
     weights_sha256: str
     ingress_ns: int
     client_timestamp_ns: int = 0
-
-    @property
-    def episode_ended(self) -> bool:
-        """True when this observation is the last of its episode."""
-        return self.terminated or self.truncated
 
 
 class StepFacts(NamedTuple):
