@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -157,25 +158,6 @@ print(asm)
 """
 
 
-def test_the_machine_code_has_no_fused_multiply_add(tmp_path: Path) -> None:
-    """A fused multiply-add rounds once where the Python twin rounds twice, and exists on
-    some x86_64 CPUs only. Compiled afresh (numba shows no code loaded from its cache)."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", _ASM],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    asm = out.stdout.lower()
-    assert "mulps" in asm, "the layers' loop over output units is not vectorised"
-    for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
-        assert fused not in asm
-
-
 _TARGET = """
 import sys
 import numpy as np
@@ -199,44 +181,100 @@ def _host_has_avx512() -> bool:
     return bool(binding.get_host_cpu_features().get("avx512f"))
 
 
+TARGETS = {  # cpu -> (features, the widest register its code may use)
+    "x86-64": ("+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
+    "haswell": ("+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
+    # 512-bit vectors (tether.compiled.WIDE_VECTOR_CPUS), FMA on offer
+    "skylake-avx512": (
+        "+avx,+avx2,+fma,+avx512f,+avx512dq,+avx512bw,+avx512vl,-prefer-256-bit",
+        "zmm",
+    ),
+}
+
+
+class FreshCompiles:
+    """Every compile from an empty numba cache this module checks, started at once: each
+    is a child process spending seconds in LLVM, and they overlap on a multi-core machine.
+    ``host`` is this CPU's own target; the others are named by ``TARGETS``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+        self._start("host", _ASM, {})
+        if platform.machine() == "x86_64":
+            for cpu, (features, _) in TARGETS.items():
+                if cpu != "skylake-avx512" or _host_has_avx512():
+                    env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": features}
+                    self._start(cpu, _TARGET, env, str(self.npz(cpu)))
+
+    def npz(self, name: str) -> Path:
+        return self.root / f"{name}.npz"
+
+    def _start(self, name: str, script: str, env: dict[str, str], *args: str) -> None:
+        full = {**os.environ, **env, "NUMBA_CACHE_DIR": str(self.root / f"cache-{name}")}
+        self._procs[name] = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full,
+        )  # fmt: skip
+
+    def output(self, name: str) -> str:
+        """The child's stdout once it exited cleanly."""
+        out, err = self._procs[name].communicate(timeout=300)
+        assert self._procs[name].returncode == 0, err
+        return out
+
+    def close(self) -> None:
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshCompiles]:
+    compiles = FreshCompiles(tmp_path_factory.mktemp("fresh-compiles"))
+    try:
+        yield compiles
+    finally:
+        compiles.close()
+
+
+def test_the_machine_code_has_no_fused_multiply_add(fresh_compiles: FreshCompiles) -> None:
+    """A fused multiply-add rounds once where the Python twin rounds twice, and exists on
+    some x86_64 CPUs only. Compiled afresh (numba shows no code loaded from its cache)."""
+    asm = fresh_compiles.output("host").lower()
+    assert "mulps" in asm, "the layers' loop over output units is not vectorised"
+    for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
+        assert fused not in asm
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 code generation targets")
 @pytest.mark.parametrize(
-    ("cpu", "features", "register"),
+    "cpu",
     [
-        ("x86-64", "+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
-        ("haswell", "+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
-        pytest.param(  # 512-bit vectors (tether.compiled.WIDE_VECTOR_CPUS), FMA on offer
+        "x86-64",
+        "haswell",
+        pytest.param(
             "skylake-avx512",
-            "+avx,+avx2,+fma,+avx512f,+avx512dq,+avx512bw,+avx512vl,-prefer-256-bit",
-            "zmm",
             marks=pytest.mark.skipif(not _host_has_avx512(), reason="needs an AVX-512 CPU"),
         ),
     ],
 )
 def test_other_x86_64_targets_compute_the_same_bits(
-    tmp_path: Path, cpu: str, features: str, register: str
+    fresh_compiles: FreshCompiles, cpu: str
 ) -> None:
     """The kernel compiled for another x86_64 CPU (other vector widths, FMA on offer)
     gives this CPU's bits for the same rows, sampled and deterministic."""
-    env = {
-        **os.environ,
-        "NUMBA_CPU_NAME": cpu,
-        "NUMBA_CPU_FEATURES": features,
-        "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _TARGET, str(tmp_path / "out.npz")],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert register in out.stdout
+    register = TARGETS[cpu][1]
+    asm = fresh_compiles.output(cpu)
+    assert register in asm
     if register != "zmm":
-        assert "zmm" not in out.stdout, "the target's vector width was not applied"
+        assert "zmm" not in asm, "the target's vector width was not applied"
     bundle = load_pretrained_bundle(command_interface="position")
     engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
     obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
     here = engine.act(obs, np.arange(65) % 3 == 0)
-    there = np.load(tmp_path / "out.npz")
+    there = np.load(fresh_compiles.npz(cpu))
     np.testing.assert_array_equal(here.actions, there["actions"])
     np.testing.assert_array_equal(here.log_probs, there["log_probs"])
 

@@ -119,6 +119,7 @@ def test_healthz_reports_no_policy(make_server: MakeServer) -> None:
     port = running.server.openpi_port
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+    info.value.close()  # an open response holds the server's shutdown for its close timeout
     assert info.value.code == 503
 
 
