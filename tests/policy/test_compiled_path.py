@@ -181,6 +181,7 @@ def _host_has_avx512() -> bool:
     return bool(binding.get_host_cpu_features().get("avx512f"))
 
 
+HOST_AVX512 = _host_has_avx512()
 TARGETS = {  # cpu -> (features, the widest register its code may use)
     "x86-64": ("+sse2,-avx,-avx2,-avx512f,-fma", "xmm"),  # the x86_64 baseline
     "haswell": ("+avx,+avx2,+fma,-avx512f", "ymm"),  # AVX2 with FMA available
@@ -203,7 +204,7 @@ class FreshCompiles:
         self._start("host", _ASM, {})
         if platform.machine() == "x86_64":
             for cpu, (features, _) in TARGETS.items():
-                if cpu != "skylake-avx512" or _host_has_avx512():
+                if cpu != "skylake-avx512" or HOST_AVX512:
                     env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": features}
                     self._start(cpu, _TARGET, env, str(self.npz(cpu)))
 
@@ -256,7 +257,7 @@ def test_the_machine_code_has_no_fused_multiply_add(fresh_compiles: FreshCompile
         "haswell",
         pytest.param(
             "skylake-avx512",
-            marks=pytest.mark.skipif(not _host_has_avx512(), reason="needs an AVX-512 CPU"),
+            marks=pytest.mark.skipif(not HOST_AVX512, reason="needs an AVX-512 CPU"),
         ),
     ],
 )
