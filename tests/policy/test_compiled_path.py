@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.child_runs import ChildRuns
 from tether.assets import load_pretrained_bundle
 from tether.compiled import wide_vector_features
 from tether.policy import EngineConfig, PolicyBundle, PolicyEngine, init_bundle, kernel
@@ -193,57 +194,39 @@ TARGETS = {  # cpu -> (features, the widest register its code may use)
 }
 
 
-class FreshCompiles:
-    """Every compile from an empty numba cache this module checks, started at once: each
-    is a child process spending seconds in LLVM, and they overlap on a multi-core machine.
-    ``host`` is this CPU's own target; the others are named by ``TARGETS``."""
+def _npz(root: Path, cpu: str) -> Path:
+    return root / f"{cpu}.npz"
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._procs: dict[str, subprocess.Popen[str]] = {}
-        self._start("host", _ASM, {})
+
+@pytest.fixture(scope="module")
+def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChildRuns, Path]]:
+    """Every compile from an empty numba cache this module checks, started at once (each
+    spends seconds in LLVM): ``host`` for this CPU, the others named by ``TARGETS``."""
+    root = tmp_path_factory.mktemp("fresh-compiles")
+    runs = ChildRuns()
+
+    def start(name: str, script: str, env: dict[str, str], *args: str) -> None:
+        cache = {"NUMBA_CACHE_DIR": str(root / f"cache-{name}")}
+        runs.start(name, [sys.executable, "-c", script, *args], env={**os.environ, **env, **cache})
+
+    try:
+        start("host", _ASM, {})
         if platform.machine() == "x86_64":
             for cpu, (features, _) in TARGETS.items():
                 if cpu != "skylake-avx512" or HOST_AVX512:
                     env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": features}
-                    self._start(cpu, _TARGET, env, str(self.npz(cpu)))
-
-    def npz(self, name: str) -> Path:
-        return self.root / f"{name}.npz"
-
-    def _start(self, name: str, script: str, env: dict[str, str], *args: str) -> None:
-        full = {**os.environ, **env, "NUMBA_CACHE_DIR": str(self.root / f"cache-{name}")}
-        self._procs[name] = subprocess.Popen(
-            [sys.executable, "-c", script, *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full,
-        )  # fmt: skip
-
-    def output(self, name: str) -> str:
-        """The child's stdout once it exited cleanly."""
-        out, err = self._procs[name].communicate(timeout=300)
-        assert self._procs[name].returncode == 0, err
-        return out
-
-    def close(self) -> None:
-        for proc in self._procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-
-
-@pytest.fixture(scope="module")
-def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshCompiles]:
-    compiles = FreshCompiles(tmp_path_factory.mktemp("fresh-compiles"))
-    try:
-        yield compiles
+                    start(cpu, _TARGET, env, str(_npz(root, cpu)))
+        yield runs, root
     finally:
-        compiles.close()
+        runs.close()
 
 
-def test_the_machine_code_has_no_fused_multiply_add(fresh_compiles: FreshCompiles) -> None:
+def test_the_machine_code_has_no_fused_multiply_add(
+    fresh_compiles: tuple[ChildRuns, Path],
+) -> None:
     """A fused multiply-add rounds once where the Python twin rounds twice, and exists on
     some x86_64 CPUs only. Compiled afresh (numba shows no code loaded from its cache)."""
-    asm = fresh_compiles.output("host").lower()
+    asm = fresh_compiles[0].output("host").lower()
     assert "mulps" in asm, "the layers' loop over output units is not vectorised"
     for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
         assert fused not in asm
@@ -262,12 +245,12 @@ def test_the_machine_code_has_no_fused_multiply_add(fresh_compiles: FreshCompile
     ],
 )
 def test_other_x86_64_targets_compute_the_same_bits(
-    fresh_compiles: FreshCompiles, cpu: str
+    fresh_compiles: tuple[ChildRuns, Path], cpu: str
 ) -> None:
     """The kernel compiled for another x86_64 CPU (other vector widths, FMA on offer)
     gives this CPU's bits for the same rows, sampled and deterministic."""
     register = TARGETS[cpu][1]
-    asm = fresh_compiles.output(cpu)
+    asm = fresh_compiles[0].output(cpu)
     assert register in asm
     if register != "zmm":
         assert "zmm" not in asm, "the target's vector width was not applied"
@@ -275,7 +258,7 @@ def test_other_x86_64_targets_compute_the_same_bits(
     engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
     obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
     here = engine.act(obs, np.arange(65) % 3 == 0)
-    there = np.load(fresh_compiles.npz(cpu))
+    there = np.load(_npz(fresh_compiles[1], cpu))
     np.testing.assert_array_equal(here.actions, there["actions"])
     np.testing.assert_array_equal(here.log_probs, there["log_probs"])
 

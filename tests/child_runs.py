@@ -1,0 +1,63 @@
+"""Child processes a test module starts together and reads one by one.
+
+Each child spends seconds importing torch or compiling kernels from an empty numba cache;
+started at once, their start-ups overlap on a multi-core machine instead of adding up in
+the suite's time. A test reads its own child's result when it runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+class ChildRuns:
+    """Named child processes, started by :meth:`start`, read by :meth:`result`."""
+
+    def __init__(self) -> None:
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+        self._results: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self._procs[name] = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+        )
+
+    def result(self, name: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+        """The child's exit code and output once it ended (killed after ``timeout_s``)."""
+        if name not in self._results:
+            proc = self._procs[name]
+            try:
+                out, err = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                err += f"\n[killed after {timeout_s} s]"
+            self._results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        return self._results[name]
+
+    def output(self, name: str, timeout_s: float = 300.0) -> str:
+        """The child's stdout; the test fails (with the output's end) unless it exited 0."""
+        done = self.result(name, timeout_s)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    def close(self) -> None:
+        """Kill what still runs (a test that never asked for its child)."""
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
