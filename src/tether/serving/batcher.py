@@ -154,6 +154,11 @@ class DynamicBatcher(Generic[In, Out]):
         self._streams -= 1
         self._arm_poll()
 
+    @property
+    def streams(self) -> int:
+        """Clients connected with a stream of requests (the ``tether_sessions_open`` gauge)."""
+        return self._streams
+
     def _arm_poll(self) -> None:
         if self._poll is not None:
             self._poll.armed = self._streams <= 1

@@ -203,7 +203,10 @@ class ServingMetrics:
             "Control deadlines missed as reported by clients' watchdogs",
             registry=r,
         )
-        self.sessions = Gauge("tether_sessions_open", "Control sessions open", registry=r)
+        # Read from the batcher's count when scraped (PolicyServer.start).
+        self.sessions = Gauge(
+            "tether_sessions_open", "Control sessions and openpi connections open", registry=r
+        )
         if degradation is not None:
             r.register(_Degradation(degradation))
         self._mean_children = [self.action_mean.labels(n) for n in action_names]

@@ -251,7 +251,6 @@ class OpenpiEndpoint:
         supervisor = gateway.supervisors(client)  # each connection is a robot of its own
         previous: np.ndarray | None = None
         prev_total_ms: float | None = None
-        gateway.metrics.sessions.inc()
         gateway.batcher.stream_opened()
         try:
             await ws.send(pack(self.metadata()))
@@ -297,7 +296,6 @@ class OpenpiEndpoint:
                 self._finish("OK", version, arrival)
                 prev_total_ms = (time.perf_counter_ns() - arrival) / 1e6
         finally:
-            gateway.metrics.sessions.dec()
             gateway.batcher.stream_closed()
 
     def _finish(self, status: str, version: str, arrival_ns: int) -> None:

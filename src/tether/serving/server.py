@@ -146,6 +146,10 @@ class PolicyServer:
             on_batch=self._observe_batch,
             busy_poll_s=cfg.busy_poll_us / 1e6,
         )
+        # The batcher counts the streaming clients (it arms busy polling by them); the
+        # gauge reads that count when scraped.
+        batcher = self._batcher
+        self.metrics.sessions.set_function(lambda: float(batcher.streams))
         server = grpc.aio.server(
             interceptors=[BearerTokenInterceptor(token)] if token else None,
             options=[

@@ -179,7 +179,6 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         session, ticket = await self._open(request_iterator, context)
         # A call's deadline is fixed when it starts: read once, not on every step.
         stream_deadline = _deadline(context)
-        self._metrics.sessions.inc()
         self._batcher.stream_opened()
         try:
             live = self._models.live_engine()
@@ -209,7 +208,6 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
                     self._after_reply()
         finally:
             self._admission.close_session(ticket)
-            self._metrics.sessions.dec()
             self._batcher.stream_closed()
             if self._versions is not None:
                 self._versions.end_session(session.session_id)
