@@ -25,12 +25,21 @@ For each robot count, the median over ``--rounds`` windows of:
   hand-off cost per step. The issue's targets at batch 1: engine ≤ 2 × a plain numpy
   forward, supervision ≤ 20 µs, everything else ≤ 20 µs.
 
+``--variants`` measures the same server with parts of it switched off, one window of each
+variant in turn (so they see the same machine): ``cached`` answers the engine's and the
+supervisor's calls with their first result for a batch of that size (the serving Python
+around them runs as always; the sessions' supervisors do not advance), ``unrecorded``
+hands the recorder nothing; ``cached+unrecorded`` both; ``served`` neither. A cached
+window at many robots seldom releases the GIL (the kernels did), so the recorder's worker
+falls behind in it and its "other threads" read low; the backlog is cleared between
+windows, outside them.
+
 With ``--profile N`` it instead runs one cProfile'd window per robot count and prints
 the N functions with the most own time (profiling inflates every Python call: read it
 for where, not for how much).
 
     python benchmarks/bench_handler.py [--robots 1,64] [--seconds 2] [--rounds 5] [--profile N]
-        [--loop auto|uvloop|asyncio]
+        [--loop auto|uvloop|asyncio] [--variants served,cached,unrecorded]
 """
 
 from __future__ import annotations
@@ -71,6 +80,8 @@ from tether.v1 import policy_pb2 as pb
 
 STEPS_PER_ROBOT = 4096  # recorded steps each robot cycles through
 _CPU = [0, 0, 0]  # loop-thread CPU ns in batches, in their supervision, in the engine
+SWITCHES = ("cached", "unrecorded")  # what a variant may switch off (--variants)
+_OFF: set[str] = set()  # the switches of the variant being measured
 
 
 def _timed(fn: Any, slot: int) -> Any:
@@ -84,6 +95,32 @@ def _timed(fn: Any, slot: int) -> Any:
             _CPU[slot] += time.thread_time_ns() - start
 
     return timed
+
+
+def _cacheable(fn: Any) -> Any:
+    """``fn``, answering with its first result for a batch of the same size (its second
+    argument's length) while the ``cached`` switch is on."""
+    first: dict[int, Any] = {}
+
+    def cacheable(*args: Any) -> Any:
+        rows = len(args[1])
+        if "cached" in _OFF and rows in first:
+            return first[rows]
+        first[rows] = out = fn(*args)
+        return out
+
+    return cacheable
+
+
+def _variant(name: str) -> set[str]:
+    switches = set() if name == "served" else set(name.split("+"))
+    unknown = switches - set(SWITCHES)
+    if unknown:
+        raise SystemExit(
+            f"--variants: unknown switch(es) {sorted(unknown)} in {name!r}; a variant is "
+            f"'served' or switches of {SWITCHES} joined by '+'"
+        )
+    return switches
 
 
 class _Context:
@@ -204,8 +241,8 @@ def _feed(robots: int) -> list[list[pb.ControlStep]]:
 
 
 async def _measure(
-    robot_counts: list[int], seconds: float, rounds: int, profile: int
-) -> list[dict[str, float]]:
+    robot_counts: list[int], seconds: float, rounds: int, profile: int, variants: list[str]
+) -> list[dict[str, Any]]:
     made: list[PolicyService] = []
 
     class Kept(PolicyService):
@@ -215,8 +252,8 @@ async def _measure(
 
     server_module.PolicyService = Kept  # type: ignore[misc]  # to reach the handler
     inference.InferencePipeline.run = _timed(inference.InferencePipeline.run, 0)  # type: ignore[method-assign]
-    inference.decide_batch = _timed(inference.decide_batch, 1)
-    PolicyEngine.act = _timed(PolicyEngine.act, 2)  # type: ignore[method-assign]
+    inference.decide_batch = _timed(_cacheable(inference.decide_batch), 1)
+    PolicyEngine.act = _timed(_cacheable(PolicyEngine.act), 2)  # type: ignore[method-assign]
     log = ExperienceLog(tempfile.mkdtemp(prefix="bench_handler_"), SPEC.obs_dim, SPEC.act_dim)
     recorder = Recorder([log])
     config = ServerConfig.model_validate(policy_config(64, "auto"))
@@ -224,7 +261,7 @@ async def _measure(
         pretrained_bundle_path(),
         config,
         degradation=served_time_machine(SPEC.control_period_s),
-        record_steps=recorder.record_steps,
+        record_steps=lambda steps: "unrecorded" in _OFF or recorder.record_steps(steps),
         end_session=recorder.end_session,
         after_reply=recorder.nudge,
     )
@@ -245,13 +282,29 @@ async def _measure(
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(profile)
                 continue
             cells: dict[str, list[float]] = {}
-            for _ in range(rounds):  # the two alternate, so both see the same machine
-                for name, handler in (("tether", service), ("floor", floor)):
+            for _ in range(rounds):  # they alternate, so all see the same machine
+                for name in [*variants, "floor"]:
+                    handler = floor if name == "floor" else service
+                    _OFF.clear()
+                    _OFF.update(() if name == "floor" else _variant(name))
                     for key, value in (await _window(handler, robots, feed, seconds)).items():
                         cells.setdefault(f"{name}_{key}", []).append(value)
-            row = {key: statistics.median(values) for key, values in cells.items()}
-            row["robots"] = robots
-            rows.append(row)
+                    # Each window pays for its own steps: the recorder's backlog (which a
+                    # cached window, rarely releasing the GIL, leaves) is cleared between.
+                    recorder.flush(30.0)
+            _OFF.clear()
+            medians = {key: statistics.median(values) for key, values in cells.items()}
+            for name in variants:
+                row: dict[str, Any] = {"robots": robots, "variant": name}
+                row.update(
+                    {
+                        key[len(name) + 1 :]: v
+                        for key, v in medians.items()
+                        if key.startswith(f"{name}_")
+                    }
+                )
+                row["floor_loop_us"] = medians["floor_loop_us"]
+                rows.append(row)
     finally:
         await server.stop(0.5)
         recorder.close()
@@ -266,10 +319,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
     parser.add_argument("--loop", choices=event_loop.EVENT_LOOPS, default="auto")
+    parser.add_argument("--variants", default="served", help="served, cached, unrecorded, ...")
     args = parser.parse_args()
     counts = [int(x) for x in args.robots.split(",")]
+    variants = args.variants.split(",")
+    for name in variants:
+        _variant(name)
     # The loop tether serve runs (ServerConfig.event_loop's default), or --loop's.
-    rows = event_loop.run(_measure(counts, args.seconds, args.rounds, args.profile), args.loop)
+    measured = _measure(counts, args.seconds, args.rounds, args.profile, variants)
+    rows = event_loop.run(measured, args.loop)
     if args.profile:
         return
     print(
@@ -278,17 +336,16 @@ def main() -> None:
         f"{platform.python_version()}\n"
     )
     print(
-        "| robots | loop CPU µs/step | harness floor | loop less floor | other threads | "
-        "batch compute | of it engine | of it supervision | everything else |"
+        "| robots | variant | loop CPU µs/step | harness floor | loop less floor | other threads "
+        "| batch compute | of it engine | of it supervision | everything else |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        own = r["tether_loop_us"] - r["floor_loop_us"]
+        own = r["loop_us"] - r["floor_loop_us"]
         print(
-            f"| {r['robots']} | {r['tether_loop_us']:.1f} | {r['floor_loop_us']:.1f} | "
-            f"{own:.1f} | {r['tether_other_us']:.1f} | {r['tether_batch_us']:.1f} | "
-            f"{r['tether_engine_us']:.1f} | {r['tether_safety_us']:.1f} | "
-            f"{own - r['tether_engine_us'] - r['tether_safety_us']:.1f} |"
+            f"| {r['robots']} | {r['variant']} | {r['loop_us']:.1f} | {r['floor_loop_us']:.1f} "
+            f"| {own:.1f} | {r['other_us']:.1f} | {r['batch_us']:.1f} | {r['engine_us']:.1f} "
+            f"| {r['safety_us']:.1f} | {own - r['engine_us'] - r['safety_us']:.1f} |"
         )
 
 

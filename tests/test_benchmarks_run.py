@@ -26,8 +26,17 @@ SMALL_RUNS = {
     ),
     "bench_task.py": (["--tasks", "2"], "scripted controller"),
     "bench_handler.py": (
-        ["--robots", "2", "--seconds", "0.2", "--rounds", "1"],
-        "everything else",
+        [
+            "--robots",
+            "2",
+            "--seconds",
+            "0.2",
+            "--rounds",
+            "1",
+            "--variants",
+            "served,cached+unrecorded",
+        ],
+        "| cached+unrecorded |",
     ),
     "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
     "bench_peers.py": (
