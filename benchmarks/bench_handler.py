@@ -281,29 +281,23 @@ async def _measure(
                 print(f"--- {robots} robot(s), cProfile of the event loop thread")
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(profile)
                 continue
-            cells: dict[str, list[float]] = {}
+            cells: dict[tuple[str, str], list[float]] = {}
             for _ in range(rounds):  # they alternate, so all see the same machine
                 for name in [*variants, "floor"]:
                     handler = floor if name == "floor" else service
                     _OFF.clear()
                     _OFF.update(() if name == "floor" else _variant(name))
                     for key, value in (await _window(handler, robots, feed, seconds)).items():
-                        cells.setdefault(f"{name}_{key}", []).append(value)
+                        cells.setdefault((name, key), []).append(value)
                     # Each window pays for its own steps: the recorder's backlog (which a
                     # cached window, rarely releasing the GIL, leaves) is cleared between.
                     recorder.flush(30.0)
             _OFF.clear()
-            medians = {key: statistics.median(values) for key, values in cells.items()}
+            medians = {cell: statistics.median(values) for cell, values in cells.items()}
             for name in variants:
                 row: dict[str, Any] = {"robots": robots, "variant": name}
-                row.update(
-                    {
-                        key[len(name) + 1 :]: v
-                        for key, v in medians.items()
-                        if key.startswith(f"{name}_")
-                    }
-                )
-                row["floor_loop_us"] = medians["floor_loop_us"]
+                row.update({key: v for (of, key), v in medians.items() if of == name})
+                row["floor_loop_us"] = medians["floor", "loop_us"]
                 rows.append(row)
     finally:
         await server.stop(0.5)
