@@ -31,8 +31,8 @@ supervisor's calls with their first result for a batch of that size (the serving
 around them runs as always; the sessions' supervisors do not advance), ``unrecorded``
 hands the recorder nothing; ``cached+unrecorded`` both; ``served`` neither. A cached
 window at many robots seldom releases the GIL (the kernels did), so the recorder's worker
-falls behind in it and its "other threads" read low; the backlog is cleared between
-windows, outside them.
+falls behind in it and its "other threads" read low; what the recorder and the log hold
+is written between windows, outside them.
 
 With ``--profile N`` it instead runs one cProfile'd window per robot count and prints
 the N functions with the most own time (profiling inflates every Python call: read it
@@ -289,9 +289,11 @@ async def _measure(
                     _OFF.update(() if name == "floor" else _variant(name))
                     for key, value in (await _window(handler, robots, feed, seconds)).items():
                         cells.setdefault((name, key), []).append(value)
-                    # Each window pays for its own steps: the recorder's backlog (which a
-                    # cached window, rarely releasing the GIL, leaves) is cleared between.
+                    # Each window pays for its own steps: what the recorder and the log
+                    # hold of the window before (a cached window, rarely releasing the
+                    # GIL, leaves a backlog) is written between windows, outside them.
                     recorder.flush(30.0)
+                    log.flush()
             _OFF.clear()
             medians = {cell: statistics.median(values) for cell, values in cells.items()}
             for name in variants:
