@@ -32,7 +32,8 @@ sees the states a robot under this policy produces. ``--rounds`` repeats every c
 the servers' order rotated, and the table keeps each cell's median over rounds, so a
 neighbour's burst on a shared machine does not land on one server only; the ratios to
 the echo are the median of each round's ratio (in a round the servers of one robot count
-run one after another, so the host's slower and faster minutes cancel out of each).
+run one after another, so the host's slower and faster minutes cancel out of each),
+followed by the range of those ratios over the rounds.
 
     python benchmarks/bench_peers.py [--seconds 2] [--clients 1,8,64] [--rounds 3]
         [--busy-poll-us 2000] [--busy-poll-off] [--spin-us 20,40] [--recorder-off]
@@ -309,11 +310,15 @@ def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
 
-def _paired(rounds: list[dict[str, float]], echo: list[dict[str, float]], key: str) -> float:
-    """The median over rounds of each round's ratio to the echo: within a round the servers
-    of one robot count run one after another, so a shift of the host between rounds
-    cancels out of each ratio (a ratio of medians taken over all rounds mixes them)."""
-    return statistics.median(r[key] / e[key] for r, e in zip(rounds, echo, strict=True))
+def _paired(rounds: list[dict[str, float]], echo: list[dict[str, float]], key: str) -> str:
+    """The median over rounds of each round's ratio to the echo, and with several rounds
+    their range: within a round the servers of one robot count run one after another, so a
+    shift of the host between rounds cancels out of each ratio (a ratio of medians taken
+    over all rounds mixes them), and the range shows how far the host moved the ratio."""
+    ratios = [r[key] / e[key] for r, e in zip(rounds, echo, strict=True)]
+    median = f"{statistics.median(ratios):.2f}"
+    low, high = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return median if low == high else f"{median} ({low}-{high})"
 
 
 def main() -> None:
@@ -410,8 +415,8 @@ def main() -> None:
             m = _median(rounds)
             print(
                 f"| {server} | {clients} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
-                f"{m['actions_per_s']:,.0f} | {_paired(rounds, echo, 'p50_ms'):.2f} | "
-                f"{_paired(rounds, echo, 'actions_per_s'):.2f} | "
+                f"{m['actions_per_s']:,.0f} | {_paired(rounds, echo, 'p50_ms')} | "
+                f"{_paired(rounds, echo, 'actions_per_s')} | "
                 f"{m['server_cpu_us']:.1f} | {m['main_cpu_us']:.1f} / {m['grpc_cpu_us']:.1f} / "
                 f"{m['other_cpu_us']:.1f} | {m['client_cpu_us']:.1f} |"
             )
