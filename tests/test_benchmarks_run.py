@@ -27,14 +27,8 @@ SMALL_RUNS = {
     "bench_task.py": (["--tasks", "2"], "scripted controller"),
     "bench_handler.py": (
         [
-            "--robots",
-            "2",
-            "--seconds",
-            "0.2",
-            "--rounds",
-            "1",
-            "--variants",
-            "served,cached+unrecorded",
+            *("--robots", "2", "--seconds", "0.2", "--rounds", "1"),
+            *("--variants", "served,cached+unrecorded"),
         ],
         "| cached+unrecorded |",
     ),
