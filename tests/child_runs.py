@@ -13,11 +13,11 @@ from pathlib import Path
 
 
 class ChildRuns:
-    """Named child processes, started by :meth:`start`, read by :meth:`result`."""
+    """Named child processes, started by :meth:`start`, read by :meth:`output`."""
 
     def __init__(self) -> None:
         self._procs: dict[str, subprocess.Popen[str]] = {}
-        self._results: dict[str, subprocess.CompletedProcess[str]] = {}
+        self._done: dict[str, tuple[int, str, str]] = {}  # exit code, stdout, stderr
 
     def start(
         self,
@@ -36,9 +36,10 @@ class ChildRuns:
             cwd=cwd,
         )
 
-    def result(self, name: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
-        """The child's exit code and output once it ended (killed after ``timeout_s``)."""
-        if name not in self._results:
+    def output(self, name: str, timeout_s: float = 300.0) -> str:
+        """The child's stdout once it ended (killed after ``timeout_s``); the test fails
+        (with the output's end) unless it exited 0."""
+        if name not in self._done:
             proc = self._procs[name]
             try:
                 out, err = proc.communicate(timeout=timeout_s)
@@ -46,14 +47,10 @@ class ChildRuns:
                 proc.kill()
                 out, err = proc.communicate()
                 err += f"\n[killed after {timeout_s} s]"
-            self._results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        return self._results[name]
-
-    def output(self, name: str, timeout_s: float = 300.0) -> str:
-        """The child's stdout; the test fails (with the output's end) unless it exited 0."""
-        done = self.result(name, timeout_s)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return done.stdout
+            self._done[name] = (proc.returncode, out, err)
+        code, out, err = self._done[name]
+        assert code == 0, out[-2000:] + err[-2000:]
+        return out
 
     def close(self) -> None:
         """Kill what still runs (a test that never asked for its child)."""

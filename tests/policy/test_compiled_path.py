@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -194,20 +195,25 @@ TARGETS = {  # cpu -> (features, the widest register its code may use)
 }
 
 
-def _npz(root: Path, cpu: str) -> Path:
-    return root / f"{cpu}.npz"
+class FreshCompiles(NamedTuple):
+    runs: ChildRuns  # "host", and each of TARGETS' cpus this host checks
+    root: Path  # where each target's child writes its rows' bits
+
+    def npz(self, cpu: str) -> Path:
+        return self.root / f"{cpu}.npz"
 
 
 @pytest.fixture(scope="module")
-def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChildRuns, Path]]:
+def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshCompiles]:
     """Every compile from an empty numba cache this module checks, started at once (each
     spends seconds in LLVM): ``host`` for this CPU, the others named by ``TARGETS``."""
-    root = tmp_path_factory.mktemp("fresh-compiles")
-    runs = ChildRuns()
+    compiles = FreshCompiles(ChildRuns(), tmp_path_factory.mktemp("fresh-compiles"))
 
     def start(name: str, script: str, env: dict[str, str], *args: str) -> None:
-        cache = {"NUMBA_CACHE_DIR": str(root / f"cache-{name}")}
-        runs.start(name, [sys.executable, "-c", script, *args], env={**os.environ, **env, **cache})
+        cache = {"NUMBA_CACHE_DIR": str(compiles.root / f"cache-{name}")}
+        compiles.runs.start(
+            name, [sys.executable, "-c", script, *args], env={**os.environ, **env, **cache}
+        )
 
     try:
         start("host", _ASM, {})
@@ -215,18 +221,18 @@ def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[C
             for cpu, (features, _) in TARGETS.items():
                 if cpu != "skylake-avx512" or HOST_AVX512:
                     env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": features}
-                    start(cpu, _TARGET, env, str(_npz(root, cpu)))
-        yield runs, root
+                    start(cpu, _TARGET, env, str(compiles.npz(cpu)))
+        yield compiles
     finally:
-        runs.close()
+        compiles.runs.close()
 
 
 def test_the_machine_code_has_no_fused_multiply_add(
-    fresh_compiles: tuple[ChildRuns, Path],
+    fresh_compiles: FreshCompiles,
 ) -> None:
     """A fused multiply-add rounds once where the Python twin rounds twice, and exists on
     some x86_64 CPUs only. Compiled afresh (numba shows no code loaded from its cache)."""
-    asm = fresh_compiles[0].output("host").lower()
+    asm = fresh_compiles.runs.output("host").lower()
     assert "mulps" in asm, "the layers' loop over output units is not vectorised"
     for fused in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
         assert fused not in asm
@@ -245,12 +251,12 @@ def test_the_machine_code_has_no_fused_multiply_add(
     ],
 )
 def test_other_x86_64_targets_compute_the_same_bits(
-    fresh_compiles: tuple[ChildRuns, Path], cpu: str
+    fresh_compiles: FreshCompiles, cpu: str
 ) -> None:
     """The kernel compiled for another x86_64 CPU (other vector widths, FMA on offer)
     gives this CPU's bits for the same rows, sampled and deterministic."""
     register = TARGETS[cpu][1]
-    asm = fresh_compiles[0].output(cpu)
+    asm = fresh_compiles.runs.output(cpu)
     assert register in asm
     if register != "zmm":
         assert "zmm" not in asm, "the target's vector width was not applied"
@@ -258,7 +264,7 @@ def test_other_x86_64_targets_compute_the_same_bits(
     engine = PolicyEngine(bundle, EngineConfig(execution="compiled", seed=3))
     obs = probe_observations(bundle.manifest.normalizer, 65, seed=9, spread=2.0)
     here = engine.act(obs, np.arange(65) % 3 == 0)
-    there = np.load(_npz(fresh_compiles[1], cpu))
+    there = np.load(fresh_compiles.npz(cpu))
     np.testing.assert_array_equal(here.actions, there["actions"])
     np.testing.assert_array_equal(here.log_probs, there["log_probs"])
 
