@@ -241,7 +241,11 @@ def _feed(robots: int) -> list[list[pb.ControlStep]]:
 
 
 async def _measure(
-    robot_counts: list[int], seconds: float, rounds: int, profile: int, variants: list[str]
+    robot_counts: list[int],
+    seconds: float,
+    rounds: int,
+    profile: int,
+    variants: dict[str, set[str]],
 ) -> list[dict[str, Any]]:
     made: list[PolicyService] = []
 
@@ -286,7 +290,7 @@ async def _measure(
                 for name in [*variants, "floor"]:
                     handler = floor if name == "floor" else service
                     _OFF.clear()
-                    _OFF.update(() if name == "floor" else _variant(name))
+                    _OFF.update(variants.get(name, ()))
                     for key, value in (await _window(handler, robots, feed, seconds)).items():
                         cells.setdefault((name, key), []).append(value)
                     # Each window pays for its own steps: what the recorder and the log
@@ -318,9 +322,7 @@ def main() -> None:
     parser.add_argument("--variants", default="served", help="served, cached, unrecorded, ...")
     args = parser.parse_args()
     counts = [int(x) for x in args.robots.split(",")]
-    variants = args.variants.split(",")
-    for name in variants:
-        _variant(name)
+    variants = {name: _variant(name) for name in args.variants.split(",")}
     # The loop tether serve runs (ServerConfig.event_loop's default), or --loop's.
     measured = _measure(counts, args.seconds, args.rounds, args.profile, variants)
     rows = event_loop.run(measured, args.loop)
