@@ -106,7 +106,8 @@ def _cacheable(fn: Any) -> Any:
         rows = len(args[1])
         if "cached" in _OFF and rows in first:
             return first[rows]
-        first[rows] = out = fn(*args)
+        out = fn(*args)
+        first.setdefault(rows, out)
         return out
 
     return cacheable
