@@ -7,6 +7,9 @@ the suite's time. A test reads its own child's result when it runs.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +37,7 @@ class ChildRuns:
             text=True,
             env=None if env is None else dict(env),
             cwd=cwd,
+            start_new_session=True,  # its own group: a kill reaches what it started too
         )
 
     def output(self, name: str, timeout_s: float = 300.0) -> str:
@@ -44,7 +48,7 @@ class ChildRuns:
             try:
                 out, err = proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _kill(proc)
                 out, err = proc.communicate()
                 err += f"\n[killed after {timeout_s} s]"
             self._done[name] = (proc.returncode, out, err)
@@ -56,5 +60,12 @@ class ChildRuns:
         """Kill what still runs (a test that never asked for its child)."""
         for proc in self._procs.values():
             if proc.poll() is None:
-                proc.kill()
+                _kill(proc)
             proc.communicate()
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Kill the child and every process it started (servers a benchmark spawned would
+    otherwise hold its pipes open, and reading them would never end)."""
+    with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
