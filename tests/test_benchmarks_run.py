@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SMALL_RUNS = {
     "bench_versions.py": (["--rounds", "50"], "route(), canary share"),
+    "bench_rollback_check.py": (["--seeds", "2", "--episodes", "40"], "| windows alone |"),
     "bench_sim.py": (["--steps", "200", "--repeats", "1"], "gravity_torque"),
     "bench_engine.py": (["--rounds", "20", "--loops", "5", "--repeats", "1"], "'auto' picks"),
     "bench_supervisor.py": (

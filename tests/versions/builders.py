@@ -175,7 +175,7 @@ def outcomes(
             interventions=int(rng.binomial(200, rate)),
             backups=0,
             tightened=tightened,
-            experiment=tightened,
+            trial=int(tightened),
             task_id=f"task-{k}" if tasks else "",
             final_distance_m=abs(float(rng.normal(distance_m, 0.01))),
         )

@@ -77,7 +77,7 @@ def _episode(
         interventions,
         backups,
         decision.tightened,
-        decision.experiment,
+        decision.trial,
         task_id=f"seed-{task}",
         final_distance_m=env.episode_outcome().final_distance_m,
     )
@@ -284,12 +284,12 @@ def test_the_rollback_monitor_watches_lives_own_traffic_not_the_experiment(
     versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
     live = versions.load(reaching_bundle(spec, tmp_path / "r").path)  # type: ignore[arg-type]
 
-    def outcome(experiment: bool) -> EpisodeOutcome:
-        return EpisodeOutcome(live.id, 0.0, True, 100, 0, 0, experiment=experiment)
+    def outcome(trial: int) -> EpisodeOutcome:
+        return EpisodeOutcome(live.id, 0.0, True, 100, 0, 0, trial=trial)
 
     for _ in range(4):
-        versions.on_episode(outcome(experiment=True))
+        versions.on_episode(outcome(trial=1))
     assert versions.rollback.compare(live.id, live.id) is None  # nothing recorded
     for _ in range(4):
-        versions.on_episode(outcome(experiment=False))
+        versions.on_episode(outcome(trial=0))
     assert versions.rollback.compare(live.id, live.id) is not None

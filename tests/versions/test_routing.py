@@ -13,7 +13,14 @@ from tether.policy.engine import PolicyEngine
 from tether.versions.errors import VersionError
 from tether.versions.records import VersionSource, VersionState
 from tether.versions.registry import ModelRegistry
-from tether.versions.routing import Role, TrafficRouter, TrafficSplit, _pick, unit_hash
+from tether.versions.routing import (
+    Role,
+    RouteDecision,
+    TrafficRouter,
+    TrafficSplit,
+    _pick,
+    unit_hash,
+)
 
 
 def _setup(base: PolicyBundle, tmp_path: Path) -> tuple[ModelRegistry[PolicyEngine], TrafficRouter]:
@@ -175,3 +182,90 @@ def test_pick_always_returns_a_version_of_the_split(weights: list[float], u: flo
 @given(st.text(), st.text())
 def test_unit_hash_is_in_the_unit_interval(a: str, b: str) -> None:
     assert 0.0 <= unit_hash(a, b) < 1.0
+
+
+def test_a_check_serves_the_last_known_good_beside_live_on_the_same_tasks(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    _, router = _setup(base_bundle, tmp_path)
+    share = router.start_check(1, 0.5)  # version 1: retired, the last-known-good
+    assert share is not None
+    assert router.check() == share
+    assert router.canary() is None
+    roles: dict[str, list[RouteDecision]] = {}
+    for e in range(80):
+        task = f"task-{(e // 2) % 10}"
+        roles.setdefault(task, []).append(router.route(f"robot-{e % 2}", f"ep-{e}", task))
+    for decisions in roles.values():
+        for a, b in zip(decisions[::2], decisions[1::2], strict=True):
+            assert {a.role, b.role} == {Role.CHECK, Role.CONTROL}
+            assert {a.version, b.version} == {1, None}  # the last-known-good, and live
+            assert a.trial == b.trial == share.trial
+            assert a.tightening == b.tightening == 1.0  # both at the base limits
+    router.stop_check()
+    assert router.route("robot-0", "ep-x", "task-0").role is Role.LIVE
+
+
+def test_a_check_refuses_versions_that_are_not_a_loaded_retired_one(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    for version in (2, 3):  # live, candidate
+        with pytest.raises(VersionError, match="retired"):
+            router.start_check(version, 0.5)
+    reg.unload(1)
+    with pytest.raises(VersionError, match="unloaded"):
+        router.start_check(1, 0.5)
+    with pytest.raises(VersionError, match="fraction"):
+        router.start_check(1, 0.6)
+
+
+def test_a_canary_waits_for_a_check_and_a_check_for_a_canary(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    reg.transition(3, VersionState.CANARY, "test")
+    check = router.start_check(1, 0.5)
+    assert check is not None
+    canary = router.start_canary(3, 0.5, 1.0)
+    assert canary.trial != check.trial
+    assert router.canary() is None  # waiting: the check keeps the share
+    assert router.route("r", "ep-0", "t").role in (Role.CHECK, Role.CONTROL)
+    router.stop_check()
+    assert router.canary() == canary
+    assert router.route("r", "ep-1", "t").role in (Role.CANARY, Role.CONTROL)
+    assert router.start_check(1, 0.5) is None  # the canary holds it: ask again later
+    router.stop_canary()
+    assert router.start_check(1, 0.5) is not None
+
+
+def test_a_live_change_ends_the_check_and_drops_a_waiting_canary(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    reg.transition(3, VersionState.CANARY, "test")
+    assert router.start_check(1, 0.5) is not None
+    router.start_canary(3, 0.5, 1.0)
+    reg.rollback("test")  # version 1 live again
+    assert router.check() is None
+    assert router.canary() is None  # it was chosen against version 2
+    assert router.route("r", "ep-0", "t").role is Role.LIVE
+
+
+def test_an_unloaded_last_known_good_is_never_served_by_a_check(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    reg, router = _setup(base_bundle, tmp_path)
+    assert router.start_check(1, 0.5) is not None
+    first = None
+    for e in range(20):
+        first = router.route("r", f"ep-{e}", f"t{e}")
+        if first.role is Role.CHECK:
+            break
+    assert first is not None
+    assert first.role is Role.CHECK
+    episode = f"ep-{e}"
+    reg.unload(1)
+    later = router.route("r", episode, f"t{e}")  # the same episode's next step
+    assert (later.version, later.role, later.trial) == (None, Role.CONTROL, first.trial)
+    assert all(router.route("s", f"n-{k}", f"t{k}").role is Role.LIVE for k in range(20))

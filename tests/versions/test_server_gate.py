@@ -251,7 +251,7 @@ def _episode(
         interventions=20,
         backups=0,
         tightened=tightened,
-        experiment=tightened,
+        trial=int(tightened),
         task_id=f"task-{task}",
         final_distance_m=distance_m,
     )

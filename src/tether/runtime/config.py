@@ -29,7 +29,7 @@ from tether.safety.degradation_config import DegradationConfig
 from tether.serving.config import ServerConfig
 from tether.sim.drift import DriftSchedule
 from tether.versions.facade import VersionsConfig
-from tether.versions.rollback import RollbackConfig
+from tether.versions.rollback import RollbackCheckConfig, RollbackConfig
 from tether.versions.server_gate import ServerGateConfig
 from tether.versions.stages.canary import CanaryConfig
 
@@ -49,10 +49,17 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # action against those limits. The rollback monitor watches live between canaries. A
 # harm test on 4 pairs catches a clearly harmful candidate (negated actions: every pair
 # far worse in final distance) but not a subtle regression: the rollback monitor is what
-# catches that.
+# catches that, and before it rolls back it serves the last-known-good beside live on
+# 6 task pairs (every task episode of the learning robot while the check runs), so that
+# the drift, which hurts every version alike, is not taken for a regression.
 _RUN_VERSIONS = VersionsConfig(
     promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=4, safety_tightening=1.0)),
-    rollback=RollbackConfig(window_episodes=15, min_episodes=8, sustain_episodes=3),
+    rollback=RollbackConfig(
+        window_episodes=15,
+        min_episodes=8,
+        sustain_episodes=3,
+        check=RollbackCheckConfig(pairs=6, max_pairs=24, fraction=0.5),
+    ),
 )
 
 

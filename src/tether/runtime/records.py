@@ -49,6 +49,8 @@ class RunEvent:
     ``kind`` is one of: ``start``, ``stop``, ``drift`` (dynamics changed; ``details`` has
     the new knobs), ``candidate`` (the learner published one), ``promotion``,
     ``rejection`` (``details`` names the gate stage and its numbers), ``rollback``,
+    ``rollback_check`` (the last-known-good served beside live before a rollback: its
+    verdict and numbers),
     ``degradation`` (one robot's level; ``robot_id`` names it, ``details`` has
     ``from``/``to`` level and the reason), ``learning_level`` (the learning-wide level the
     learner obeys, aggregated over the robots; same details), ``learner_crash``, ``learner_restart``, ``interrupted`` (a signal stopped the run early).

@@ -80,6 +80,7 @@ from tether.versions.intake import (
     IntakeEvent,
 )
 from tether.versions.records import LiveChange
+from tether.versions.rollback import CheckOutcome
 from tether.versions.server_gate import GateOutcome
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,20 @@ class RunSystem:
             details.update({m.name: m.value for m in last.measurements})
         self.event("rejection", outcome.describe(), version=outcome.version, details=details)
 
+    def _on_rollback_check(self, check: CheckOutcome) -> None:
+        """The rollback monitor served the last-known-good beside live and decided."""
+        self.event(
+            "rollback_check",
+            check.describe(),
+            version=check.live,
+            details={
+                "last_known_good": check.last_known_good,
+                "rolled_back": check.rolled_back,
+                "pairs": check.pairs,
+                **{m.name: m.value for m in check.measurements},
+            },
+        )
+
     def _on_learner(self, ev: LearnerEvent) -> None:
         kind = {
             LearnerEventKind.CRASHED: "learner_crash",
@@ -269,6 +284,7 @@ class RunSystem:
         )
         self._versions.add_live_listener(self._on_live_change)
         self._versions.promotion.add_listener(self._on_gate)
+        self._versions.rollback.add_check_listener(self._on_rollback_check)
         initial = self._versions.load(self.bundle_path, make_live=True)
         self._initial = initial.id
         self._weights.set_live_version(initial.id)

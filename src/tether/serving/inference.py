@@ -104,7 +104,7 @@ class ActionOutcome(NamedTuple):
     safety_ns: int
     degradation: DegradationLevel  # the level its robot was supervised at
     tightened: bool = False  # served under a canary's tightened limits (canary or control)
-    experiment: bool = False  # served as a canary or its control, at whatever limits
+    trial: int = 0  # the paired share (canary or rollback check) it was served in; 0: none
     # A chunk policy's whole answer (``action``, ``proposed_action`` and ``verdict`` are
     # then its step 0): the supervised steps with each step's verdict, and what was proposed.
     chunk: ChunkVerdict | None = None
@@ -278,7 +278,7 @@ class InferencePipeline:
                 per_row_ns,
                 s.level,
                 s.tightening < 1.0,
-                q.route is not None and q.route.experiment,
+                0 if q.route is None else q.route.trial,
                 None,  # chunk
                 None,  # proposed_chunk
                 reply,
@@ -383,7 +383,7 @@ class InferencePipeline:
                 safety_ns=elapsed,
                 degradation=level,
                 tightened=tightening < 1.0,
-                experiment=q.route is not None and q.route.experiment,
+                trial=0 if q.route is None else q.route.trial,
                 chunk=chunk,
                 proposed_chunk=chunks[j],
             )

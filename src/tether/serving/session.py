@@ -79,7 +79,7 @@ class ControlSession:
         tally = self._episode
         if tally.episode_id != episode_id:
             tally = self._episode = _EpisodeTally(
-                episode_id, outcome.version.id, outcome.tightened, outcome.experiment, task_id
+                episode_id, outcome.version.id, outcome.tightened, outcome.trial, task_id
             )
         else:
             tally.episode_return += reward
@@ -97,7 +97,7 @@ class ControlSession:
             interventions=tally.interventions,
             backups=tally.backups,
             tightened=tally.tightened,
-            experiment=tally.experiment,
+            trial=tally.trial,
             task_id=tally.task_id,
             final_distance_m=final_distance_m,
         )
@@ -126,14 +126,14 @@ class _EpisodeTally:
         episode_id: str = "",
         version: int = 0,
         tightened: bool = False,
-        experiment: bool = False,
+        trial: int = 0,
         task_id: str = "",
     ) -> None:
         self.episode_id = episode_id
         self.version = version
         # Routing is sticky per episode: its first step decides these.
         self.tightened = tightened
-        self.experiment = experiment
+        self.trial = trial
         self.task_id = task_id  # as declared on the episode's first step (routing read it)
         self.episode_return = 0.0
         self.steps = 0

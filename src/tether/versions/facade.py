@@ -105,7 +105,7 @@ class PolicyVersions:
         self.registry: ModelRegistry[Any] = ModelRegistry()
         self.router = TrafficRouter(self.registry, max_sessions=config.max_sticky_sessions)
         self.promotion = ServerGate(self.registry, self.router, shadow_supervisor, config.promotion)
-        self.rollback = RollbackMonitor(self.registry, config.rollback)
+        self.rollback = RollbackMonitor(self.registry, config.rollback, router=self.router)
         if degradation is not None:
             self.registry.add_listener(lambda c: degradation.set_policy_version(c.current.id))
 
@@ -160,10 +160,7 @@ class PolicyVersions:
             outcome.version, episode_return=outcome.episode_return, success=outcome.success
         )
         self.promotion.on_episode(outcome)
-        # The monitor watches live's own traffic at the base limits: the experiment's
-        # episodes are judged by the canary, against a control run at the same time.
-        if not (outcome.experiment or outcome.tightened):
-            self.rollback.add(outcome)
+        self.rollback.add(outcome)
 
     # ----------------------------------------------------------------- versions
 

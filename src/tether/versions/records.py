@@ -100,9 +100,16 @@ class EpisodeOutcome:
     interventions: int  # steps whose action the supervisor changed or replaced
     backups: int  # steps served by a backup action
     tightened: bool = False  # served under a canary's tightened limits (the canary or its control)
-    experiment: bool = False  # served as the canary or its control, at whatever limits
+    # The paired share (a canary or a rollback check, ``tether.versions.routing``) whose
+    # arm served it, at whatever limits; 0: none.
+    trial: int = 0
     task_id: str = ""  # the task the robot declared (same id: same start and target); "" none
     final_distance_m: float | None = None  # the robot's final task error (m); None: not sent
+
+    @property
+    def experiment(self) -> bool:
+        """Served as an arm of a paired share."""
+        return self.trial != 0
 
     @property
     def intervention_rate(self) -> float:

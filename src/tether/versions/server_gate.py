@@ -168,13 +168,16 @@ class ServerGate:
             self._finish(verdict.candidate, promoted=False)
             return
         self._registry.transition(verdict.candidate, VersionState.CANARY, verdict.describe())
+        c = self.config.canary
+        # The share may wait for a rollback check to end; its trial number keeps the
+        # check's live episodes out of the canary's control arm.
+        share = self._router.start_canary(verdict.candidate, c.fraction, c.safety_tightening)
         canary = CanaryEvaluator(
-            candidate=verdict.candidate, baseline=verdict.baseline, config=self.config.canary
+            candidate=verdict.candidate, baseline=verdict.baseline, config=c, trial=share.trial
         )
         with self._lock:
-            self._canary = canary
-        share = self.config.canary
-        self._router.start_canary(verdict.candidate, share.fraction, share.safety_tightening)
+            if self._candidate == verdict.candidate:  # not superseded meanwhile
+                self._canary = canary
 
     def _finish(self, version: int, *, promoted: bool) -> GateOutcome:
         with self._lock:

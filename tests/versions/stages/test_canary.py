@@ -42,7 +42,7 @@ def _task_outcome(
         interventions=int(rng.binomial(200, 0.9 if negated else 0.3)),
         backups=0,
         tightened=True,
-        experiment=True,
+        trial=1,
         task_id=f"task-{task}",
         final_distance_m=float(distance),
     )
@@ -152,7 +152,7 @@ def test_only_episodes_paired_by_task_count() -> None:
         assert ev.add(b) is None
     assert ev.pair_count == 0
     no_distance = [
-        dataclasses.replace(o, tightened=True, experiment=True, final_distance_m=None) for o in full
+        dataclasses.replace(o, tightened=True, trial=1, final_distance_m=None) for o in full
     ]
     for o in no_distance:
         assert ev.add(o) is None
@@ -176,8 +176,8 @@ def test_a_control_at_the_live_limits_pairs_as_the_control() -> None:
     cand = outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tasks=True)
     verdicts = []
     for a, b in zip(cand, control, strict=True):
-        verdicts += [ev.add(dataclasses.replace(a, experiment=True))]
-        verdicts += [ev.add(dataclasses.replace(b, experiment=True))]
+        verdicts += [ev.add(dataclasses.replace(a, trial=1))]
+        verdicts += [ev.add(dataclasses.replace(b, trial=1))]
     assert ev.pair_count == 5
     assert verdicts[-1] is not None
 
@@ -197,7 +197,7 @@ def test_the_canary_is_judged_against_its_control_not_live_at_full_limits() -> N
     def judge(live: list[EpisodeOutcome], *, unguarded: bool) -> StageVerdict | None:
         ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg)
         if unguarded:  # any live episode as the reference
-            live = [dataclasses.replace(o, tightened=True, experiment=True) for o in live]
+            live = [dataclasses.replace(o, tightened=True, trial=1) for o in live]
         verdict = None
         for a, b in zip(copy, live, strict=True):
             verdict = ev.add(a) or ev.add(b)
@@ -210,3 +210,24 @@ def test_the_canary_is_judged_against_its_control_not_live_at_full_limits() -> N
     against_control = judge(control, unguarded=False)
     assert against_control is not None
     assert against_control.passed, against_control.describe()
+
+
+def test_with_a_trial_only_that_shares_episodes_count() -> None:
+    """A control episode still in flight from the share before (a rollback check, or the
+    previous canary) ends after this canary started: live on the same task, but not this
+    canary's control. Without the trial filter it would pair."""
+    cfg = CanaryConfig(pairs=5, safety_tightening=1.0)
+    cand = [
+        dataclasses.replace(o, trial=7)
+        for o in outcomes(2, 5, mean_return=0, success=0.5, rate=0.1, seed=1, tasks=True)
+    ]
+    stale = [
+        dataclasses.replace(o, trial=6)
+        for o in outcomes(1, 5, mean_return=0, success=0.5, rate=0.1, seed=0, tasks=True)
+    ]
+    for trial, expected in ((7, 0), (None, 5)):
+        ev = CanaryEvaluator(candidate=2, baseline=1, config=cfg, trial=trial)
+        for a, b in zip(cand, stale, strict=True):
+            ev.add(a)
+            ev.add(b)
+        assert ev.pair_count == expected

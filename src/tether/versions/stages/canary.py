@@ -105,12 +105,20 @@ class CanaryConfig(BaseModel):
 
 
 class CanaryEvaluator:
-    """Pairs the canary's and the control's episodes by task and judges the pairs."""
+    """Pairs the canary's and the control's episodes by task and judges the pairs.
 
-    def __init__(self, *, candidate: int, baseline: int, config: CanaryConfig) -> None:
+    With ``trial`` (the router's number for the share, ``PairedShare.trial``) both arms
+    count only that share's episodes; the rollback monitor's check judges live against
+    the last-known-good version this way (live as the ``candidate``).
+    """
+
+    def __init__(
+        self, *, candidate: int, baseline: int, config: CanaryConfig, trial: int | None = None
+    ) -> None:
         self.candidate = candidate
         self.baseline = baseline
         self.config = config
+        self.trial = trial
         self._waiting: dict[str, tuple[deque[EpisodeOutcome], deque[EpisodeOutcome]]] = {}
         self._pairs: list[tuple[EpisodeOutcome, EpisodeOutcome]] = []
 
@@ -118,6 +126,8 @@ class CanaryEvaluator:
         """Count one finished episode; returns the verdict when enough pairs are in."""
         if self.ready or not outcome.task_id or outcome.final_distance_m is None:
             return None
+        if self.trial is not None and outcome.trial != self.trial:
+            return None  # another share's episode, or live outside the experiment
         if outcome.version == self.candidate:
             arm = 0
         elif outcome.version == self.baseline and outcome.experiment:
@@ -137,6 +147,11 @@ class CanaryEvaluator:
     @property
     def pair_count(self) -> int:
         return len(self._pairs)
+
+    @property
+    def pairs(self) -> tuple[tuple[EpisodeOutcome, EpisodeOutcome], ...]:
+        """The (candidate, baseline) episode pairs so far."""
+        return tuple(self._pairs)
 
     def verdict(self) -> StageVerdict:
         if len(self._pairs) < 2:
