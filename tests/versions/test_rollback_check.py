@@ -234,3 +234,26 @@ def test_a_live_change_during_a_check_ends_it(base_bundle: PolicyBundle, tmp_pat
 def test_a_check_needs_two_pairs_or_none(pairs: int) -> None:
     with pytest.raises(ValueError, match="pairs"):
         RollbackCheckConfig(pairs=pairs)
+
+
+def test_a_last_known_good_unloaded_while_its_check_waits_is_never_served(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    world = _world(base_bundle, tmp_path, alike, CHECKED)
+    reg = world.reg
+    for v in (3, 4):
+        reg.register(
+            make_engine(derived(base_bundle, tmp_path / f"v{v}", v, f"v{v}", nudged)),
+            source=VersionSource.LEARNER,
+        )
+    reg.promote(3, "gate passed")  # version 2 is the last-known-good, 1 retired before it
+    world.run(15)
+    reg.transition(4, VersionState.CANARY, "shadow passed")
+    world.router.start_canary(4, 0.25, 1.0)
+    world.drift(60)  # the alarm (3 against 2) waits for the canary
+    reg.unload(2)  # an operator unloads that last-known-good meanwhile: 1 is it now
+    world.router.stop_canary()
+    world.run(80)
+    assert all(o.version != 2 for o in world.served[-80:])
+    assert world.events == []
+    assert [(c.live, c.last_known_good) for c in world.monitor.checks] == [(3, 1)]

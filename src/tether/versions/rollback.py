@@ -54,6 +54,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tether.versions.errors import VersionError
 from tether.versions.records import EpisodeOutcome, Figure, LiveChange, Measurement
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import PairedShare, TrafficRouter
@@ -361,7 +362,14 @@ class RollbackMonitor:
         if check.share is not None:
             return None
         assert self._router is not None  # _checkable
-        share = self._router.start_check(check.last_known_good, self.config.check.fraction)
+        try:
+            share = self._router.start_check(check.last_known_good, self.config.check.fraction)
+        except VersionError as exc:  # the last-known-good was unloaded since the alarm
+            _log.warning("rollback check not started: %s", exc)
+            with self._lock:
+                if self._check is check:
+                    self._check = None  # the next alarm compares with what is LKG then
+            return None
         if share is None:
             return None  # a canary holds the router's share: ask again next episode
         # The canary's evaluator pairs the two arms' episodes by task (live in the
