@@ -221,6 +221,7 @@ def test_a_robot_without_a_reply_yet_shows_no_version_and_a_canary_robot_says_so
     assert version_label(waiting) == "—"
     assert version_label(canary, canary_version=5) == "v5 canary"
     assert version_label(canary, canary_version=None) == "v5"
+    assert version_label(canary, check_version=5) == "v5 check"
     console, out = _terminal()
     with Dashboard(console=console) as dash:
         dash.update(_snapshot(robots=(canary, waiting), canary_version=5))

@@ -53,6 +53,21 @@ def test_list_load_traffic_promote_rollback_in_tables(
     assert "last-known-good: none" in out
 
 
+def test_list_names_a_running_rollback_check(
+    admin: Admin, base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    derived(base_bundle, tmp_path / "v2", 2, "second", nudged)
+    assert _admin(admin, "load", str(tmp_path / "v2"))[0] == 0
+    assert _admin(admin, "promote", "2", "--skip-gate", "--reason", "bench ok")[0] == 0
+    code, out = _admin(admin, "list")
+    assert code == 0, out
+    assert "rollback check" not in out
+    admin.router.start_check(1, 0.5)  # what the rollback monitor does on an alarm
+    code, out = _admin(admin, "list")
+    assert code == 0, out
+    assert "rollback check: 1 beside live in 50% of episodes" in out
+
+
 def test_refusals_print_the_reason_and_exit_1(admin: Admin) -> None:
     code, out = _admin(admin, "rollback", token=VIEWER)
     assert code == 1

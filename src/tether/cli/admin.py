@@ -161,6 +161,11 @@ def list_versions(
     ]
     if reply.HasField("canary_version"):
         summary.append(f"canary: {reply.canary_version} in {reply.canary_fraction:.0%} of episodes")
+    if reply.HasField("check_version"):
+        summary.append(
+            f"rollback check: {reply.check_version} beside live in "
+            f"{reply.check_fraction:.0%} of episodes"
+        )
     _print(versions_table(reply.versions), "  ".join(summary))
 
 

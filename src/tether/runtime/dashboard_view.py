@@ -38,7 +38,7 @@ def render(snapshot: SystemSnapshot, events: Sequence[RunEvent]) -> RenderableTy
     return Group(
         _header(snapshot),
         gap,
-        _robots(snapshot.robots, snapshot.canary_version),
+        _robots(snapshot),
         gap,
         _system(snapshot),
         gap,
@@ -77,7 +77,9 @@ def _header(s: SystemSnapshot) -> Text:
     )
 
 
-def version_label(r: RobotSnapshot, canary_version: int | None = None) -> str:
+def version_label(
+    r: RobotSnapshot, canary_version: int | None = None, check_version: int | None = None
+) -> str:
     """The version a robot's last reply named, and why it is that one."""
     if r.policy_version <= 0:  # no reply from the policy yet (or only watchdog backups)
         return "—"
@@ -86,10 +88,12 @@ def version_label(r: RobotSnapshot, canary_version: int | None = None) -> str:
         return f"{label} pinned"
     if canary_version is not None and r.policy_version == canary_version:
         return f"{label} canary"
+    if check_version is not None and r.policy_version == check_version:
+        return f"{label} check"
     return label
 
 
-def _robots(robots: Sequence[RobotSnapshot], canary_version: int | None = None) -> Table:
+def _robots(s: SystemSnapshot) -> Table:
     # Short headers and unwrapped cells: the table fits 80 columns without truncating.
     table = Table(
         title="robots (latency p50/p99 in ms; return: moving average)",
@@ -103,7 +107,7 @@ def _robots(robots: Sequence[RobotSnapshot], canary_version: int | None = None) 
     for column in ("Hz", "p50", "p99", "return", "success", "interv.", "ep."):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("version", no_wrap=True)
-    for r in robots:
+    for r in s.robots:
         role_style = "dim" if r.role == "baseline" else ""
         table.add_row(
             Text(r.robot_id),
@@ -115,9 +119,9 @@ def _robots(robots: Sequence[RobotSnapshot], canary_version: int | None = None) 
             f"{r.success_rate:.0%}",
             str(r.interventions),
             str(r.episodes),
-            version_label(r, canary_version),
+            version_label(r, s.canary_version, s.check_version),
         )
-    if not robots:
+    if not s.robots:
         table.add_row(Text("no robots connected", style="dim"), *([""] * 9))
     return table
 
@@ -173,7 +177,8 @@ def plain_line(s: SystemSnapshot) -> str:
     robots = (
         f"{r.robot_id}[{r.role}] {r.control_rate_hz:.1f}Hz p50={r.latency_p50_ms:.2f}ms "
         f"p99={r.latency_p99_ms:.2f}ms return={r.return_avg:.2f} success={r.success_rate:.0%} "
-        f"interventions={r.interventions} version={version_label(r, s.canary_version).replace(' ', '-')}"
+        f"interventions={r.interventions} "
+        f"version={version_label(r, s.canary_version, s.check_version).replace(' ', '-')}"
         for r in s.robots
     )
     return " | ".join((system, *robots))

@@ -126,6 +126,7 @@ class SystemSnapshot:
     experience_log_bytes: int
     robots: tuple[RobotSnapshot, ...]
     canary_version: int | None = None  # the version in its canary now, if one is
+    check_version: int | None = None  # the last-known-good in a rollback check now, if one is
 
 
 RecordT = TypeVar("RecordT", RunEvent, EpisodeRecord, SystemSnapshot)

@@ -389,6 +389,7 @@ class RunSystem:
             self._last_updates = (now, counters.updates)
         live = self._versions.live_engine()
         canary = self._versions.router.canary()
+        check = self._versions.router.check()
         log_dir = self.run_dir / EXPERIENCE_DIR
         log_bytes = sum(p.stat().st_size for p in log_dir.glob("*") if p.is_file())
         return SystemSnapshot(
@@ -406,6 +407,7 @@ class RunSystem:
             experience_log_bytes=log_bytes,
             robots=tuple(self._robots[k] for k in sorted(self._robots)),
             canary_version=None if canary is None else canary.version,
+            check_version=None if check is None else check.version,
         )
 
     # ------------------------------------------------------------------ running

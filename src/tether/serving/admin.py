@@ -100,6 +100,10 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
             reply.last_known_good = lkg.id
         if canary is not None:
             reply.canary_version = canary.version
+        check = self._router.check()
+        if check is not None:
+            reply.check_version = check.version
+            reply.check_fraction = check.fraction
         return reply
 
     # ----------------------------------------------------------------- changes

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from tether.v1 import policy_pb2 as tether_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tether/v1/admin.proto\x12\ttether.v1\x1a\x16tether/v1/policy.proto\"*\n\nCheckCount\x12\r\n\x05\x63heck\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\"\xcd\x01\n\x0eVersionMetrics\x12\x10\n\x08requests\x18\x01 \x01(\x04\x12\r\n\x05steps\x18\x02 \x01(\x04\x12\x15\n\rinterventions\x18\x03 \x01(\x04\x12\x0f\n\x07\x62\x61\x63kups\x18\x04 \x01(\x04\x12\x35\n\x16interventions_by_check\x18\x05 \x03(\x0b\x32\x15.tether.v1.CheckCount\x12\x10\n\x08\x65pisodes\x18\x06 \x01(\x04\x12\x13\n\x0bmean_return\x18\x07 \x01(\x01\x12\x14\n\x0csuccess_rate\x18\x08 \x01(\x01\"\xd5\x02\n\x0cVersionEntry\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x03 \x01(\t\x12\x13\n\x06parent\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x14\n\x0c\x63reated_at_s\x18\x06 \x01(\x01\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.tether.v1.VersionState\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x0e\n\x06loaded\x18\t \x01(\x08\x12\x13\n\x0b\x64\x65\x63lared_id\x18\n \x01(\x04\x12\x13\n\x0b\x62undle_path\x18\x0b \x01(\t\x12*\n\x07metrics\x18\x0c \x01(\x0b\x32\x19.tether.v1.VersionMetrics\x12\x16\n\x0etraffic_weight\x18\r \x01(\x01\x12\x17\n\x0flast_known_good\x18\x0e \x01(\x08\x42\t\n\x07_parent\"0\n\rTrafficWeight\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\x15\n\x13ListVersionsRequest\"\x93\x02\n\x14ListVersionsResponse\x12)\n\x08versions\x18\x01 \x03(\x0b\x32\x17.tether.v1.VersionEntry\x12\x19\n\x0clive_version\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x1c\n\x0flast_known_good\x18\x03 \x01(\x04H\x01\x88\x01\x01\x12)\n\x07traffic\x18\x04 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\x12\x1b\n\x0e\x63\x61nary_version\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x17\n\x0f\x63\x61nary_fraction\x18\x06 \x01(\x01\x42\x0f\n\r_live_versionB\x12\n\x10_last_known_goodB\x11\n\x0f_canary_version\"4\n\x11LoadBundleRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\tmake_live\x18\x02 \x01(\x08\">\n\x12LoadBundleResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\" \n\rUnloadRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\":\n\x0eUnloadResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\">\n\x11SetTrafficRequest\x12)\n\x07weights\x18\x01 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\"?\n\x12SetTrafficResponse\x12)\n\x07weights\x18\x01 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\"D\n\x0ePromoteRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tskip_gate\x18\x03 \x01(\x08\";\n\x0fPromoteResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\"!\n\x0fRollbackRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"N\n\x10RollbackResponse\x12%\n\x04live\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\x12\x13\n\x0brolled_back\x18\x02 \x01(\x04\"\x1f\n\rResumeRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"N\n\x0eResumeResponse\x12*\n\x05level\x18\x01 \x01(\x0e\x32\x1b.tether.v1.DegradationLevel\x12\x10\n\x08operator\x18\x02 \x01(\t\"\x0f\n\rReloadRequest\"-\n\rReloadFailure\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"v\n\x0eReloadResponse\x12\'\n\x06loaded\x18\x01 \x03(\x0b\x32\x17.tether.v1.VersionEntry\x12\x11\n\tunchanged\x18\x02 \x03(\t\x12(\n\x06\x66\x61iled\x18\x03 \x03(\x0b\x32\x18.tether.v1.ReloadFailure*\xcd\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17VERSION_STATE_CANDIDATE\x10\x01\x12\x18\n\x14VERSION_STATE_SHADOW\x10\x02\x12\x18\n\x14VERSION_STATE_CANARY\x10\x03\x12\x16\n\x12VERSION_STATE_LIVE\x10\x04\x12\x19\n\x15VERSION_STATE_RETIRED\x10\x05\x12\x1a\n\x16VERSION_STATE_REJECTED\x10\x06\x32\xb9\x04\n\x0c\x41\x64minService\x12O\n\x0cListVersions\x12\x1e.tether.v1.ListVersionsRequest\x1a\x1f.tether.v1.ListVersionsResponse\x12I\n\nLoadBundle\x12\x1c.tether.v1.LoadBundleRequest\x1a\x1d.tether.v1.LoadBundleResponse\x12=\n\x06Unload\x12\x18.tether.v1.UnloadRequest\x1a\x19.tether.v1.UnloadResponse\x12I\n\nSetTraffic\x12\x1c.tether.v1.SetTrafficRequest\x1a\x1d.tether.v1.SetTrafficResponse\x12@\n\x07Promote\x12\x19.tether.v1.PromoteRequest\x1a\x1a.tether.v1.PromoteResponse\x12\x43\n\x08Rollback\x12\x1a.tether.v1.RollbackRequest\x1a\x1b.tether.v1.RollbackResponse\x12=\n\x06Resume\x12\x18.tether.v1.ResumeRequest\x1a\x19.tether.v1.ResumeResponse\x12=\n\x06Reload\x12\x18.tether.v1.ReloadRequest\x1a\x19.tether.v1.ReloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tether/v1/admin.proto\x12\ttether.v1\x1a\x16tether/v1/policy.proto\"*\n\nCheckCount\x12\r\n\x05\x63heck\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\"\xcd\x01\n\x0eVersionMetrics\x12\x10\n\x08requests\x18\x01 \x01(\x04\x12\r\n\x05steps\x18\x02 \x01(\x04\x12\x15\n\rinterventions\x18\x03 \x01(\x04\x12\x0f\n\x07\x62\x61\x63kups\x18\x04 \x01(\x04\x12\x35\n\x16interventions_by_check\x18\x05 \x03(\x0b\x32\x15.tether.v1.CheckCount\x12\x10\n\x08\x65pisodes\x18\x06 \x01(\x04\x12\x13\n\x0bmean_return\x18\x07 \x01(\x01\x12\x14\n\x0csuccess_rate\x18\x08 \x01(\x01\"\xd5\x02\n\x0cVersionEntry\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x03 \x01(\t\x12\x13\n\x06parent\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x14\n\x0c\x63reated_at_s\x18\x06 \x01(\x01\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.tether.v1.VersionState\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x0e\n\x06loaded\x18\t \x01(\x08\x12\x13\n\x0b\x64\x65\x63lared_id\x18\n \x01(\x04\x12\x13\n\x0b\x62undle_path\x18\x0b \x01(\t\x12*\n\x07metrics\x18\x0c \x01(\x0b\x32\x19.tether.v1.VersionMetrics\x12\x16\n\x0etraffic_weight\x18\r \x01(\x01\x12\x17\n\x0flast_known_good\x18\x0e \x01(\x08\x42\t\n\x07_parent\"0\n\rTrafficWeight\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\x15\n\x13ListVersionsRequest\"\xd9\x02\n\x14ListVersionsResponse\x12)\n\x08versions\x18\x01 \x03(\x0b\x32\x17.tether.v1.VersionEntry\x12\x19\n\x0clive_version\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x1c\n\x0flast_known_good\x18\x03 \x01(\x04H\x01\x88\x01\x01\x12)\n\x07traffic\x18\x04 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\x12\x1b\n\x0e\x63\x61nary_version\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x17\n\x0f\x63\x61nary_fraction\x18\x06 \x01(\x01\x12\x1a\n\rcheck_version\x18\x07 \x01(\x04H\x03\x88\x01\x01\x12\x16\n\x0e\x63heck_fraction\x18\x08 \x01(\x01\x42\x0f\n\r_live_versionB\x12\n\x10_last_known_goodB\x11\n\x0f_canary_versionB\x10\n\x0e_check_version\"4\n\x11LoadBundleRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\tmake_live\x18\x02 \x01(\x08\">\n\x12LoadBundleResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\" \n\rUnloadRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\":\n\x0eUnloadResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\">\n\x11SetTrafficRequest\x12)\n\x07weights\x18\x01 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\"?\n\x12SetTrafficResponse\x12)\n\x07weights\x18\x01 \x03(\x0b\x32\x18.tether.v1.TrafficWeight\"D\n\x0ePromoteRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tskip_gate\x18\x03 \x01(\x08\";\n\x0fPromoteResponse\x12(\n\x07version\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\"!\n\x0fRollbackRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"N\n\x10RollbackResponse\x12%\n\x04live\x18\x01 \x01(\x0b\x32\x17.tether.v1.VersionEntry\x12\x13\n\x0brolled_back\x18\x02 \x01(\x04\"\x1f\n\rResumeRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"N\n\x0eResumeResponse\x12*\n\x05level\x18\x01 \x01(\x0e\x32\x1b.tether.v1.DegradationLevel\x12\x10\n\x08operator\x18\x02 \x01(\t\"\x0f\n\rReloadRequest\"-\n\rReloadFailure\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"v\n\x0eReloadResponse\x12\'\n\x06loaded\x18\x01 \x03(\x0b\x32\x17.tether.v1.VersionEntry\x12\x11\n\tunchanged\x18\x02 \x03(\t\x12(\n\x06\x66\x61iled\x18\x03 \x03(\x0b\x32\x18.tether.v1.ReloadFailure*\xcd\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17VERSION_STATE_CANDIDATE\x10\x01\x12\x18\n\x14VERSION_STATE_SHADOW\x10\x02\x12\x18\n\x14VERSION_STATE_CANARY\x10\x03\x12\x16\n\x12VERSION_STATE_LIVE\x10\x04\x12\x19\n\x15VERSION_STATE_RETIRED\x10\x05\x12\x1a\n\x16VERSION_STATE_REJECTED\x10\x06\x32\xb9\x04\n\x0c\x41\x64minService\x12O\n\x0cListVersions\x12\x1e.tether.v1.ListVersionsRequest\x1a\x1f.tether.v1.ListVersionsResponse\x12I\n\nLoadBundle\x12\x1c.tether.v1.LoadBundleRequest\x1a\x1d.tether.v1.LoadBundleResponse\x12=\n\x06Unload\x12\x18.tether.v1.UnloadRequest\x1a\x19.tether.v1.UnloadResponse\x12I\n\nSetTraffic\x12\x1c.tether.v1.SetTrafficRequest\x1a\x1d.tether.v1.SetTrafficResponse\x12@\n\x07Promote\x12\x19.tether.v1.PromoteRequest\x1a\x1a.tether.v1.PromoteResponse\x12\x43\n\x08Rollback\x12\x1a.tether.v1.RollbackRequest\x1a\x1b.tether.v1.RollbackResponse\x12=\n\x06Resume\x12\x18.tether.v1.ResumeRequest\x1a\x19.tether.v1.ResumeResponse\x12=\n\x06Reload\x12\x18.tether.v1.ReloadRequest\x1a\x19.tether.v1.ReloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tether.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERSIONSTATE']._serialized_start=1892
-  _globals['_VERSIONSTATE']._serialized_end=2097
+  _globals['_VERSIONSTATE']._serialized_start=1962
+  _globals['_VERSIONSTATE']._serialized_end=2167
   _globals['_CHECKCOUNT']._serialized_start=60
   _globals['_CHECKCOUNT']._serialized_end=102
   _globals['_VERSIONMETRICS']._serialized_start=105
@@ -45,37 +45,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTVERSIONSREQUEST']._serialized_start=706
   _globals['_LISTVERSIONSREQUEST']._serialized_end=727
   _globals['_LISTVERSIONSRESPONSE']._serialized_start=730
-  _globals['_LISTVERSIONSRESPONSE']._serialized_end=1005
-  _globals['_LOADBUNDLEREQUEST']._serialized_start=1007
-  _globals['_LOADBUNDLEREQUEST']._serialized_end=1059
-  _globals['_LOADBUNDLERESPONSE']._serialized_start=1061
-  _globals['_LOADBUNDLERESPONSE']._serialized_end=1123
-  _globals['_UNLOADREQUEST']._serialized_start=1125
-  _globals['_UNLOADREQUEST']._serialized_end=1157
-  _globals['_UNLOADRESPONSE']._serialized_start=1159
-  _globals['_UNLOADRESPONSE']._serialized_end=1217
-  _globals['_SETTRAFFICREQUEST']._serialized_start=1219
-  _globals['_SETTRAFFICREQUEST']._serialized_end=1281
-  _globals['_SETTRAFFICRESPONSE']._serialized_start=1283
-  _globals['_SETTRAFFICRESPONSE']._serialized_end=1346
-  _globals['_PROMOTEREQUEST']._serialized_start=1348
-  _globals['_PROMOTEREQUEST']._serialized_end=1416
-  _globals['_PROMOTERESPONSE']._serialized_start=1418
-  _globals['_PROMOTERESPONSE']._serialized_end=1477
-  _globals['_ROLLBACKREQUEST']._serialized_start=1479
-  _globals['_ROLLBACKREQUEST']._serialized_end=1512
-  _globals['_ROLLBACKRESPONSE']._serialized_start=1514
-  _globals['_ROLLBACKRESPONSE']._serialized_end=1592
-  _globals['_RESUMEREQUEST']._serialized_start=1594
-  _globals['_RESUMEREQUEST']._serialized_end=1625
-  _globals['_RESUMERESPONSE']._serialized_start=1627
-  _globals['_RESUMERESPONSE']._serialized_end=1705
-  _globals['_RELOADREQUEST']._serialized_start=1707
-  _globals['_RELOADREQUEST']._serialized_end=1722
-  _globals['_RELOADFAILURE']._serialized_start=1724
-  _globals['_RELOADFAILURE']._serialized_end=1769
-  _globals['_RELOADRESPONSE']._serialized_start=1771
-  _globals['_RELOADRESPONSE']._serialized_end=1889
-  _globals['_ADMINSERVICE']._serialized_start=2100
-  _globals['_ADMINSERVICE']._serialized_end=2669
+  _globals['_LISTVERSIONSRESPONSE']._serialized_end=1075
+  _globals['_LOADBUNDLEREQUEST']._serialized_start=1077
+  _globals['_LOADBUNDLEREQUEST']._serialized_end=1129
+  _globals['_LOADBUNDLERESPONSE']._serialized_start=1131
+  _globals['_LOADBUNDLERESPONSE']._serialized_end=1193
+  _globals['_UNLOADREQUEST']._serialized_start=1195
+  _globals['_UNLOADREQUEST']._serialized_end=1227
+  _globals['_UNLOADRESPONSE']._serialized_start=1229
+  _globals['_UNLOADRESPONSE']._serialized_end=1287
+  _globals['_SETTRAFFICREQUEST']._serialized_start=1289
+  _globals['_SETTRAFFICREQUEST']._serialized_end=1351
+  _globals['_SETTRAFFICRESPONSE']._serialized_start=1353
+  _globals['_SETTRAFFICRESPONSE']._serialized_end=1416
+  _globals['_PROMOTEREQUEST']._serialized_start=1418
+  _globals['_PROMOTEREQUEST']._serialized_end=1486
+  _globals['_PROMOTERESPONSE']._serialized_start=1488
+  _globals['_PROMOTERESPONSE']._serialized_end=1547
+  _globals['_ROLLBACKREQUEST']._serialized_start=1549
+  _globals['_ROLLBACKREQUEST']._serialized_end=1582
+  _globals['_ROLLBACKRESPONSE']._serialized_start=1584
+  _globals['_ROLLBACKRESPONSE']._serialized_end=1662
+  _globals['_RESUMEREQUEST']._serialized_start=1664
+  _globals['_RESUMEREQUEST']._serialized_end=1695
+  _globals['_RESUMERESPONSE']._serialized_start=1697
+  _globals['_RESUMERESPONSE']._serialized_end=1775
+  _globals['_RELOADREQUEST']._serialized_start=1777
+  _globals['_RELOADREQUEST']._serialized_end=1792
+  _globals['_RELOADFAILURE']._serialized_start=1794
+  _globals['_RELOADFAILURE']._serialized_end=1839
+  _globals['_RELOADRESPONSE']._serialized_start=1841
+  _globals['_RELOADRESPONSE']._serialized_end=1959
+  _globals['_ADMINSERVICE']._serialized_start=2170
+  _globals['_ADMINSERVICE']._serialized_end=2739
 # @@protoc_insertion_point(module_scope)

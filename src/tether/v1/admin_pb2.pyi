@@ -98,20 +98,24 @@ class ListVersionsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListVersionsResponse(_message.Message):
-    __slots__ = ("versions", "live_version", "last_known_good", "traffic", "canary_version", "canary_fraction")
+    __slots__ = ("versions", "live_version", "last_known_good", "traffic", "canary_version", "canary_fraction", "check_version", "check_fraction")
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
     LAST_KNOWN_GOOD_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     CANARY_VERSION_FIELD_NUMBER: _ClassVar[int]
     CANARY_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    CHECK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FRACTION_FIELD_NUMBER: _ClassVar[int]
     versions: _containers.RepeatedCompositeFieldContainer[VersionEntry]
     live_version: int
     last_known_good: int
     traffic: _containers.RepeatedCompositeFieldContainer[TrafficWeight]
     canary_version: int
     canary_fraction: float
-    def __init__(self, versions: _Optional[_Iterable[_Union[VersionEntry, _Mapping]]] = ..., live_version: _Optional[int] = ..., last_known_good: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[TrafficWeight, _Mapping]]] = ..., canary_version: _Optional[int] = ..., canary_fraction: _Optional[float] = ...) -> None: ...
+    check_version: int
+    check_fraction: float
+    def __init__(self, versions: _Optional[_Iterable[_Union[VersionEntry, _Mapping]]] = ..., live_version: _Optional[int] = ..., last_known_good: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[TrafficWeight, _Mapping]]] = ..., canary_version: _Optional[int] = ..., canary_fraction: _Optional[float] = ..., check_version: _Optional[int] = ..., check_fraction: _Optional[float] = ...) -> None: ...
 
 class LoadBundleRequest(_message.Message):
     __slots__ = ("path", "make_live")
