@@ -257,3 +257,22 @@ def test_a_last_known_good_unloaded_while_its_check_waits_is_never_served(
     assert all(o.version != 2 for o in world.served[-80:])
     assert world.events == []
     assert [(c.live, c.last_known_good) for c in world.monitor.checks] == [(3, 1)]
+
+
+def test_a_check_whose_last_known_good_is_unloaded_midway_ends_without_a_rollback(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    world = _world(base_bundle, tmp_path, regressed, CHECKED).drift()
+    for _ in range(60):
+        world.episode()
+        if world.router.check() is not None:
+            break
+    assert world.router.check() is not None
+    world.reg.unload(1)  # the only last-known-good: nothing to roll back to, nor to check
+    world.run(120)
+    assert world.router.check() is None  # dropped, not left holding the router's share
+    assert world.events == []
+    assert world.monitor.checks == []
+    live = world.reg.live()
+    assert live is not None
+    assert live.id == 2

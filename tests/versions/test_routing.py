@@ -202,7 +202,9 @@ def test_a_check_serves_the_last_known_good_beside_live_on_the_same_tasks(
             assert {a.version, b.version} == {1, None}  # the last-known-good, and live
             assert a.trial == b.trial == share.trial
             assert a.tightening == b.tightening == 1.0  # both at the base limits
-    router.stop_check()
+    router.stop_check(share.trial + 1)  # another check's number: this one goes on
+    assert router.check() == share
+    router.stop_check(share.trial)
     assert router.route("robot-0", "ep-x", "task-0").role is Role.LIVE
 
 
@@ -231,7 +233,9 @@ def test_a_canary_waits_for_a_check_and_a_check_for_a_canary(
     assert canary.trial != check.trial
     assert router.canary() is None  # waiting: the check keeps the share
     assert router.route("r", "ep-0", "t").role in (Role.CHECK, Role.CONTROL)
-    router.stop_check()
+    router.stop_check(canary.trial)  # the canary's number stops no check
+    assert router.canary() is None
+    router.stop_check(check.trial)
     assert router.canary() == canary
     assert router.route("r", "ep-1", "t").role in (Role.CANARY, Role.CONTROL)
     assert router.start_check(1, 0.5) is None  # the canary holds it: ask again later

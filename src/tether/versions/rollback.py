@@ -32,7 +32,8 @@ same margins and ``z``):
   holds a window (a baseline the check found no worse than the last-known-good), so a
   later drop of live against it raises a new check;
 - no verdict after ``check.max_episodes`` episodes (tasks that do not repeat), or no
-  check possible (no router, no task ids, ``pairs`` 0) → roll back on the windows' numbers.
+  check possible (no router, no task ids, ``pairs`` 0) → roll back on the windows' numbers;
+- the last-known-good unloaded meanwhile → the check is dropped, its share ended.
 
 A check waits while a canary holds the router's share (live's own episodes keep
 counting towards ``check.max_episodes``), and a canary that starts during a check waits
@@ -266,8 +267,8 @@ class RollbackMonitor:
                 and len(rebased[2]) < self.config.window_episodes
             ):
                 rebased[2].append(outcome)
-        live, lkg = self._registry.live(), self._registry.last_known_good()
-        if live is None or lkg is None or outcome.version != live.id:
+        live = self._registry.live()
+        if live is None or outcome.version != live.id:
             return None
         with self._lock:
             check = self._check
@@ -275,6 +276,9 @@ class RollbackMonitor:
                 check.episodes += 1
         if check is not None:
             return self._wait(check)
+        lkg = self._registry.last_known_good()
+        if lkg is None:
+            return None
         measurements = self.compare(live.id, lkg.id)
         if measurements is None:
             return None
@@ -349,7 +353,11 @@ class RollbackMonitor:
 
     def _wait(self, check: _Check) -> RollbackEvent | None:
         """Start ``check``'s share once the router is free; past ``max_episodes`` episodes
-        without a verdict the windows' verdict stands."""
+        without a verdict the windows' verdict stands. A check whose last-known-good is
+        no longer that (unloaded meanwhile) is dropped: the next alarm compares live with
+        the one there is then."""
+        if not self._current(check):
+            return None
         if check.episodes >= self.config.check.max_episodes:
             _log.warning(
                 "rollback check of version %d against %d: no verdict after %d episodes; "
@@ -364,11 +372,9 @@ class RollbackMonitor:
         assert self._router is not None  # _checkable
         try:
             share = self._router.start_check(check.last_known_good, self.config.check.fraction)
-        except VersionError as exc:  # the last-known-good was unloaded since the alarm
+        except VersionError as exc:  # unloaded since _current() read it
             _log.warning("rollback check not started: %s", exc)
-            with self._lock:
-                if self._check is check:
-                    self._check = None  # the next alarm compares with what is LKG then
+            self._drop(check)
             return None
         if share is None:
             return None  # a canary holds the router's share: ask again next episode
@@ -381,9 +387,12 @@ class RollbackMonitor:
             candidate=check.live, baseline=check.last_known_good, config=pairing, trial=share.trial
         )
         with self._lock:
-            if self._check is not check:  # live changed meanwhile: the router ended it
-                return None
-            check.share, check.evaluator = share, evaluator
+            stale = self._check is not check  # live changed since the alarm
+            if not stale:
+                check.share, check.evaluator = share, evaluator
+        if stale:
+            self._router.stop_check(share.trial)
+            return None
         _log.info(
             "rollback check: version %d served beside live %d on the same tasks (%s)",
             check.last_known_good,
@@ -399,6 +408,8 @@ class RollbackMonitor:
                 return None
             check.episodes += 1
         assert check.evaluator is not None  # set with the share
+        if not self._current(check):
+            return None
         check.evaluator.add(outcome)
         pairs = check.evaluator.pairs
         if len(pairs) < self.config.check.pairs:
@@ -439,9 +450,29 @@ class RollbackMonitor:
             listener(result)
         if not degraded:
             assert self._router is not None
-            self._router.stop_check()
+            self._router.stop_check(check.share.trial)
             return None
         return self._roll_back(check.live, check.last_known_good, measurements, check_pairs=n)
+
+    def _current(self, check: _Check) -> bool:
+        """Whether ``check``'s last-known-good is still that; else the check is dropped."""
+        lkg = self._registry.last_known_good()
+        if lkg is not None and lkg.id == check.last_known_good:
+            return True
+        _log.warning(
+            "rollback check of version %d dropped: its last-known-good %d is no longer that",
+            check.live,
+            check.last_known_good,
+        )
+        self._drop(check)
+        return False
+
+    def _drop(self, check: _Check) -> None:
+        with self._lock:
+            if self._check is check:
+                self._check = None
+        if check.share is not None and self._router is not None:
+            self._router.stop_check(check.share.trial)
 
     def _roll_back(
         self,

@@ -220,10 +220,10 @@ class TrafficRouter:
             self._begin(share)
         return share
 
-    def stop_check(self) -> None:
-        """End the check; a canary that waited for it starts."""
+    def stop_check(self, trial: int) -> None:
+        """End the check numbered ``trial`` (no other); a canary that waited for it starts."""
         with self._lock:
-            if self._share is not None and self._share.arm is Role.CHECK:
+            if self._share is not None and self._share.trial == trial:
                 self._begin(self._waiting)
                 self._waiting = None
 
