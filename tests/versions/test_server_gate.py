@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,6 +134,7 @@ def test_good_candidate_goes_shadow_canary_live(
         3, 10, mean_return=-55, success=0.6, rate=0.01, seed=2, tightened=True, tasks=True
     )
     for a, b in zip(live_eps, cand_eps, strict=True):
+        a, b = (dataclasses.replace(o, trial=share.trial) for o in (a, b))  # as served
         outcome = ctl.on_episode(a) or ctl.on_episode(b)
     assert outcome is not None
     assert outcome.promoted
@@ -236,7 +238,8 @@ def _run_tasks(
         task = (e // 2) % 6
         decision = router.route("robot-1", f"ep-{e}", f"task-{task}")
         decisions.append(decision)
-        ctl.on_episode(outcome_of(decision.role, decision.version, task))
+        outcome = outcome_of(decision.role, decision.version, task)
+        ctl.on_episode(dataclasses.replace(outcome, trial=decision.trial))  # as served
     return decisions
 
 
@@ -331,3 +334,48 @@ def test_a_promoted_version_that_then_degrades_is_rolled_back(
     assert failed
     assert all(m.direction in ("<=", ">=") for m in failed)
     assert "success_diff_upper_bound" in events[0].describe()
+
+
+def test_a_canary_that_passes_shadow_during_a_rollback_check_waits_and_counts_only_its_own_pairs(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    """A check's live episodes are live on the same tasks as a canary's control would be;
+    one that ends after the canary started must not be taken for the canary's control."""
+    reg, router, ctl = _system(base_bundle, tmp_path, supervisor)
+    reg.register(
+        make_engine(derived(base_bundle, tmp_path / "v4", 4, "v4", nudged)),
+        source=VersionSource.LEARNER,
+    )
+    reg.promote(4, "test")  # version 1 is the last-known-good
+    check = router.start_check(1, 0.5)
+    assert check is not None
+    in_flight = [router.route("robot-1", f"check-{e}", f"task-{e // 2}") for e in range(12)]
+    ctl.submit(3)
+    _serve_live_batches(reg, router, ctl, spec, 4)
+    assert reg.get(3).state is VersionState.CANARY
+    assert router.canary() is None  # its share waits for the check
+    router.stop_check(check.trial)
+    share = router.canary()
+    assert share is not None
+    assert share.version == 3
+    assert share.trial != check.trial
+    # The check's live arm finishes now, after the canary started, far closer to its
+    # targets than live does later: taken for the canary's control it would fail the
+    # canary on distance.
+    for e, d in enumerate(in_flight):
+        if d.role is Role.CONTROL:
+            o = _episode(4, e // 2, success=True, distance_m=0.0, tightened=False)
+            assert ctl.on_episode(dataclasses.replace(o, trial=d.trial)) is None
+
+    def outcome_of(role: Role, version: int | None, task: int) -> EpisodeOutcome:
+        if role is Role.CANARY:  # as good as live: the canary passes on its own pairs
+            return _episode(3, task, success=True, distance_m=0.1, tightened=True)
+        return _episode(4, task, success=True, distance_m=0.1, tightened=role is Role.CONTROL)
+
+    _run_tasks(router, ctl, 40, outcome_of)
+    outcome = ctl.outcomes[-1]
+    assert outcome.version == 3
+    assert outcome.promoted
+    canary = outcome.verdicts[-1]
+    assert canary.stage is GateStage.CANARY
+    assert canary.samples == 2 * CONFIG.canary.pairs  # its own pairs, none of the check's
