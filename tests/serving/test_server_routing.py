@@ -22,6 +22,7 @@ from tether.serving.launch import build_server
 from tether.spec import RobotSpec
 from tether.versions.facade import PolicyVersions, VersionsConfig
 from tether.versions.records import EpisodeOutcome, VersionSource, VersionState
+from tether.versions.rollback import RollbackCheckConfig, RollbackConfig
 
 # The routed robot runs each task twice in a row and declares it: at a 50 % share every
 # pair of episodes is one canary and one control episode of the same task.
@@ -111,3 +112,81 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
     assert 0.0 <= canary.success_rate <= 1.0
     assert np.isclose(live_metrics.success_rate, 0.5, atol=0.25)
     assert canary.steps == 4 * canary_episodes  # per-step feedback (on_step) too
+
+
+def test_a_rollback_check_serves_the_last_known_good_through_the_control_stream(
+    base_bundle: PolicyBundle, tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
+) -> None:
+    """The whole path: a drift that hurts both versions alike raises the monitor's alarm
+    on the robot's own episodes, the server then serves the last-known-good beside live on
+    the same tasks (the check's trial travels with every step into the outcomes), and the
+    check keeps live."""
+    config = VersionsConfig(
+        rollback=RollbackConfig(
+            window_episodes=10,
+            min_episodes=4,
+            sustain_episodes=2,
+            check=RollbackCheckConfig(pairs=4, max_pairs=4, fraction=0.5),
+        )
+    )
+    versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
+    first = versions.load(tmp_path / "base", make_live=True)
+    second = versions.registry.register(
+        make_engine(derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)),
+        source=VersionSource.LEARNER,
+        make_live_if_first=False,
+    )
+    finished: list[EpisodeOutcome] = []
+    on_episode = versions.on_episode
+
+    def record(outcome: EpisodeOutcome) -> None:
+        finished.append(outcome)
+        on_episode(outcome)
+
+    versions.on_episode = record  # type: ignore[method-assign]
+    server_config = ServerConfig(
+        port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0)
+    )
+    server = build_server(tmp_path / "base", server_config, versions=versions)
+    running = RunningServer(server)
+    obs = arm_observations(spec, 4, seed=3)
+    served: list[int] = []
+    try:
+        with PolicyClient(running.address) as client:
+            robot = client.session(spec, robot_id="robot", control_deadline_s=5.0)
+
+            def episode(k: int, *, drifted: bool) -> None:
+                for t in range(4):
+                    done = t == 3
+                    reply = robot.step(
+                        obs[t],
+                        reward=0.0,
+                        truncated=done,
+                        success=done and not drifted,
+                        deterministic=True,
+                        task_id=f"task-{(k // 2) % 5}",
+                        final_distance_m=(0.2 if drifted else 0.02) if done else None,
+                    )
+                    assert reply.version is not None, reply.reason
+                served.append(reply.version.id)
+
+            for k in range(10):
+                episode(k, drifted=False)
+            versions.registry.promote(second.id, "test: gate passed")
+            for k in range(10, 40):
+                episode(k, drifted=True)
+            robot.close()
+    finally:
+        running.stop()
+    checks = versions.rollback.checks
+    assert [(c.live, c.last_known_good, c.rolled_back) for c in checks] == [
+        (second.id, first.id, False)
+    ]
+    live = versions.registry.live()
+    assert live is not None
+    assert live.id == second.id
+    in_check = [o for o in finished if o.experiment]
+    assert {o.trial for o in in_check} == {1}  # the check's number, on every arm
+    assert {o.version for o in in_check} == {first.id, second.id}
+    assert first.id in served[10:]  # the last-known-good acted again, in its share only
+    assert all(o.version == second.id for o in finished[10:] if not o.experiment)
