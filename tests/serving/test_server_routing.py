@@ -29,25 +29,18 @@ from tether.versions.rollback import RollbackCheckConfig, RollbackConfig
 EPISODES = 16
 
 
-@pytest.mark.parametrize("tightening", [0.8, 1.0])
-def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
-    base_bundle: PolicyBundle,
-    tmp_path: Path,
-    spec: RobotSpec,
-    supervisor: Supervisor,
-    tightening: float,
-) -> None:
-    versions = PolicyVersions(
-        VersionsConfig(), engine_factory=make_engine, shadow_supervisor=supervisor
+def _serving(
+    tmp_path: Path, base: PolicyBundle, supervisor: Supervisor, config: VersionsConfig
+) -> tuple[PolicyVersions, list[EpisodeOutcome], RunningServer]:
+    """Version 1 (``base``) live and version 2 registered in ``PolicyVersions``, a server
+    routed by them, and the list every finished episode's outcome is appended to."""
+    versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
+    versions.load(tmp_path / "base", make_live=True)
+    versions.registry.register(
+        make_engine(derived(base, tmp_path / "v2", 2, "v2", nudged)),
+        source=VersionSource.LEARNER,
+        make_live_if_first=False,
     )
-    live = versions.load(tmp_path / "base", make_live=True)
-    candidate_bundle = derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)
-    candidate = versions.registry.register(
-        make_engine(candidate_bundle), source=VersionSource.LEARNER, make_live_if_first=False
-    )
-    versions.registry.transition(candidate.id, VersionState.SHADOW, "test: shadow passed")
-    versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
-    versions.router.start_canary(candidate.id, fraction=0.5, tightening=tightening)
     finished: list[EpisodeOutcome] = []
     on_episode = versions.on_episode
 
@@ -56,9 +49,26 @@ def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
         on_episode(outcome)
 
     versions.on_episode = record  # type: ignore[method-assign]
-    config = ServerConfig(port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0))
-    server = build_server(tmp_path / "base", config, versions=versions)
-    running = RunningServer(server)
+    server_config = ServerConfig(
+        port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0)
+    )
+    server = build_server(tmp_path / "base", server_config, versions=versions)
+    return versions, finished, RunningServer(server)
+
+
+@pytest.mark.parametrize("tightening", [0.8, 1.0])
+def test_canary_serves_whole_episodes_and_episode_outcomes_reach_the_registry(
+    base_bundle: PolicyBundle,
+    tmp_path: Path,
+    spec: RobotSpec,
+    supervisor: Supervisor,
+    tightening: float,
+) -> None:
+    versions, finished, running = _serving(tmp_path, base_bundle, supervisor, VersionsConfig())
+    live, candidate = versions.registry.get(1), versions.registry.get(2)
+    versions.registry.transition(candidate.id, VersionState.SHADOW, "test: shadow passed")
+    versions.registry.transition(candidate.id, VersionState.CANARY, "test: into the canary")
+    versions.router.start_canary(candidate.id, fraction=0.5, tightening=tightening)
     obs = arm_observations(spec, 8, seed=2)
     try:
         with PolicyClient(running.address) as client:
@@ -129,26 +139,8 @@ def test_a_rollback_check_serves_the_last_known_good_through_the_control_stream(
             check=RollbackCheckConfig(pairs=4, max_pairs=4, fraction=0.5),
         )
     )
-    versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
-    first = versions.load(tmp_path / "base", make_live=True)
-    second = versions.registry.register(
-        make_engine(derived(base_bundle, tmp_path / "v2", 2, "v2", nudged)),
-        source=VersionSource.LEARNER,
-        make_live_if_first=False,
-    )
-    finished: list[EpisodeOutcome] = []
-    on_episode = versions.on_episode
-
-    def record(outcome: EpisodeOutcome) -> None:
-        finished.append(outcome)
-        on_episode(outcome)
-
-    versions.on_episode = record  # type: ignore[method-assign]
-    server_config = ServerConfig(
-        port=0, metrics_port=None, admission=AdmissionConfig(rate_limit_hz=0)
-    )
-    server = build_server(tmp_path / "base", server_config, versions=versions)
-    running = RunningServer(server)
+    versions, finished, running = _serving(tmp_path, base_bundle, supervisor, config)
+    first, second = versions.registry.get(1), versions.registry.get(2)
     obs = arm_observations(spec, 4, seed=3)
     served: list[int] = []
     try:
