@@ -133,6 +133,13 @@ def _write_run(run_dir: Path) -> None:
         ),
         RunEvent(230.0, "promotion", "gate passed: return +30 %", version=4),
         RunEvent(
+            245.0,
+            "rollback_check",
+            "rollback check of version 4 against 2 on 6 task pairs: rolled back",
+            version=4,
+            details={"stage": "rollback_check", "last_known_good": 2, "pairs": 6},
+        ),
+        RunEvent(
             260.0, "rollback", "live return fell 40 %", version=2, details={"stage": "monitor"}
         ),
         RunEvent(END_S, "stop", "duration reached"),
@@ -219,6 +226,9 @@ def test_summary_numbers_are_exact(run_dir: Path) -> None:
     assert [(e.version, e.stage, e.reason) for e in s.rollbacks] == [
         (2, "monitor", "live return fell 40 %")
     ]
+    assert [(e.version, e.numbers) for e in s.checks] == [
+        (4, (("last_known_good", "2"), ("pairs", "6")))
+    ]
     assert s.degradation_transitions == 2
     assert s.worst_degradation_level == "RESTRICTED"
     assert s.final_live_version == 2
@@ -263,6 +273,7 @@ def test_report_references_every_plot_and_each_is_a_png(run_dir: Path) -> None:
     )
     assert "<in eval>" not in html
     assert "live return fell 40 %" in html
+    assert "rollback check of version 4 against 2" in html
     assert "incomplete" not in html
 
 

@@ -51,6 +51,7 @@ from tether.serving.launch import build_server
 from tether.versions.errors import VersionError
 from tether.versions.facade import PolicyVersions
 from tether.versions.records import LiveChange, VersionRecord, VersionSource, VersionState
+from tether.versions.rollback import CheckOutcome
 from tether.versions.server_gate import GateOutcome
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class EdgeServer:
         )
         self._versions.add_live_listener(self._on_live_change)
         self._versions.promotion.add_listener(self._on_gate)
+        self._versions.rollback.add_check_listener(self._on_rollback_check)
         self._versions.load(Path(plan.bundle_path), make_live=True)
         self._server = build_server(
             Path(plan.bundle_path),
@@ -220,6 +222,10 @@ class EdgeServer:
                 "edge": self.plan.edge_id,
             },
         )
+
+    def _on_rollback_check(self, check: CheckOutcome) -> None:
+        details = {**check.details(), "edge": self.plan.edge_id}
+        self.notes.add("rollback_check", check.describe(), version=check.live, details=details)
 
     def _on_live_change(self, change: LiveChange) -> None:
         if change.kind == "rollback" and not self._applying:

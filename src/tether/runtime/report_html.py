@@ -61,7 +61,7 @@ def render_html(
             bad_columns=(ROLE_COLUMNS.index("violations"), ROLE_COLUMNS.index("contacts")),
         ),
         _notes(summary.notes),
-        "<h2>Promotions, rejections and rollbacks</h2>",
+        "<h2>Promotions, rejections, rollbacks and rollback checks</h2>",
         _gate(summary),
         _system(last_snapshot),
         "<h2>Plots</h2>",

@@ -26,7 +26,7 @@ from tether.runtime.report_config import ReportConfig, ReportError
 from tether.runtime.report_data import RunData, load_run
 from tether.runtime.report_stats import mean_and_error, ratio_interval, wilson_interval
 
-GATE_EVENT_KINDS = ("promotion", "rejection", "rollback")
+GATE_EVENT_KINDS = ("promotion", "rejection", "rollback", "rollback_check")
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,7 @@ class RunSummary:
     promotions: tuple[GateEvent, ...]
     rejections: tuple[GateEvent, ...]
     rollbacks: tuple[GateEvent, ...]
+    checks: tuple[GateEvent, ...]  # the rollback monitor's checks that reached a verdict
     degradation_transitions: int
     worst_degradation_level: str | None
     final_live_version: int | None
@@ -185,6 +186,7 @@ def summarize(data: RunData, config: ReportConfig) -> RunSummary:
         promotions=_gate_events(gate, "promotion"),
         rejections=_gate_events(gate, "rejection"),
         rollbacks=_gate_events(gate, "rollback"),
+        checks=_gate_events(gate, "rollback_check"),
         degradation_transitions=sum(1 for e in data.events if e.kind == "degradation"),
         worst_degradation_level=max(levels, key=lambda n: level_style(n).rank) if levels else None,
         final_live_version=data.snapshots[-1].live_version if data.snapshots else None,
@@ -362,6 +364,7 @@ def summary_document(s: RunSummary) -> dict[str, object]:
             {"t_s": g.t_s, "version": g.version, "stage": g.stage} for g in s.rejections
         ],
         "rollbacks": [{"t_s": g.t_s, "version": g.version} for g in s.rollbacks],
+        "rollback_checks": [{"t_s": g.t_s, "version": g.version} for g in s.checks],
         "degradation_transitions": s.degradation_transitions,
         "worst_degradation_level": s.worst_degradation_level,
         "violations": s.violations,

@@ -69,10 +69,9 @@ def _distance(mean_se: tuple[float, float] | None) -> str:
 
 
 def gate_events(summary: RunSummary) -> tuple[GateEvent, ...]:
-    """Promotions, rejections and rollbacks together, in time order."""
-    return tuple(
-        sorted(summary.promotions + summary.rejections + summary.rollbacks, key=lambda e: e.t_s)
-    )
+    """Promotions, rejections, rollbacks and rollback checks together, in time order."""
+    s = summary
+    return tuple(sorted(s.promotions + s.rejections + s.rollbacks + s.checks, key=lambda e: e.t_s))
 
 
 def gate_row(e: GateEvent) -> tuple[str, ...]:

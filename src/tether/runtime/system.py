@@ -213,17 +213,7 @@ class RunSystem:
 
     def _on_rollback_check(self, check: CheckOutcome) -> None:
         """The rollback monitor served the last-known-good beside live and decided."""
-        self.event(
-            "rollback_check",
-            check.describe(),
-            version=check.live,
-            details={
-                "last_known_good": check.last_known_good,
-                "rolled_back": check.rolled_back,
-                "pairs": check.pairs,
-                **{m.name: m.value for m in check.measurements},
-            },
-        )
+        self.event("rollback_check", check.describe(), version=check.live, details=check.details())
 
     def _on_learner(self, ev: LearnerEvent) -> None:
         kind = {

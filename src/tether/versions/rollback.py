@@ -191,6 +191,16 @@ class CheckOutcome:
     figures: tuple[Figure, ...]
     at_s: float
 
+    def details(self) -> dict[str, Any]:
+        """The numbers a run's event log records (``tether run``, a fleet's edges)."""
+        return {
+            "stage": "rollback_check",
+            "last_known_good": self.last_known_good,
+            "rolled_back": self.rolled_back,
+            "pairs": self.pairs,
+            **{m.name: m.value for m in self.measurements},
+        }
+
     def describe(self) -> str:
         verdict = "rolled back" if self.rolled_back else "live stays"
         numbers = "; ".join(m.describe() for m in self.measurements)
