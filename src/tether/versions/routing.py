@@ -197,10 +197,7 @@ class TrafficRouter:
 
     def canary(self) -> PairedShare | None:
         """The canary acting now (not one that waits for a check)."""
-        with self._lock:
-            return (
-                self._share if self._share is not None and self._share.arm is Role.CANARY else None
-            )
+        return self._running(Role.CANARY)
 
     def start_check(self, version: int, fraction: float) -> PairedShare | None:
         """Serve the last-known-good ``version`` beside live on the same tasks at the base
@@ -228,10 +225,12 @@ class TrafficRouter:
                 self._waiting = None
 
     def check(self) -> PairedShare | None:
+        return self._running(Role.CHECK)
+
+    def _running(self, arm: Role) -> PairedShare | None:
         with self._lock:
-            return (
-                self._share if self._share is not None and self._share.arm is Role.CHECK else None
-            )
+            share = self._share
+        return share if share is not None and share.arm is arm else None
 
     def _begin(self, share: PairedShare | None) -> None:
         """Make ``share`` the running one (called with the lock held): pairs start afresh."""
