@@ -27,10 +27,11 @@ same margins and ``z``):
 - live shown worse than the last-known-good now → roll back, with the check's numbers;
   while it is not shown worse but its estimate is past a margin, the check pairs on, up
   to ``check.max_pairs``, and judges again after every pair;
-- not shown worse (and no estimate past a margin, or ``max_pairs`` reached) → live stays; the reference becomes live's own episodes under
-  today's conditions: its arm of the check, then its next episodes until the reference
-  holds a window (a baseline the check found no worse than the last-known-good), so a
-  later drop of live against it raises a new check;
+- not shown worse (and no estimate past a margin, or ``max_pairs`` reached) → live
+  stays; the reference becomes live's own episodes under today's conditions: its arm of
+  the check, then its next episodes until the reference holds a window (a baseline the
+  check found no worse than the last-known-good), so a later drop of live against it
+  raises a new check;
 - no verdict after ``check.max_episodes`` episodes (tasks that do not repeat), or no
   check possible (no router, no task ids, ``pairs`` 0) → roll back on the windows' numbers;
 - the last-known-good unloaded meanwhile → the check is dropped, its share ended.
@@ -49,7 +50,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ from tether.versions.errors import VersionError
 from tether.versions.records import EpisodeOutcome, Figure, LiveChange, Measurement
 from tether.versions.registry import ModelRegistry
 from tether.versions.routing import PairedShare, TrafficRouter
-from tether.versions.stages.canary import CanaryConfig, CanaryEvaluator
+from tether.versions.stages.canary import TaskPairs
 from tether.versions.statistics import clearly_worse, compare_episodes, confidence_z
 
 _log = logging.getLogger(__name__)
@@ -219,7 +220,7 @@ class _Check:
     last_known_good: int
     windows: tuple[Measurement, ...]  # the windows' verdict that asked for it
     share: PairedShare | None = None
-    evaluator: CanaryEvaluator | None = None
+    matched: TaskPairs | None = None  # live's and the last-known-good's, set with the share
     episodes: int = 0  # live's own and its share's episodes since it was asked for
 
 
@@ -388,18 +389,12 @@ class RollbackMonitor:
             return None
         if share is None:
             return None  # a canary holds the router's share: ask again next episode
-        # The canary's evaluator pairs the two arms' episodes by task (live in the
-        # candidate's place); the windows' test judges the pairs.
-        pairing = CanaryConfig(
-            fraction=share.fraction, pairs=self.config.check.max_pairs, safety_tightening=1.0
-        )
-        evaluator = CanaryEvaluator(
-            candidate=check.live, baseline=check.last_known_good, config=pairing, trial=share.trial
-        )
+        # Paired by task as the canary's are, live in the candidate's place.
+        matched = TaskPairs(candidate=check.live, baseline=check.last_known_good, trial=share.trial)
         with self._lock:
             stale = self._check is not check  # live changed since the alarm
             if not stale:
-                check.share, check.evaluator = share, evaluator
+                check.share, check.matched = share, matched
         if stale:
             self._router.stop_check(share.trial)
             return None
@@ -417,19 +412,19 @@ class RollbackMonitor:
             if check is None or check.share is None or outcome.trial != check.share.trial:
                 return None
             check.episodes += 1
-        assert check.evaluator is not None  # set with the share
+        assert check.matched is not None  # set with the share
         if not self._current(check):
             return None
-        check.evaluator.add(outcome)
-        pairs = check.evaluator.pairs
+        check.matched.add(outcome)
+        pairs = check.matched.pairs
         if len(pairs) < self.config.check.pairs:
             return self._wait(check)  # tasks that do not repeat never close a pair
-        diffs = _pair_differences(pairs)
+        diffs = _differences((a, (b,)) for a, b in pairs)  # TaskPairs: distances present
         measurements = self._judge_differences(diffs)
         degraded = not all(m.passed for m in measurements)
         if (  # not shown worse, but the estimate itself is past a margin: pair on
             not degraded
-            and not check.evaluator.ready
+            and len(pairs) < self.config.check.max_pairs
             and not all(m.passed for m in self._judge_differences(diffs, z=0.0))
         ):
             return self._wait(check)
@@ -516,15 +511,20 @@ class RollbackMonitor:
 _Columns = tuple[list[float], list[float], list[float], list[float]]
 
 
-def _pair_differences(pairs: tuple[tuple[EpisodeOutcome, EpisodeOutcome], ...]) -> _Columns:
-    """Live minus the last-known-good, pair by pair (both have a final distance: the
-    evaluator pairs only such episodes)."""
+def _differences(rows: Iterable[tuple[EpisodeOutcome, Sequence[EpisodeOutcome]]]) -> _Columns:
+    """Per (episode, its references) row: the episode's success, final distance,
+    intervention rate and backup rate minus the references' means (every final distance
+    present: the callers check)."""
     out: _Columns = ([], [], [], [])
-    for a, b in pairs:
-        out[0].append(float(a.success) - float(b.success))
-        out[1].append((a.final_distance_m or 0.0) - (b.final_distance_m or 0.0))
-        out[2].append(a.intervention_rate - b.intervention_rate)
-        out[3].append(a.backup_rate - b.backup_rate)
+    for o, same in rows:
+        values = (
+            (float(o.success), [float(r.success) for r in same]),
+            (o.final_distance_m or 0.0, [r.final_distance_m or 0.0 for r in same]),
+            (o.intervention_rate, [r.intervention_rate for r in same]),
+            (o.backup_rate, [r.backup_rate for r in same]),
+        )
+        for column, (value, refs) in zip(out, values, strict=True):
+            column.append(value - sum(refs) / len(refs))
     return out
 
 
@@ -538,19 +538,12 @@ def _paired_by_task(
     for o in reference:
         if o.task_id:
             by_task.setdefault(o.task_id, []).append(o)
-    out: _Columns = ([], [], [], [])
+    rows = []
     for o in current:
         same = by_task.get(o.task_id) if o.task_id else None
         if not same:
             continue
         if o.final_distance_m is None or any(r.final_distance_m is None for r in same):
             return None
-        values = (
-            (float(o.success), [float(r.success) for r in same]),
-            (o.final_distance_m, [r.final_distance_m or 0.0 for r in same]),
-            (o.intervention_rate, [r.intervention_rate for r in same]),
-            (o.backup_rate, [r.backup_rate for r in same]),
-        )
-        for column, (value, refs) in zip(out, values, strict=True):
-            column.append(value - sum(refs) / len(refs))
-    return out
+        rows.append((o, same))
+    return _differences(rows)

@@ -104,13 +104,43 @@ class CanaryConfig(BaseModel):
         return student_t_quantile(family_quantile(self.false_rejection_rate, _CRITERIA), pairs - 1)
 
 
-class CanaryEvaluator:
-    """Pairs the canary's and the control's episodes by task and judges the pairs.
+class TaskPairs:
+    """Two arms' episodes matched by task id: (candidate, baseline) pairs, as they close.
 
+    The candidate arm is ``candidate``'s episodes; the baseline arm is ``baseline``'s
+    served as the experiment (live under the share's limits, not live's own traffic).
     With ``trial`` (the router's number for the share, ``PairedShare.trial``) both arms
-    count only that share's episodes; the rollback monitor's check judges live against
-    the last-known-good version this way (live as the ``candidate``).
+    count only that share's episodes. Episodes without a task id or a final distance
+    never pair. The canary stage and the rollback monitor's check pair this way.
     """
+
+    def __init__(self, *, candidate: int, baseline: int, trial: int | None = None) -> None:
+        self.candidate = candidate
+        self.baseline = baseline
+        self.trial = trial
+        self._waiting: dict[str, tuple[deque[EpisodeOutcome], deque[EpisodeOutcome]]] = {}
+        self.pairs: list[tuple[EpisodeOutcome, EpisodeOutcome]] = []
+
+    def add(self, outcome: EpisodeOutcome) -> None:
+        if not outcome.task_id or outcome.final_distance_m is None:
+            return
+        if self.trial is not None and outcome.trial != self.trial:
+            return  # another share's episode, or live outside the experiment
+        if outcome.version == self.candidate:
+            arm = 0
+        elif outcome.version == self.baseline and outcome.experiment:
+            arm = 1  # the control: live at the same limits as the canary's
+        else:
+            return
+        waiting = self._waiting.setdefault(outcome.task_id, (deque(), deque()))
+        waiting[arm].append(outcome)
+        if waiting[0] and waiting[1]:
+            self.pairs.append((waiting[0].popleft(), waiting[1].popleft()))
+
+
+class CanaryEvaluator:
+    """Pairs the canary's and the control's episodes by task (:class:`TaskPairs`) and
+    judges the pairs."""
 
     def __init__(
         self, *, candidate: int, baseline: int, config: CanaryConfig, trial: int | None = None
@@ -118,26 +148,14 @@ class CanaryEvaluator:
         self.candidate = candidate
         self.baseline = baseline
         self.config = config
-        self.trial = trial
-        self._waiting: dict[str, tuple[deque[EpisodeOutcome], deque[EpisodeOutcome]]] = {}
-        self._pairs: list[tuple[EpisodeOutcome, EpisodeOutcome]] = []
+        self._matched = TaskPairs(candidate=candidate, baseline=baseline, trial=trial)
+        self._pairs = self._matched.pairs
 
     def add(self, outcome: EpisodeOutcome) -> StageVerdict | None:
         """Count one finished episode; returns the verdict when enough pairs are in."""
-        if self.ready or not outcome.task_id or outcome.final_distance_m is None:
+        if self.ready:
             return None
-        if self.trial is not None and outcome.trial != self.trial:
-            return None  # another share's episode, or live outside the experiment
-        if outcome.version == self.candidate:
-            arm = 0
-        elif outcome.version == self.baseline and outcome.experiment:
-            arm = 1  # the control: live at the same limits as the canary's
-        else:
-            return None
-        waiting = self._waiting.setdefault(outcome.task_id, (deque(), deque()))
-        waiting[arm].append(outcome)
-        if waiting[0] and waiting[1]:
-            self._pairs.append((waiting[0].popleft(), waiting[1].popleft()))
+        self._matched.add(outcome)
         return self.verdict() if self.ready else None
 
     @property
@@ -147,11 +165,6 @@ class CanaryEvaluator:
     @property
     def pair_count(self) -> int:
         return len(self._pairs)
-
-    @property
-    def pairs(self) -> tuple[tuple[EpisodeOutcome, EpisodeOutcome], ...]:
-        """The (candidate, baseline) episode pairs so far."""
-        return tuple(self._pairs)
 
     def verdict(self) -> StageVerdict:
         if len(self._pairs) < 2:
