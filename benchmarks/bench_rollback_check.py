@@ -11,7 +11,13 @@ printed: the share of seeds
 rolled back, the median episodes from the drift to the rollback, the checks run and
 the last-known-good's episodes served in them.
 
+With ``--canaries L:G`` a learner's candidate (version 3, as good as version 2 on either
+arm, never promoted) holds a canary for L episodes at ``tether run``'s canary settings
+(fraction 0.5, the live limits) with G episodes between canaries, from version 2's
+promotion on: the live version is then served mostly as a canary's control arm.
+
     python benchmarks/bench_rollback_check.py [--seeds 200] [--episodes 150] [--checks 6:6,12:12]
+        [--canaries 16:2]
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from tether.policy import EngineConfig, PolicyEngine, init_bundle
 from tether.policy.bundle import save_derived_bundle
 from tether.runtime.config import RunConfig
 from tether.sim import arm_spec
-from tether.versions.records import EpisodeOutcome, VersionSource
+from tether.versions.records import EpisodeOutcome, VersionSource, VersionState
 from tether.versions.registry import ModelRegistry
 from tether.versions.rollback import RollbackCheckConfig, RollbackMonitor
 from tether.versions.routing import TrafficRouter
@@ -57,24 +63,36 @@ class Run:
 
 
 def one_run(
-    engines: tuple[PolicyEngine, PolicyEngine],
+    engines: tuple[PolicyEngine, PolicyEngine, PolicyEngine],
     drifted: tuple[tuple[float, float], tuple[float, float]],
     check: RollbackCheckConfig,
     seed: int,
     episodes: int,
+    canaries: tuple[int, int] | None,
 ) -> Run:
     reg: ModelRegistry[PolicyEngine] = ModelRegistry()
     reg.register(engines[0], source=VersionSource.BUNDLE)
     reg.register(engines[1], source=VersionSource.LEARNER)
     router = TrafficRouter(reg)
-    config = RunConfig().versions.rollback.model_copy(update={"check": check})
+    run = RunConfig().versions
+    config = run.rollback.model_copy(update={"check": check})
     monitor = RollbackMonitor(reg, config, router=router)
     rng = np.random.default_rng(seed)
     k = 0
     lkg_episodes = 0
+    # drifted skill per version; the candidate (3) does what version 2 does
+    skills = (*drifted, drifted[1])
+    canary = run.promotion.canary
+    cycle = 0 if canaries is None else sum(canaries)
 
     def episode(after_drift: bool) -> bool:
         nonlocal k, lkg_episodes
+        if cycle and k >= 15:  # from version 2's promotion on
+            phase = (k - 15) % cycle
+            if phase == 0:
+                router.start_canary(3, canary.fraction, canary.safety_tightening)
+            elif phase == canaries[0]:  # type: ignore[index]  # cycle: canaries given
+                router.stop_canary()
         task = f"task-{(k // 2) % 10}"
         robot = f"robot-{k % 2}"
         decision = router.route(robot, f"ep-{k}", task)
@@ -83,7 +101,7 @@ def one_run(
         assert live is not None
         version = live.id if decision.version is None else decision.version
         lkg_episodes += decision.version == 1
-        p, distance = drifted[version - 1] if after_drift else NOMINAL
+        p, distance = skills[version - 1] if after_drift else NOMINAL
         outcome = EpisodeOutcome(
             version=version,
             episode_return=float(rng.normal(-50.0, 5.0)),
@@ -102,6 +120,9 @@ def one_run(
     for _ in range(15):
         episode(False)
     reg.promote(2, "gate passed")
+    if cycle:
+        reg.register(engines[2], source=VersionSource.LEARNER)
+        reg.transition(3, VersionState.CANARY, "shadow passed")
     for _ in range(10):
         episode(False)
     lkg_episodes = 0
@@ -120,7 +141,16 @@ def main() -> None:
         default="",
         help="more checks to compare, comma-separated pairs:max_pairs (e.g. 6:6,12:12)",
     )
+    parser.add_argument(
+        "--canaries",
+        default="",
+        help="L:G, a candidate's canary for L episodes every L+G from version 2's promotion",
+    )
     args = parser.parse_args()
+    canaries = None
+    if args.canaries:
+        length, gap = (int(x) for x in args.canaries.split(":"))
+        canaries = (length, gap)
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp())
     spec = arm_spec()
@@ -128,9 +158,13 @@ def main() -> None:
     second = save_derived_bundle(
         tmp / "v2", base, actor_state=base.actor_state, version_id=2, version_name="v2"
     )
+    third = save_derived_bundle(
+        tmp / "v3", base, actor_state=base.actor_state, version_id=3, version_name="v3"
+    )
     engines = (
         PolicyEngine(base, EngineConfig(execution="eager")),
         PolicyEngine(second, EngineConfig(execution="eager")),
+        PolicyEngine(third, EngineConfig(execution="eager")),
     )
     run_check = RunConfig().versions.rollback.check
     checks = [run_check] + [
@@ -139,7 +173,8 @@ def main() -> None:
     ]
     monitors = {f"check ({c.pairs}-{c.max_pairs} pairs)": c for c in checks}
     monitors["windows alone"] = RollbackCheckConfig(pairs=0)
-    print(f"# {platform.processor() or platform.machine()}, {args.seeds} seeds per row")
+    during = "no canaries" if canaries is None else f"canaries {canaries[0]}:{canaries[1]}"
+    print(f"# {platform.processor() or platform.machine()}, {args.seeds} seeds per row, {during}")
     print(
         "| after the drift (v1 / v2: success, distance) | monitor | rolled back | "
         "median episodes to it | checks per run | v1 episodes in checks per run |"
@@ -149,7 +184,10 @@ def main() -> None:
         label = f"{name} ({drifted[0][0]:.2f}, {drifted[0][1]:.2f} / {drifted[1][0]:.2f}, "
         label += f"{drifted[1][1]:.2f})"
         for monitor_name, check in monitors.items():
-            runs = [one_run(engines, drifted, check, s, args.episodes) for s in range(args.seeds)]
+            runs = [
+                one_run(engines, drifted, check, s, args.episodes, canaries)
+                for s in range(args.seeds)
+            ]
             fired = [r.episodes_to_rollback for r in runs if r.episodes_to_rollback is not None]
             median = f"{statistics.median(fired):.0f}" if fired else "-"
             print(

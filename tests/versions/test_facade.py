@@ -272,24 +272,28 @@ def test_a_live_version_that_degrades_on_the_arm_is_rolled_back(
     assert "rolled back" in versions.registry.get(3).reason
 
 
-def test_the_rollback_monitor_watches_lives_own_traffic_not_the_experiment(
+def test_the_rollback_monitor_watches_live_at_the_base_limits_its_canary_control_included(
     tmp_path: Path, spec: RobotSpec, supervisor: Supervisor
 ) -> None:
-    """The canary judges the experiment's episodes against a control run at the same
-    time; the monitor, which compares live with a window recorded earlier, sees only
-    live's own episodes, at any canary limits (1.0 included)."""
+    """Live's episodes at the base limits fill its window, those it served as a canary's
+    control among them (a learner that publishes often keeps a canary running most of
+    the time, tether run's nearly all of it); tightened episodes and the candidate's do not."""
     config = VersionsConfig(
         rollback=RollbackConfig(window_episodes=8, min_episodes=2, sustain_episodes=1)
     )
     versions = PolicyVersions(config, engine_factory=make_engine, shadow_supervisor=supervisor)
-    live = versions.load(reaching_bundle(spec, tmp_path / "r").path)  # type: ignore[arg-type]
+    bundle = reaching_bundle(spec, tmp_path / "r")
+    live = versions.load(bundle.path)  # type: ignore[arg-type]
+    candidate = versions.load(derived(bundle, tmp_path / "c", 3, "c", nudged).path).id
 
-    def outcome(trial: int) -> EpisodeOutcome:
-        return EpisodeOutcome(live.id, 0.0, True, 100, 0, 0, trial=trial)
+    def outcome(version: int, *, trial: int, tightened: bool = False) -> EpisodeOutcome:
+        return EpisodeOutcome(version, 0.0, True, 100, 0, 0, tightened=tightened, trial=trial)
 
     for _ in range(4):
-        versions.on_episode(outcome(trial=1))
+        versions.on_episode(outcome(live.id, trial=1, tightened=True))  # a canary at 0.9
+        versions.on_episode(outcome(candidate, trial=1))  # the canary's own arm
     assert versions.rollback.compare(live.id, live.id) is None  # nothing recorded
-    for _ in range(4):
-        versions.on_episode(outcome(trial=0))
+    assert versions.rollback.compare(candidate, candidate) is None
+    for _ in range(2):
+        versions.on_episode(outcome(live.id, trial=1))  # its control at the base limits
     assert versions.rollback.compare(live.id, live.id) is not None

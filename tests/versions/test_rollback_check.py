@@ -120,6 +120,14 @@ def _world(
     return world
 
 
+def _candidate_in_canary(world: World, base: PolicyBundle, tmp_path: Path) -> None:
+    """A learner's version 3, through the gate's earlier stages: a canary may serve it."""
+    world.reg.register(
+        make_engine(derived(base, tmp_path / "v3", 3, "v3", nudged)), source=VersionSource.LEARNER
+    )
+    world.reg.transition(3, VersionState.CANARY, "shadow passed")
+
+
 CHECKED = RollbackCheckConfig(pairs=6, fraction=0.5, max_episodes=60)
 
 
@@ -194,12 +202,7 @@ def test_a_check_waits_for_a_running_canary_and_ignores_its_episodes(
     base_bundle: PolicyBundle, tmp_path: Path
 ) -> None:
     world = _world(base_bundle, tmp_path, alike, CHECKED)
-    reg = world.reg
-    reg.register(
-        make_engine(derived(base_bundle, tmp_path / "v3", 3, "v3", nudged)),
-        source=VersionSource.LEARNER,
-    )
-    reg.transition(3, VersionState.CANARY, "shadow passed")
+    _candidate_in_canary(world, base_bundle, tmp_path)
     canary = world.router.start_canary(3, 0.25, 1.0)
     world.drift(60)
     assert world.router.check() is None  # the canary holds the share
@@ -211,6 +214,28 @@ def test_a_check_waits_for_a_running_canary_and_ignores_its_episodes(
     assert world.events == []
     assert [c.rolled_back for c in world.monitor.checks] == [False]
     assert all(o.trial != canary.trial for o in world.served[-40:])
+
+
+def test_a_regression_is_rolled_back_while_canaries_keep_the_router_busy(
+    base_bundle: PolicyBundle, tmp_path: Path
+) -> None:
+    """A learner that publishes often keeps a canary running 16 episodes in every 18 (as
+    tether run's does, nearly all the time): live is served mostly as the canaries'
+    control, and those episodes are what shows its regression."""
+    world = _world(base_bundle, tmp_path, regressed, CHECKED)
+    _candidate_in_canary(world, base_bundle, tmp_path)
+    world.drifted = True
+    for k in range(45):  # watching only live's own turns between canaries took 67
+        if k % 18 == 0:
+            world.router.start_canary(3, 0.5, 1.0)
+        elif k % 18 == 16:
+            world.router.stop_canary()
+        world.episode()
+        if world.events:
+            break
+    print("FIRED AT", k, [(o.version, o.trial) for o in world.served[25:]])
+    assert [(e.from_version, e.to_version) for e in world.events] == [(2, 1)]
+    assert world.events[0].check_pairs >= CHECKED.pairs  # confirmed side by side
 
 
 def test_a_live_change_during_a_check_ends_it(base_bundle: PolicyBundle, tmp_path: Path) -> None:

@@ -46,12 +46,13 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 # limits (tightening 1.0; the serving default 0.9 shrinks each joint's usable range by a
 # tenth, which put a target near the base's range out of reach of the learning robot for
 # the whole run while the baseline kept it). The supervisor still checks every canary
-# action against those limits. The rollback monitor watches live between canaries. A
-# harm test on 4 pairs catches a clearly harmful candidate (negated actions: every pair
-# far worse in final distance) but not a subtle regression: the rollback monitor is what
-# catches that, and before it rolls back it serves the last-known-good beside live on 6
-# to 24 task pairs (every task episode of the learning robot while the check runs), so
-# that the drift, which hurts every version alike, is not taken for a regression.
+# action against those limits. A harm test on 4 pairs catches a clearly harmful
+# candidate (negated actions: every pair far worse in final distance) but not a subtle
+# regression: the rollback monitor is what catches that. It watches live's episodes, its
+# canary control episodes among them, and before it rolls back it serves the
+# last-known-good beside live on 6 to 24 task pairs (every task episode of the learning
+# robot while the check runs), so that the drift, which hurts every version alike, is
+# not taken for a regression.
 _RUN_VERSIONS = VersionsConfig(
     promotion=ServerGateConfig(canary=CanaryConfig(fraction=0.5, pairs=4, safety_tightening=1.0)),
     rollback=RollbackConfig(

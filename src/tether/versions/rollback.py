@@ -1,6 +1,8 @@
 """The rollback monitor: a live version that degrades is replaced by the last-known-good one.
 
-Each version's most recent episodes are kept in a sliding window. After every episode of
+Each version's most recent episodes at the base limits are kept in a sliding window,
+live's in a canary's control arm among them (a learner that publishes often keeps a
+canary running much of the time, and live is watched through it). After every episode of
 the live version the monitor compares its window with the last-known-good version's
 window (recorded while *that* version was live), each metric with
 ``tether.versions.statistics.clearly_worse``: noise alone never counts, only a
@@ -36,8 +38,8 @@ same margins and ``z``):
   check possible (no router, no task ids, ``pairs`` 0) → roll back on the windows' numbers;
 - the last-known-good unloaded meanwhile → the check is dropped, its share ended.
 
-A check waits while a canary holds the router's share (live's own episodes keep
-counting towards ``check.max_episodes``), and a canary that starts during a check waits
+A check waits while a canary holds the router's share (live's episodes, its control arm's
+among them, keep counting towards ``check.max_episodes``), and a canary that starts during a check waits
 for it. The rollback goes through the registry, records a :class:`RollbackEvent` with
 the numbers and calls its listeners; the registry's own listeners then tell the learner
 which weights are live. Invariant: one rollback per degradation — the counter, a running
@@ -261,10 +263,11 @@ class RollbackMonitor:
     def add(self, outcome: EpisodeOutcome) -> RollbackEvent | None:
         """Count one finished episode; returns the rollback it triggered, if any.
 
-        Live's own episodes at the base limits fill the windows; a paired share's
-        episodes (a canary's, judged by the gate) count only for a running check.
+        Live's episodes at the base limits fill the windows, a canary's control arm's
+        among them; a running check's episodes count only for it, and a canary's own
+        (the candidate's) only for the gate.
         """
-        if outcome.experiment or outcome.tightened:
+        if outcome.tightened or (outcome.experiment and not self._live_beside_canary(outcome)):
             return self._check_episode(outcome)
         with self._lock:
             window = self._windows.setdefault(
@@ -305,6 +308,16 @@ class RollbackMonitor:
                 self._check = check
             return self._wait(check)
         return self._roll_back(live.id, lkg.id, measurements)
+
+    def _live_beside_canary(self, outcome: EpisodeOutcome) -> bool:
+        """Whether a paired share's episode is live's, outside a running check: a
+        canary's control arm, live on its usual tasks at the base limits."""
+        with self._lock:
+            share = None if self._check is None else self._check.share
+        if share is not None and outcome.trial == share.trial:
+            return False
+        live = self._registry.live()
+        return live is not None and outcome.version == live.id
 
     def compare(self, live: int, reference: int) -> tuple[Measurement, ...] | None:
         """Live vs reference, paired by task where it can be (module docstring), or None
