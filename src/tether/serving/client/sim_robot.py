@@ -34,6 +34,11 @@ class SimRunStats:
     round_trip_p50_s: float
     round_trip_p99_s: float
 
+    @property
+    def steps_per_s(self) -> float:
+        """Steps per second of the run's wall time (0 for a run that took none)."""
+        return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
 
 class SimRobotClient:
     """Runs ``ArmEnv`` through a served policy (see the module docstring)."""
