@@ -54,18 +54,24 @@ def random_command_run(
     return contacts, violations
 
 
-# The drifted arm is a known failure: the weak, loaded, delayed arm lags its commands off
-# the checked segment and touches the obstacle on some seeds (docs/safety.md). Marked, not
-# hidden: a run that passes shows as XPASS.
-DRIFTED_KNOWN_FAILURE = pytest.mark.xfail(
-    reason="known defect: the drifted arm's tracking lag can carry it into the obstacle "
-    "(1-3 contact steps in 10,000 on 2 of 8 seeds; docs/safety.md)",
+# A known failure on the drifted arm: the weak, loaded, delayed arm, still moving toward
+# the command the obstacle check holds, touches the obstacle (1 contact step in 10,000 on
+# seed 0 here, 3 on seed 7; docs/safety.md). Marked on that seed alone, not hidden: a run
+# that passes shows as XPASS.
+KNOWN_CONTACT = pytest.mark.xfail(
+    reason="known defect: the drifted arm, still moving toward the command the obstacle "
+    "check holds, touches the obstacle (1 contact step in 10,000 on this seed; "
+    "docs/safety.md)",
     strict=False,
 )
-ARM_CASES = ["nominal", pytest.param("drifted", marks=DRIFTED_KNOWN_FAILURE)]
+LONG_RUNS = [
+    *(("nominal", seed) for seed in range(5)),
+    pytest.param("drifted", 0, marks=KNOWN_CONTACT),
+    *(("drifted", seed) for seed in range(1, 5)),
+]
 
 
-@pytest.mark.parametrize("arm", ARM_CASES)
+@pytest.mark.parametrize("arm", sorted(ARMS))
 def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(arm: str) -> None:
     supervised = random_command_run(ARMS[arm], supervisor_for(arm_spec("position")), 2000, seed=3)
     assert supervised == (0, 0)
@@ -75,8 +81,7 @@ def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(ar
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-@pytest.mark.parametrize("arm", ARM_CASES)
+@pytest.mark.parametrize(("arm", "seed"), LONG_RUNS)
 def test_random_command_policy_for_10000_steps(arm: str, seed: int) -> None:
     supervised = random_command_run(
         ARMS[arm], supervisor_for(arm_spec("position")), 10_000, seed=seed
