@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -164,6 +165,29 @@ def _serve_fails(bundle: Path, *args: str, tmp_path: Path | None = None) -> tupl
         check=False,
     )
     return out.returncode, out.stderr
+
+
+def test_a_limits_file_makes_the_served_limits_stricter(bundle_path: Path, tmp_path: Path) -> None:
+    limits = tmp_path / "cell.yaml"
+    limits.write_text("velocity_limit_rad_s: [0.5, 0.5, 0.5, 0.5]\ncommand_staleness_s: 0.05\n")
+    proc, address = start_serve(bundle_path, "--limits", str(limits))
+    try:
+        with PolicyClient(address) as client:
+            served = json.loads(client.describe().safety_limits_json)
+        assert served["velocity_limit_rad_s"] == [0.5, 0.5, 0.5, 0.5]
+        assert served["command_staleness_s"] == 0.05
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_a_limits_file_that_loosens_is_refused_at_start(bundle_path: Path, tmp_path: Path) -> None:
+    limits = tmp_path / "cell.yaml"
+    limits.write_text("velocity_limit_rad_s: [9, 1, 1, 1]\n")
+    code, err = _serve_fails(bundle_path, "--port", "0", "--limits", str(limits))
+    assert code == 1
+    assert "velocity_limit_rad_s[0] is 9.0" in err.replace("\n", "")
+    assert "Traceback" not in err
 
 
 def test_a_second_serve_on_a_port_in_use_is_refused(bundle_path: Path) -> None:

@@ -99,6 +99,13 @@ def serve(
     admin_port: Annotated[
         int, typer.Option(help=str(_VERSIONS["admin_port"].description))
     ] = VersionsConfig().admin_port,
+    limits: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file of safety-limit fields that make the served robot's limits "
+            "stricter for this deployment; anything looser is refused (docs/safety.md) (path)"
+        ),
+    ] = None,
 ) -> None:
     """Serve BUNDLE (or --model-dir's bundle) over gRPC, with health, reflection and metrics.
 
@@ -121,7 +128,7 @@ def serve(
             model_dir=model_dir, admin_tokens_file=admin_tokens, admin_port=admin_port
         )
         event_loop.run(
-            serve_versions(bundle, cfg, versions, announce=_announce),
+            serve_versions(bundle, cfg, versions, limits_file=limits, announce=_announce),
             cfg.event_loop,
         )
     except (TetherError, ValueError) as exc:

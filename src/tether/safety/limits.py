@@ -376,21 +376,26 @@ class SafetyLimits:
     @classmethod
     def from_yaml(cls, path: str | Path) -> SafetyLimits:
         """Read limits written in :meth:`to_dict`'s form (optionally under a ``limits:`` key)."""
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise LimitsError(f"cannot read safety limits from {p}: {exc}") from exc
-        if isinstance(data, dict) and set(data) == {"limits"}:
-            data = data["limits"]
-        if not isinstance(data, dict):
-            raise LimitsError(
-                f"{p} must hold a mapping of safety-limit fields, got {type(data).__name__}"
-            )
-        return cls.from_dict(data)
+        return cls.from_dict(limits_mapping(path))
 
     def to_yaml(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def limits_mapping(path: str | Path) -> dict[str, Any]:
+    """The mapping of safety-limit fields in the YAML file at ``path`` (at the top level or
+    under a ``limits:`` key), not yet checked field by field."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise LimitsError(f"cannot read safety limits from {p}: {exc}") from exc
+    if isinstance(data, dict) and set(data) == {"limits"}:
+        data = data["limits"]
+    if not isinstance(data, dict):
+        found = "nothing" if data is None else type(data).__name__
+        raise LimitsError(f"{p} must hold a mapping of safety-limit fields, got {found}")
+    return data
 
 
 _PER_JOINT = (

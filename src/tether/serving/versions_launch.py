@@ -18,7 +18,8 @@ from tether.policy.bundle import PolicyBundle
 from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
-from tether.safety.for_spec import limits_for, supervisor_for
+from tether.safety.for_spec import kinematics_for, limits_for, supervisor_for
+from tether.safety.limits_file import read_limits_file
 from tether.serving.admin import admin_servicer, start_admin_server
 from tether.serving.admin_auth import AdminAuth
 from tether.serving.bundle_check import for_robot
@@ -35,11 +36,14 @@ async def serve_versions(
     config: ServerConfig,
     versions_config: VersionsConfig,
     *,
+    limits_file: Path | None = None,
     announce: Callable[[PolicyServer, int | None], None] | None = None,
 ) -> None:
     """Serve ``bundle_path`` (live at start) until SIGTERM/SIGINT, with versions and admin.
 
-    ``announce(server, admin_port)`` is called once both servers listen.
+    ``limits_file`` makes the served robot's limits stricter for this deployment
+    (:mod:`tether.safety.limits_file`). ``announce(server, admin_port)`` is called once
+    both servers listen.
     """
     from tether.policy.bundle import load_bundle
 
@@ -47,6 +51,9 @@ async def serve_versions(
     spec = robot_spec_of(first)
     engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
     limits = limits_for(spec)
+    if limits_file is not None:
+        cartesian = kinematics_for(spec) is not None
+        limits = read_limits_file(limits_file, limits, cartesian=cartesian)
     degradation = DegradationMachine(limits=limits)
 
     def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
