@@ -4,13 +4,21 @@ checks otherwise; the position supervisor on normalized actions for a position s
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from safety.builders import seven_joint_spec
 from tether.assets import load_pretrained_bundle, pretrained_bundle_path
 from tether.safety import LimitsError, SafetyLimits, Supervisor, SupervisorConfig
-from tether.safety.for_spec import is_builtin_arm, kinematics_for, limits_for, supervisor_for
+from tether.safety.for_spec import (
+    is_builtin_arm,
+    kinematics_for,
+    limits_for,
+    supervisor_for,
+    unchecked_cartesian,
+)
 from tether.safety.position import PositionActionSupervisor
 from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.safety.presets import arm_limits
@@ -89,3 +97,15 @@ def test_the_position_supervisor_speaks_normalized_actions() -> None:
         assert np.isfinite(out).all()
         assert out.shape == (4,)
         assert verdict.intervened
+
+
+def test_declared_limits_that_nothing_checks_are_named() -> None:
+    arm = arm_spec()
+    assert unchecked_cartesian(arm, limits_for(arm), kinematics_for(arm)) is None
+    other = seven_joint_spec()
+    said = unchecked_cartesian(other, limits_for(other), kinematics_for(other))
+    assert said is not None
+    assert "'synthetic-7' declares a workspace and 1 obstacle(s)" in said
+    assert "checks its joints" in said
+    joints_only = dataclasses.replace(limits_for(other), workspace=None, obstacles=())
+    assert unchecked_cartesian(other, joints_only, None) is None

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.safety.builders import seven_joint_spec
+from tether.policy import init_bundle
 from tether.serving.client import PolicyClient
 from tether.spec import RobotSpec
 
@@ -188,6 +190,21 @@ def test_a_limits_file_that_loosens_is_refused_at_start(bundle_path: Path, tmp_p
     assert code == 1
     assert "velocity_limit_rad_s[0] is 9.0" in err.replace("\n", "")
     assert "Traceback" not in err
+
+
+def test_a_robot_whose_workspace_nothing_checks_is_warned_about(tmp_path: Path) -> None:
+    bundle = tmp_path / "seven"
+    init_bundle(bundle, seven_joint_spec(), hidden_sizes=(16, 16), seed=0)
+    proc, _ = announce_serve(bundle)
+    try:
+        assert proc.stderr is not None
+        logged, printed = proc.stderr.readline(), proc.stderr.readline()
+        assert "'synthetic-7' declares a workspace" in logged
+        assert printed.startswith("WARNING:")
+        assert "nothing keeps its body inside the workspace" in printed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
 
 
 def test_a_second_serve_on_a_port_in_use_is_refused(bundle_path: Path) -> None:

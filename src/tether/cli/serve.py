@@ -40,10 +40,8 @@ def _announce(server: PolicyServer, admin_port: int | None) -> None:
         f"metrics {metrics}, admin {admin}, openpi {openpi}",
         flush=True,
     )
-    if server.exposure_warning is not None:
-        Console(stderr=True).print(
-            f"[bold red]WARNING:[/] {escape(server.exposure_warning)}", soft_wrap=True
-        )
+    for warning in server.warnings:
+        Console(stderr=True).print(f"[bold red]WARNING:[/] {escape(warning)}", soft_wrap=True)
 
 
 def startup_bundle(model_dir: Path) -> Path:

@@ -56,6 +56,24 @@ def kinematics_for(spec: RobotSpec) -> Kinematics | None:
     return None
 
 
+def unchecked_cartesian(
+    spec: RobotSpec, limits: SafetyLimits, kinematics: Kinematics | None
+) -> str | None:
+    """What ``limits`` declare that no supervisor of ``spec`` checks, in words: a workspace
+    and obstacles where there are no kinematics to place the robot's body; else None."""
+    if kinematics is not None or (limits.workspace is None and not limits.obstacles):
+        return None
+    declared = [
+        *(["a workspace"] if limits.workspace is not None else []),
+        *([f"{len(limits.obstacles)} obstacle(s)"] if limits.obstacles else []),
+    ]
+    return (
+        f"robot {spec.name!r} declares {' and '.join(declared)}, but tether has no kinematics "
+        "for it: the supervisor checks its joints (range, speed, acceleration, torque) and "
+        "nothing keeps its body inside the workspace or clear of the obstacles"
+    )
+
+
 def supervisor_for(
     spec: RobotSpec,
     limits: SafetyLimits | None = None,

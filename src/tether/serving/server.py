@@ -111,7 +111,8 @@ class PolicyServer:
         self.metrics_port: int | None = None
         self.openpi_port: int | None = None  # set by start() when openpi.port is configured
         self._openpi: OpenpiEndpoint | None = None
-        self.exposure_warning: str | None = None  # set by start(): plaintext off loopback
+        # Set by start(): plaintext off loopback, limits nothing checks; printed by the CLI.
+        self.warnings: tuple[str, ...] = ()
         self._next_gauge_update = 0.0
 
     @property
@@ -131,11 +132,10 @@ class PolicyServer:
             check_port_free(cfg.metrics_host, cfg.metrics_port, "--metrics-port")
         credentials = server_credentials(cfg.security)
         token = bearer_token(cfg.security)
-        self.exposure_warning = exposure_warning(
-            cfg.host, tls=credentials is not None, token=bool(token)
-        )
-        if self.exposure_warning is not None:
-            log.warning("%s", self.exposure_warning)
+        exposure = exposure_warning(cfg.host, tls=credentials is not None, token=bool(token))
+        self.warnings = tuple(w for w in (exposure, self._supervisors.unchecked) if w is not None)
+        for warning in self.warnings:
+            log.warning("%s", warning)
         # Compile the reply encoder (or load it from numba's cache) before the first batch.
         reply_kernel.warm()
         self._batcher = DynamicBatcher(

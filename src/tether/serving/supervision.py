@@ -36,7 +36,12 @@ import numpy as np
 
 from tether.safety.degradation import DEFAULT_ROBOT, DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
-from tether.safety.for_spec import kinematics_for, limits_for, supervisor_for
+from tether.safety.for_spec import (
+    kinematics_for,
+    limits_for,
+    supervisor_for,
+    unchecked_cartesian,
+)
 from tether.safety.kinematics import Kinematics
 from tether.safety.levels import DegradationLevel, DegradationTransition, EventKind
 from tether.safety.limits import SafetyLimits
@@ -287,6 +292,8 @@ class SupervisorFactory:
         self.spec = spec
         self.limits = limits if limits is not None else limits_for(spec)
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
+        # Limits declared and checked by nothing (no kinematics for this robot), in words.
+        self.unchecked = unchecked_cartesian(spec, self.limits, self.kinematics)
         self.degradation = degradation
         self._level = _LevelCache(degradation, level_poll_s)
         self.kernel_warm_s = 0.0  # seconds the kernel took to compile or load here
