@@ -70,7 +70,7 @@ from tether.safety.position.presets import (
 )
 from tether.safety.presets import arm_limits, arm_supervisor
 from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
-from tether.spec import Box, ObservationLayout, RobotSpec, Sphere
+from tether.spec import Box, CommandInterface, ObservationLayout, RobotSpec, Sphere
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from safety.reference import ReferenceSupervisor  # the test oracle, timed side by side
@@ -164,17 +164,27 @@ def cycling(
     return call
 
 
-def trajectory(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+def trajectory(
+    steps: int, seed: int, command_interface: CommandInterface = "torque", hold_steps: int = 1
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """(observation, proposal, previous executed) along a random policy's closed loop on
-    the MuJoCo arm through the supervisor: consecutive states, as a served robot sends."""
-    env = ArmEnv(seed=seed, config=ArmEnvConfig(command_interface="torque"))
-    supervisor = arm_supervisor()
+    the MuJoCo arm through the arm's supervisor for ``command_interface``: consecutive
+    states, as a served robot sends. The policy draws a fresh uniform action every
+    ``hold_steps`` steps."""
+    env = ArmEnv(seed=seed, config=ArmEnvConfig(command_interface=command_interface))
+    supervisor = (
+        arm_supervisor()
+        if command_interface == "torque"
+        else supervisor_for(arm_spec(command_interface))
+    )
     rng = np.random.default_rng(seed)
     obs, _ = env.reset()
     previous: np.ndarray | None = None
     out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
-    for _ in range(steps):
-        action = rng.uniform(-1.0, 1.0, 4).astype(np.float32)
+    action = np.zeros(4, dtype=np.float32)
+    for step in range(steps):
+        if step % hold_steps == 0:
+            action = rng.uniform(-1.0, 1.0, 4).astype(np.float32)
         out.append((obs, action, previous))
         previous, _ = supervisor.filter(obs, action, previous)
         obs, _, terminated, truncated, _ = env.step(previous)

@@ -26,6 +26,7 @@ SMALL_RUNS = {
         "NaN -> backup",
     ),
     "bench_task.py": (["--tasks", "2"], "scripted controller"),
+    "bench_model_kinematics.py": (["--steps", "30"], "| robot model, no reach bound |"),
     "bench_handler.py": (
         [
             *("--robots", "2", "--seconds", "0.2", "--rounds", "1"),

@@ -7,6 +7,9 @@ Cartesian checks can be tested without MuJoCo; the physics test uses the real
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 
 from tether.safety import LimitsConfig, SafetyLimits
@@ -139,3 +142,29 @@ def step_model(
     push = u.astype(np.float64) - (0.0 if u_gravity is None else u_gravity)
     v_next = v + gain * push * dt
     return q + v_next * dt, v_next
+
+
+# The built-in arm's joints under other names.
+RENAMED_JOINTS = {
+    "base_yaw": "j0",
+    "shoulder_pitch": "j1",
+    "elbow_pitch": "j2",
+    "wrist_pitch": "j3",
+}
+
+
+def someone_elses_arm(folder: Path) -> tuple[RobotSpec, Path]:
+    """The built-in position arm's geometry under other joint names, and its MuJoCo model
+    written to ``folder``: a robot tether has no kinematics of its own for."""
+    from tether.sim import arm_spec
+    from tether.sim.mjcf import build_mjcf
+
+    xml = build_mjcf(command_interface="position")
+    for old, new in RENAMED_JOINTS.items():
+        xml = xml.replace(f'"{old}"', f'"{new}"')
+    path = folder / "my_arm.xml"
+    path.write_text(xml)
+    spec = dataclasses.replace(
+        arm_spec("position"), name="my-arm", joint_names=tuple(RENAMED_JOINTS.values())
+    )
+    return spec, path

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.safety.builders import seven_joint_spec
+from tests.safety.builders import seven_joint_spec, someone_elses_arm
 from tether.policy import init_bundle
 from tether.serving.client import PolicyClient
 from tether.spec import RobotSpec
@@ -205,6 +205,31 @@ def test_a_robot_whose_workspace_nothing_checks_is_warned_about(tmp_path: Path) 
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_robot_model_gives_the_supervisor_its_body(tmp_path: Path) -> None:
+    spec, model = someone_elses_arm(tmp_path)
+    bundle = tmp_path / "my_arm"
+    init_bundle(bundle, spec, hidden_sizes=(16, 16), seed=0)
+    code, err = _serve_fails(bundle, "--port", "0", "--kinematics", str(model))
+    assert code == 1
+    assert "--kinematics and --end-effector go together" in err.replace("\n", " ")
+    code, err = _serve_fails(
+        bundle, "--port", "0", "--kinematics", str(model), "--end-effector", "tool"
+    )
+    assert code == 1
+    assert "no site or body named 'tool'" in err
+    proc, address = start_serve(
+        bundle, "--kinematics", str(model), "--end-effector", "end_effector"
+    )
+    try:
+        with PolicyClient(address) as client:
+            served = json.loads(client.describe().safety_limits_json)
+        assert served["joint_names"] == list(spec.joint_names)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert "no kinematics" not in err  # the workspace and obstacle are checked now
 
 
 def test_a_second_serve_on_a_port_in_use_is_refused(bundle_path: Path) -> None:

@@ -104,6 +104,17 @@ def serve(
             "stricter for this deployment; anything looser is refused (docs/safety.md) (path)"
         ),
     ] = None,
+    kinematics: Annotated[
+        Path | None,
+        typer.Option(
+            help="The robot's MuJoCo (MJCF) or URDF model, which places its body for the "
+            "supervisor's workspace and obstacle checks; needs --end-effector (path)"
+        ),
+    ] = None,
+    end_effector: Annotated[
+        str | None,
+        typer.Option(help="The --kinematics model's end-effector site (or body) name"),
+    ] = None,
 ) -> None:
     """Serve BUNDLE (or --model-dir's bundle) over gRPC, with health, reflection and metrics.
 
@@ -122,11 +133,24 @@ def serve(
             chosen["openpi"] = {**cfg.openpi.model_dump(), "port": openpi_port}
         if chosen:
             cfg = ServerConfig.model_validate({**cfg.model_dump(), **chosen})
+        if (kinematics is None) != (end_effector is None):
+            raise ValueError(
+                "--kinematics and --end-effector go together: the robot's model file and "
+                "the name of its end effector's site (or body) in it"
+            )
+        robot_model = None if kinematics is None else (kinematics, str(end_effector))
         versions = VersionsConfig(
             model_dir=model_dir, admin_tokens_file=admin_tokens, admin_port=admin_port
         )
         event_loop.run(
-            serve_versions(bundle, cfg, versions, limits_file=limits, announce=_announce),
+            serve_versions(
+                bundle,
+                cfg,
+                versions,
+                limits_file=limits,
+                robot_model=robot_model,
+                announce=_announce,
+            ),
             cfg.event_loop,
         )
     except (TetherError, ValueError) as exc:

@@ -11,9 +11,10 @@ straight joint-space path from ``q_a`` to ``q`` moves every point by at most
 ``Σ_j reach_j · |q_j − q_a,j|``, and obstacle and workspace clearances are 1-Lipschitz in
 the points, so ``clearance(q) ≥ clearance(q_a) − Σ_j reach_j · |q_j − q_a,j|``.
 
-Invariant: a reach is returned only for kinematics whose geometry it was derived from
-(checked against the built-in arm's own model at construction); for any other
-kinematics it is ``None`` and the supervisor evaluates every pose exactly.
+Invariant: a reach is returned only for kinematics whose geometry it was derived from:
+the built-in arm's (checked against its own model at construction), or a robot's model
+file's (``ModelKinematics.joint_reach``, the same bound from the model's fixed lengths);
+for any other kinematics it is ``None`` and the supervisor evaluates every pose exactly.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import math
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from tether.safety.kinematics import Kinematics
 
 if TYPE_CHECKING:
+    from tether.safety.model_kinematics import ModelKinematics
     from tether.sim import ArmKinematics
 
 # Kept on top of the bound for the rounding of forward kinematics and clearances
@@ -52,6 +54,9 @@ _PROBES = (
 def joint_reach(kinematics: Kinematics) -> tuple[float, ...] | None:
     """Per-joint bound (m/rad) on how fast any collision sphere centre or the end
     effector moves with each joint, or None when the geometry is not known."""
+    # A robot's model gives its own bound (tether.safety.model_kinematics).
+    if type(kinematics).__module__ == "tether.safety.model_kinematics":
+        return cast("ModelKinematics", kinematics).joint_reach()
     # Only tether.sim's arm has a known geometry; importing tether.sim for anything else
     # (a client's own robot) would load MuJoCo for nothing.
     if type(kinematics).__module__ != "tether.sim.kinematics":

@@ -18,6 +18,7 @@ from tether.policy.config import EngineConfig
 from tether.policy.engine import PolicyEngine
 from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for
+from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
 from tether.serving.config import ServerConfig
 from tether.serving.errors import ServerSetupError
@@ -46,6 +47,7 @@ def build_server(
     engine_config: EngineConfig | None = None,
     degradation: DegradationMachine | None = None,
     limits: SafetyLimits | None = None,
+    kinematics: Kinematics | None = None,
     record_steps: Callable[[AnsweredSteps], object] | None = None,
     end_session: Callable[[str], None] | None = None,
     after_reply: Callable[[], object] | None = None,
@@ -70,7 +72,9 @@ def build_server(
     return PolicyServer(
         config,
         spec=ServedSpec.from_robot_spec(spec),
-        supervisors=SupervisorFactory(spec, limits=limits, degradation=degradation),
+        supervisors=SupervisorFactory(
+            spec, limits=limits, kinematics=kinematics, degradation=degradation
+        ),
         engine=engine,
         record_steps=record_steps,
         end_session=end_session,

@@ -37,23 +37,30 @@ async def serve_versions(
     versions_config: VersionsConfig,
     *,
     limits_file: Path | None = None,
+    robot_model: tuple[Path, str] | None = None,
     announce: Callable[[PolicyServer, int | None], None] | None = None,
 ) -> None:
     """Serve ``bundle_path`` (live at start) until SIGTERM/SIGINT, with versions and admin.
 
     ``limits_file`` makes the served robot's limits stricter for this deployment
-    (:mod:`tether.safety.limits_file`). ``announce(server, admin_port)`` is called once
-    both servers listen.
+    (:mod:`tether.safety.limits_file`); ``robot_model`` (a MJCF or URDF file and its end
+    effector's site or body) gives the supervisor the robot's body
+    (:mod:`tether.safety.model_kinematics`). ``announce(server, admin_port)`` is called
+    once both servers listen.
     """
     from tether.policy.bundle import load_bundle
 
     first = load_bundle(bundle_path)
     spec = robot_spec_of(first)
     engine_cfg = EngineConfig.model_validate({"max_batch_size": config.batcher.max_batch_size})
+    kinematics = kinematics_for(spec)
+    if robot_model is not None:
+        from tether.safety.model_kinematics import ModelKinematics
+
+        kinematics = ModelKinematics(robot_model[0], spec, robot_model[1])
     limits = limits_for(spec)
     if limits_file is not None:
-        cartesian = kinematics_for(spec) is not None
-        limits = read_limits_file(limits_file, limits, cartesian=cartesian)
+        limits = read_limits_file(limits_file, limits, cartesian=kinematics is not None)
     degradation = DegradationMachine(limits=limits)
 
     def engine_factory(bundle: PolicyBundle) -> PolicyEngine:
@@ -62,7 +69,7 @@ async def serve_versions(
     versions = PolicyVersions(
         versions_config,
         engine_factory=for_robot(engine_factory, spec, first),
-        shadow_supervisor=supervisor_for(spec, limits),
+        shadow_supervisor=supervisor_for(spec, limits, kinematics=kinematics),
         degradation=degradation,
     )
     versions.load(Path(bundle_path))
@@ -72,6 +79,7 @@ async def serve_versions(
         engine_config=engine_cfg,
         degradation=degradation,
         limits=limits,
+        kinematics=kinematics,
         versions=versions,
     )
     versions.drive(server.models)  # keeps the holder (health, announce) on the live version
