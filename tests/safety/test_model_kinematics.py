@@ -159,10 +159,12 @@ def test_the_reach_bound_holds_at_every_pose_and_skips_most_of_them(tmp_path: Pa
     assert reach[1:] == pytest.approx(joint_reach(ArmKinematics())[1:])  # type: ignore[index]
 
 
-def test_a_slide_without_limits_leaves_the_reach_unknown(tmp_path: Path) -> None:
+def test_a_slide_without_limits_after_a_hinge_leaves_the_reach_unknown(tmp_path: Path) -> None:
+    """A hinge carrying a slide carries its points anywhere along it; a slide's own reach
+    is its travel (1 m per m)."""
     chain = "".join(
         f'<body name="b{i}" pos="0 0 0.1"><joint name="{name}" '
-        f'type="{"slide" if i == 0 else "hinge"}"/><geom type="sphere" size="0.05"/>'
+        f'type="{"slide" if i == 1 else "hinge"}"/><geom type="sphere" size="0.05"/>'
         for i, name in enumerate(ARM.joint_names)
     )
     xml = f"<mujoco><worldbody>{chain}{'</body>' * ARM.n_joints}</worldbody></mujoco>"
@@ -171,4 +173,6 @@ def test_a_slide_without_limits_leaves_the_reach_unknown(tmp_path: Path) -> None
     limited = xml.replace('type="slide"', 'type="slide" limited="true" range="-0.2 0.3"')
     reach = ModelKinematics(_arm_model(tmp_path, limited), ARM, "b3").joint_reach()
     assert reach is not None
-    assert reach[0] == 1.0
+    assert reach[1] == 1.0
+    # From the base hinge: three bodies 0.1 m apart, the slide's 0.3 m travel on the way.
+    assert reach[0] == pytest.approx(0.1 + 0.3 + 0.1 + 0.1)

@@ -44,6 +44,8 @@ SPHERE_INFLATION = 1.25
 
 # MuJoCo's joint and geom types as the model's integer arrays hold them.
 _ONE_DOF = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+_SLIDE = int(mujoco.mjtJoint.mjJNT_SLIDE)
+_FREE = int(mujoco.mjtJoint.mjJNT_FREE)
 _SPHERE = int(mujoco.mjtGeom.mjGEOM_SPHERE)
 _ROUND = (int(mujoco.mjtGeom.mjGEOM_CAPSULE), int(mujoco.mjtGeom.mjGEOM_CYLINDER))
 _ROWS = (*_ROUND, int(mujoco.mjtGeom.mjGEOM_BOX), int(mujoco.mjtGeom.mjGEOM_ELLIPSOID))
@@ -88,7 +90,8 @@ class ModelKinematics:
         moves with it (m per rad, or per m for a slide joint), whatever the pose: what
         lets the supervisor skip poses a clearance already proves clear, and space a
         swept check's samples by distance (:mod:`tether.safety.reach`). None when a
-        joint on the way slides without limits (nothing bounds where it carries a point)."""
+        joint on the way slides without limits or floats free (nothing bounds where it
+        carries a point)."""
         return self._reach
 
     def end_effector(self, q: NDArray[np.floating]) -> NDArray[np.float64]:
@@ -238,16 +241,20 @@ def _reach(
     joints can move its origin (twice a hinge anchor's offset, a slide's longest travel),
     plus the point's offset in its body (the triangle inequality, whatever the pose).
     """
-    # How far one body's origin can be from its parent's, whatever its joints do.
+    # How far one body's origin can be from its parent's, whatever its joints do (inf:
+    # nothing bounds it, a free joint or a slide without limits).
     step = []
     for b in range(model.nbody):
         length = float(np.linalg.norm(model.body_pos[b]))
-        for k in range(int(model.body_jntadr[b]), int(model.body_jntadr[b] + model.body_jntnum[b])):
-            if int(model.jnt_type[k]) == int(mujoco.mjtJoint.mjJNT_SLIDE):
-                if not model.jnt_limited[k]:
-                    return None
-                length += float(np.abs(model.jnt_range[k]).max())
-            else:
+        first = int(model.body_jntadr[b])
+        for k in range(first, first + int(model.body_jntnum[b])):
+            kind = int(model.jnt_type[k])
+            if kind == _SLIDE and model.jnt_limited[k]:
+                reference = float(model.qpos0[model.jnt_qposadr[k]])
+                length += float(np.abs(model.jnt_range[k] - reference).max())
+            elif kind in (_SLIDE, _FREE):
+                length = math.inf
+            else:  # a hinge or ball turns the origin about the anchor
                 length += 2.0 * float(np.linalg.norm(model.jnt_pos[k]))
         step.append(length)
     points = [
@@ -261,7 +268,7 @@ def _reach(
     out = []
     for name in spec.joint_names:
         joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
-        if int(model.jnt_type[joint]) == int(mujoco.mjtJoint.mjJNT_SLIDE):
+        if int(model.jnt_type[joint]) == _SLIDE:
             out.append(1.0)  # a slide moves everything it carries by its own travel
             continue
         carrier = int(model.jnt_bodyid[joint])
@@ -278,4 +285,4 @@ def _reach(
             if c == carrier:
                 farthest = max(farthest, anchor + distance)
         out.append(farthest)
-    return tuple(out)
+    return tuple(out) if all(math.isfinite(r) for r in out) else None
