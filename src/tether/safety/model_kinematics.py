@@ -141,6 +141,7 @@ def _served_joints(
     """The served joints' qpos and dof addresses, and the bodies they move."""
     qpos: list[int] = []
     dofs: list[int] = []
+    carriers: set[int] = set()
     for name in spec.joint_names:
         joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
         if joint < 0:
@@ -155,8 +156,7 @@ def _served_joints(
             )
         qpos.append(int(model.jnt_qposadr[joint]))
         dofs.append(int(model.jnt_dofadr[joint]))
-    carriers = {int(model.jnt_bodyid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)])
-                for n in spec.joint_names}  # fmt: skip
+        carriers.add(int(model.jnt_bodyid[joint]))
     moved = set()
     for body in range(1, model.nbody):
         b = body
