@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,11 @@ def test_a_robot_without_kinematics_takes_joint_limits_but_no_cartesian_ones(
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LimitsError, match="cannot read safety limits"):
         read_limits_file(tmp_path / "none.yaml", limits_for(ARM), cartesian=True)
+
+
+def test_a_robot_whose_own_home_sits_in_its_margin_still_takes_a_file(tmp_path: Path) -> None:
+    base = limits_for(ARM)
+    edge = dataclasses.replace(base, home_position_rad=(2.59, *base.home_position_rad[1:]))
+    assert _read(tmp_path, "command_staleness_s: 0.05\n", edge).command_staleness_s == 0.05
+    with pytest.raises(LimitsError, match=r"home_position_rad\[1\]"):
+        _read(tmp_path, "home_position_rad: [2.59, 9, 0, 0]\n", edge)

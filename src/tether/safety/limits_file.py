@@ -124,15 +124,22 @@ def _looser(limits: SafetyLimits, base: SafetyLimits) -> list[str]:
     if missing:
         out.append(f"obstacles leave out the robot's {missing} (list them too; add yours)")
     for i, joint in enumerate(limits.joint_names):
+        low, high = _usable(limits, i)
         home = limits.home_position_rad[i]
-        margin = limits.position_margin_rad[i]
-        low, high = limits.position_low_rad[i] + margin, limits.position_high_rad[i] - margin
-        if not low <= home <= high:
+        base_low, base_high = _usable(base, i)
+        already = not base_low <= base.home_position_rad[i] <= base_high
+        if not low <= home <= high and not already:
             out.append(
                 f"home_position_rad[{i}] ({joint}) is {home}, outside [{low}, {high}] (the "
                 "joint's range inside its margin)"
             )
     return out
+
+
+def _usable(limits: SafetyLimits, joint: int) -> tuple[float, float]:
+    """Joint ``joint``'s range inside its margin."""
+    margin = limits.position_margin_rad[joint]
+    return limits.position_low_rad[joint] + margin, limits.position_high_rad[joint] - margin
 
 
 def _compare(
