@@ -267,7 +267,9 @@ class RollbackMonitor:
         among them; a running check's episodes count only for it, and a canary's own
         (the candidate's) only for the gate.
         """
-        if outcome.tightened or (outcome.experiment and not self._live_beside_canary(outcome)):
+        live = self._registry.live()
+        is_live = live is not None and outcome.version == live.id
+        if outcome.tightened or (outcome.experiment and not (is_live and self._unchecked(outcome))):
             return self._check_episode(outcome)
         with self._lock:
             window = self._windows.setdefault(
@@ -281,8 +283,7 @@ class RollbackMonitor:
                 and len(rebased[2]) < self.config.window_episodes
             ):
                 rebased[2].append(outcome)
-        live = self._registry.live()
-        if live is None or outcome.version != live.id:
+        if live is None or not is_live:
             return None
         with self._lock:
             check = self._check
@@ -309,15 +310,12 @@ class RollbackMonitor:
             return self._wait(check)
         return self._roll_back(live.id, lkg.id, measurements)
 
-    def _live_beside_canary(self, outcome: EpisodeOutcome) -> bool:
-        """Whether a paired share's episode is live's, outside a running check: a
-        canary's control arm, live on its usual tasks at the base limits."""
+    def _unchecked(self, outcome: EpisodeOutcome) -> bool:
+        """Whether a paired share's episode belongs to no running check (live's, then:
+        a canary's control arm, on its usual tasks at the base limits)."""
         with self._lock:
             share = None if self._check is None else self._check.share
-        if share is not None and outcome.trial == share.trial:
-            return False
-        live = self._registry.live()
-        return live is not None and outcome.version == live.id
+        return share is None or outcome.trial != share.trial
 
     def compare(self, live: int, reference: int) -> tuple[Measurement, ...] | None:
         """Live vs reference, paired by task where it can be (module docstring), or None

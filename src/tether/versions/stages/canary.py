@@ -108,8 +108,8 @@ class TaskPairs:
     """Two arms' episodes matched by task id: (candidate, baseline) pairs, as they close.
 
     The candidate arm is ``candidate``'s episodes; the baseline arm is ``baseline``'s
-    served as the experiment (live under the share's limits, not live's own traffic).
-    With ``trial`` (the router's number for the share, ``PairedShare.trial``) both arms
+    served in the experiment (a canary's control: live under the share's limits, not
+    live's own traffic; a check's: the last-known-good). With ``trial`` (the router's number for the share, ``PairedShare.trial``) both arms
     count only that share's episodes. Episodes without a task id or a final distance
     never pair. The canary stage and the rollback monitor's check pair this way.
     """
