@@ -11,8 +11,8 @@ built-in arm only. :class:`ModelKinematics` gives it for any robot MuJoCo can lo
 - the robot's body is every geom on a body that a served joint moves, except geoms that
   collide with nothing (``contype`` and ``conaffinity`` 0: visual meshes), covered by
   spheres no smaller than the geom: a sphere geom by itself; a capsule, cylinder, box or
-  ellipsoid by a row of spheres along its longest axis whose radius exceeds the
-  cross-section's by ``SPHERE_INFLATION`` and which overlap enough to cover its surface;
+  ellipsoid by a row of spheres along its longest axis, as the built-in arm's links are
+  covered (``tether.sim.kinematics.sphere_row``);
   anything else (a mesh) by MuJoCo's bounding sphere (``geom_rbound``);
 - the end effector is the named site, else the named body's origin;
 - the gravity torque is MuJoCo's bias force at zero velocity (``mj_rne``) on the served
@@ -36,11 +36,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tether.safety.errors import LimitsError
+from tether.sim.kinematics import sphere_row
 from tether.spec import RobotSpec
-
-# Spheres covering a round cross-section are this much wider than it (as the built-in
-# arm's, tether.sim.kinematics), so that a row of them covers it with a finite count.
-SPHERE_INFLATION = 1.25
 
 # MuJoCo's joint and geom types as the model's integer arrays hold them.
 _ONE_DOF = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
@@ -182,37 +179,29 @@ def _covering(
         kind = int(model.geom_type[g])
         size = [float(s) for s in model.geom_size[g]]
         if kind == _SPHERE:
-            geoms.append(g)
-            offsets.append((0.0, 0.0, 0.0))
-            radii.append(size[0])
-            continue
-        if kind not in _ROWS:
-            geoms.append(g)
-            offsets.append((0.0, 0.0, 0.0))
-            radii.append(float(model.geom_rbound[g]))
-            continue
-        axis, half_length, cross = _row_shape(kind, size)
-        if not cross > 0.0:  # a degenerate cross-section: its bounding sphere
-            geoms.append(g)
-            offsets.append((0.0, 0.0, 0.0))
-            radii.append(float(model.geom_rbound[g]))
-            continue
-        radius = SPHERE_INFLATION * cross
-        # Spheres of radius R centred on the axis cover a cross-section of radius r out
-        # to 2*sqrt(R**2 - r**2) apart; the end spheres (R > r) cover the ends.
-        gap = 2.0 * math.sqrt(radius**2 - cross**2)
-        count = math.ceil(2.0 * half_length / gap) + 1
-        for t in np.linspace(-half_length, half_length, count):
-            centre = [0.0, 0.0, 0.0]
-            centre[axis] = float(t)
-            geoms.append(g)
-            offsets.append((centre[0], centre[1], centre[2]))
-            radii.append(radius)
+            row: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)]
+            radius = size[0]
+        elif kind in _ROWS and (shape := _row_shape(kind, size))[2] > 0.0:
+            axis, half_length, cross = shape
+            along, radius = sphere_row(2.0 * half_length, cross)
+            row = [_on_axis(axis, t - half_length) for t in along.tolist()]
+        else:  # a mesh, or a degenerate cross-section: MuJoCo's bounding sphere
+            row = [(0.0, 0.0, 0.0)]
+            radius = float(model.geom_rbound[g])
+        geoms.extend([g] * len(row))
+        offsets.extend(row)
+        radii.extend([radius] * len(row))
     return (
         np.array(geoms, dtype=np.intp),
         np.array(offsets, dtype=np.float64).reshape(-1, 3),
         np.array(radii, dtype=np.float64),
     )
+
+
+def _on_axis(axis: int, t: float) -> tuple[float, float, float]:
+    centre = [0.0, 0.0, 0.0]
+    centre[axis] = t
+    return centre[0], centre[1], centre[2]
 
 
 def _row_shape(kind: int, size: list[float]) -> tuple[int, float, float]:

@@ -158,13 +158,21 @@ def _sphere_layout(
     radii: list[float] = []
     for link in arm.links:
         body = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, link.name)
-        radius = SPHERE_INFLATION * link.radius_m
-        # Adjacent spheres of radius R around a capsule of radius r overlap enough to
-        # cover its surface when their centres are at most 2*sqrt(R**2 - r**2) apart.
-        max_gap = 2.0 * math.sqrt(radius**2 - link.radius_m**2)
-        count = math.ceil(link.length_m / max_gap) + 1
-        for z in np.linspace(0.0, link.length_m, count):
+        along, radius = sphere_row(link.length_m, link.radius_m)
+        for z in along.tolist():
             bodies.append(body)
-            offsets.append(float(z))
+            offsets.append(z)
             radii.append(radius)
     return np.array(bodies, dtype=np.intp), np.array(offsets), np.array(radii)
+
+
+def sphere_row(length_m: float, radius_m: float) -> tuple[FloatArray, float]:
+    """Spheres covering a capsule (or cylinder) of ``radius_m`` around a segment of
+    ``length_m``: their centres' positions along it (from 0 to ``length_m``) and their
+    radius, ``SPHERE_INFLATION`` times the capsule's. Adjacent spheres of radius R around
+    a capsule of radius r overlap enough to cover its surface when their centres are at
+    most 2*sqrt(R**2 - r**2) apart; the end spheres (R > r) cover the ends."""
+    radius = SPHERE_INFLATION * radius_m
+    max_gap = 2.0 * math.sqrt(radius**2 - radius_m**2)
+    count = math.ceil(length_m / max_gap) + 1
+    return np.linspace(0.0, length_m, count), radius
