@@ -7,8 +7,7 @@ supervisor believes.
 
 from __future__ import annotations
 
-import numpy as np
-
+from safety.random_commands import random_action_run
 from tether.safety import Supervisor, SupervisorConfig
 from tether.safety.presets import arm_supervisor
 from tether.sim import ArmEnv
@@ -24,23 +23,8 @@ STEPS = 10_000
 def _random_policy_run(
     supervisor: Supervisor | None, steps: int, seed: int, env: ArmEnv | None = None
 ) -> tuple[int, int]:
-    env = env or ArmEnv(config=TORQUE, seed=seed)
-    rng = np.random.default_rng(seed)
-    obs, _ = env.reset()
-    previous: np.ndarray | None = None
-    contacts = limit_violations = 0
-    for _ in range(steps):
-        action = rng.uniform(-1.0, 1.0, env.robot_spec.act_dim).astype(np.float32)
-        if supervisor is not None:
-            action, _ = supervisor.filter(obs, action, previous)
-            previous = action
-        obs, _, terminated, truncated, info = env.step(action)
-        contacts += bool(info["obstacle_contact"])
-        limit_violations += bool(info["joint_limit_violation"])
-        if terminated or truncated:
-            obs, _ = env.reset()
-            previous = None
-    return contacts, limit_violations
+    """A fresh uniformly random torque every step."""
+    return random_action_run(env or ArmEnv(config=TORQUE, seed=seed), supervisor, steps, seed, 1)
 
 
 def test_random_policy_with_the_supervisor_never_violates_a_limit_or_touches_the_obstacle() -> None:

@@ -1,14 +1,8 @@
 """On the built-in MuJoCo arm commanded by position, a uniformly random command policy
-never violates a joint limit or touches the obstacle when the supervisor filters it, on
-the nominal arm and on the fully drifted one, and does both without it.
-
-The random policy commands absolute targets drawn uniformly from the whole command range
-(which reaches ``position_command_overreach_rad`` beyond each joint's range), a fresh one
-every ``HOLD_STEPS`` steps: long enough for the arm to get there, so without the
-supervisor it is driven into its joint limits and through the obstacle.
-Violations are what ``ArmEnv`` measures from the physics (``info``), not what the
-supervisor believes. The 10,000-step runs are marked slow; a 2,000-step run of each case
-stays in the default suite.
+(``random_commands``) never violates a joint limit or touches the obstacle when the
+supervisor filters it, on the nominal arm and on the fully drifted one, and does both
+without it. The 10,000-step runs are marked slow; a 2,000-step run of each case stays in
+the default suite. ``benchmarks/bench_contacts.py`` runs the same over many seeds.
 """
 
 from __future__ import annotations
@@ -16,59 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from safety.random_commands import ARMS, HOLD_STEPS, random_command_run
 from tether.safety.for_spec import supervisor_for
-from tether.safety.supervises import ActionSupervisor
-from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule, arm_spec
+from tether.safety.position import kernel
+from tether.safety.position.actions import _command_range
+from tether.safety.position.supervisor import PositionSupervisor
+from tether.sim import ArmEnv, ArmEnvConfig, arm_spec
 
-NOMINAL = ArmDynamics.nominal()
-# The demo drift at its end: gain 0.6, friction x4, 0.5 kg payload, one step of delay.
-DRIFTED = DriftSchedule.demo().dynamics_at(10**9, NOMINAL)
-ARMS = {"nominal": NOMINAL, "drifted": DRIFTED}
-HOLD_STEPS = 25
-
-
-def random_command_run(
-    dynamics: ArmDynamics, supervisor: ActionSupervisor | None, steps: int, seed: int
-) -> tuple[int, int]:
-    """(obstacle-contact steps, joint-limit-violation steps) MuJoCo measured."""
-    env = ArmEnv(dynamics=dynamics, seed=seed, config=ArmEnvConfig(command_interface="position"))
-    assert env.robot_spec.command_interface == "position"
-    rng = np.random.default_rng(seed)
-    obs, _ = env.reset()
-    previous: np.ndarray | None = None
-    contacts = violations = 0
-    command = np.zeros(env.robot_spec.act_dim, dtype=np.float32)
-    for step in range(steps):
-        if step % HOLD_STEPS == 0:
-            command = rng.uniform(-1.0, 1.0, env.robot_spec.act_dim).astype(np.float32)
-        action = command
-        if supervisor is not None:
-            action, _ = supervisor.filter(obs, action, previous)
-            previous = action
-        obs, _, terminated, truncated, info = env.step(action)
-        contacts += bool(info["obstacle_contact"])
-        violations += bool(info["joint_limit_violation"])
-        if terminated or truncated:
-            obs, _ = env.reset()
-            previous = None
-    return contacts, violations
-
-
-# A known failure on the drifted arm: the weak, loaded, delayed arm, still moving toward
-# the command the obstacle check holds, touches the obstacle (1 contact step in 10,000 on
-# seed 0 here, 3 on seed 7; docs/safety.md). Marked on that seed alone, not hidden: a run
-# that passes shows as XPASS.
-KNOWN_CONTACT = pytest.mark.xfail(
-    reason="known defect: the drifted arm, still moving toward the command the obstacle "
-    "check holds, touches the obstacle (1 contact step in 10,000 on this seed; "
-    "docs/safety.md)",
-    strict=False,
-)
-LONG_RUNS = [
-    *(("nominal", seed) for seed in range(5)),
-    pytest.param("drifted", 0, marks=KNOWN_CONTACT),
-    *(("drifted", seed) for seed in range(1, 5)),
-]
+LONG_RUNS = [(arm, seed) for arm in ("nominal", "drifted") for seed in range(5)]
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
@@ -78,6 +27,61 @@ def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(ar
     contacts, violations = random_command_run(ARMS[arm], None, 2000, seed=3)
     assert contacts > 0
     assert violations > 0
+
+
+def test_a_sagging_arm_is_judged_where_it_settles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drifted seed 125 rests below its commands under its payload; judged by the
+    straight segment to the command alone, it touched the obstacle on 49 steps of 2,000
+    (the sag learning switched off, on the Python path); judged where it settles, never."""
+    spec = arm_spec("position")
+    assert random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=125) == (0, 0)
+    monkeypatch.setattr(kernel, "ENABLED", False)
+    monkeypatch.setattr(PositionSupervisor, "_learn_sag", lambda *args: None)
+    contacts, _ = random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=125)
+    assert contacts > 0
+
+
+def test_a_stop_outside_the_rate_limits_is_held_not_carried_on() -> None:
+    """Where the obstacle check stops a command outside the rate limits (a jump back to the
+    held command or the pose), the next command stays within the acceleration step of
+    that stop. Judged against the jump, the commands carried on in its direction at the
+    velocity limit, and on drifted seed 0 the arm followed them into the obstacle."""
+    spec = arm_spec("position")
+    supervisor = supervisor_for(spec)
+    limits = supervisor.limits
+    dt = limits.control_period_s
+    velocity_step = np.asarray(limits.velocity_limit_rad_s) * dt
+    accel_step = np.asarray(limits.acceleration_limit_rad_s2) * dt * dt
+    low, high = (np.asarray(x, dtype=np.float64) for x in _command_range(spec))
+    center, half = (low + high) / 2, (high - low) / 2
+    env = ArmEnv(
+        dynamics=ARMS["drifted"], seed=0, config=ArmEnvConfig(command_interface="position")
+    )
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset()
+    previous: np.ndarray | None = None
+    last: np.ndarray | None = None  # the last command (rad)
+    stopped = False  # the last command jumped outside the rate limits
+    stops = 0
+    for step in range(3200):
+        if step % HOLD_STEPS == 0:
+            proposal = rng.uniform(-1.0, 1.0, spec.act_dim).astype(np.float32)
+        action, _ = supervisor.filter(obs, proposal, previous)
+        previous = action
+        command = center + half * action.astype(np.float64)
+        if last is not None:
+            jump = bool(np.any(np.abs(command - last) > velocity_step + 1e-5))
+            if stopped and not jump:
+                assert np.all(np.abs(command - last) <= accel_step + 1e-5), (step, command, last)
+            stopped = jump
+            stops += jump
+        last = command
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            obs, _ = env.reset()
+            previous = last = None
+            stopped = False
+    assert stops > 0
 
 
 @pytest.mark.slow

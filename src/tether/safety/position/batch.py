@@ -102,7 +102,7 @@ def _filter_rows(
             continue
         packed = supervisor._packed
         if packed is None:
-            numbers = supervisor._python_numbers(*step[:5], not step.replacing)
+            numbers = supervisor._python_numbers(*step[:6], not step.replacing)
             results[i] = supervisor._finish(step, numbers)
             continue
         steps[i] = step
@@ -125,7 +125,7 @@ def _run_group(
         step = steps[i]
         assert step is not None
         chosen.append(step)
-    inputs = np.array([s.q + s.v + s.reference + s.change + s.command_in for s in chosen])
+    inputs = np.array([s.q + s.v + s.reference + s.change + s.command_in + s.sag for s in chosen])
     exact = np.array([not s.replacing for s in chosen])
     held = np.array([s.reference is not s.q for s in chosen])
     anchors = np.stack([supervisors[i]._anchors for i in members])

@@ -101,7 +101,11 @@ OUT_MOVED = 0  # four squared distances
 OUT_JOINT_CHECKS = 4
 OUT_INSIDE = 5
 OUT_CARTESIAN = 6
-OUT_EXTRA = 7
+OUT_STOPPED = 7  # 1.0: the clearance stopped the command outside the rate limits
+OUT_EXTRA = 8
+# A command whose last change is within this on every joint (rad) is steady: an arm at
+# rest under it shows its sag (``PositionSupervisor._learn_sag``).
+STEADY_RAD = 1e-3
 
 # Check bits as globals numba freezes in at compile time (SafetyCheck's own values).
 _POSITION = int(POSITION_BIT)
@@ -780,19 +784,27 @@ def _cartesian(
     change: np.ndarray,
     held: bool,
     candidate: np.ndarray,
+    sag: np.ndarray,
     work: np.ndarray,
     scratch: np.ndarray,
     moved: np.ndarray,
     earlier: np.ndarray,
-) -> int:
-    """``PositionSupervisor._cartesian``: the bits breached; ``candidate`` replaced by
-    the command to execute when any."""
+) -> tuple[int, bool]:
+    """``PositionSupervisor._cartesian``: the bits breached and whether the command
+    was stopped outside the rate limits; ``candidate`` replaced by the command to execute
+    when any bit is."""
     n = joints.shape[0]
     poses = work[:4]
     stop = work[4]
     trial = work[5]
     pose = work[6]
     fallback = work[7]
+    settled = work[8]
+    settled_reference = work[9]
+    arrives = work[10]
+    for j in range(n):
+        settled[j] = candidate[j] + sag[j]
+        settled_reference[j] = reference[j] + sag[j] if held else q[j]
     speed = 0.0
     for j in range(n):
         a = abs(v[j])
@@ -806,21 +818,21 @@ def _cartesian(
             stop[j] = q[j] + y * (abs(y) * joints[j, _HALF_OVER_BRAKE] + dt)
     count = 2
     poses[0, :] = q
-    poses[1, :] = candidate
+    poses[1, :] = settled
     if held:
-        poses[count, :] = reference
+        poses[count, :] = settled_reference
         count += 1
     if coasting_check:
         poses[count, :] = stop
         count += 1
     if _proves_clear(joints, geo, anchors, poses, count):
-        return 0
+        return 0, False
     bits, fraction = _clear_fraction(
-        joints, geo, obstacles, groups, anchors, q, candidate, scratch, pose
+        joints, geo, obstacles, groups, anchors, q, settled, scratch, pose
     )
     if held:
         deeper, _ = _clear_fraction(
-            joints, geo, obstacles, groups, anchors, reference, candidate, scratch, pose
+            joints, geo, obstacles, groups, anchors, settled_reference, settled, scratch, pose
         )
         if deeper:
             bits |= deeper
@@ -834,47 +846,58 @@ def _cartesian(
             bits |= coast_bits
             coasting = True
     if not bits:
-        return 0
+        return 0, False
     if coasting:
         fraction = 0.0
-    # The targets in turn: backed off along the segment, the previous command, the pose.
+    # The targets in turn: backed off along the segment, the previous command, the pose
+    # (the command that holds the arm there: the pose less the sag); each judged where
+    # the arm settles under it.
     for t in range(3):
         if t == 0:
             if not fraction > 0.0:
                 continue
             for j in range(n):
                 a = q[j]
-                fallback[j] = a + fraction * (candidate[j] - a)
+                fallback[j] = a + fraction * (settled[j] - a) - sag[j]
             target = fallback
         elif t == 1:
             if not held:
                 continue
             target = reference
         else:
-            target = q
+            for j in range(n):
+                fallback[j] = q[j] - sag[j]
+            target = fallback
         _clip(joints, q, v, gravity, reference, change, target, False, trial, moved, earlier)
         _round32(trial)
-        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, trial, scratch, pose)
+        for j in range(n):
+            arrives[j] = trial[j] + sag[j]
+        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, arrives, scratch, pose)
         if not b1:
             if held:
                 b2, _ = _clear_fraction(
-                    joints, geo, obstacles, groups, anchors, reference, trial, scratch, pose
-                )
+                    joints, geo, obstacles, groups, anchors, settled_reference, arrives, scratch,
+                    pose,
+                )  # fmt: skip
                 if b2:
                     continue
             candidate[:] = trial
-            return bits
+            return bits, False
     if held:
         _hold(joints, reference, trial)
         _round32(trial)
-        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, trial, scratch, pose)
+        for j in range(n):
+            arrives[j] = trial[j] + sag[j]
+        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, arrives, scratch, pose)
         if not b1:
             candidate[:] = trial
-            return bits
-    _hold(joints, q, trial)
+            return bits, True
+    for j in range(n):
+        fallback[j] = q[j] - sag[j]
+    _hold(joints, fallback, trial)
     _round32(trial)
     candidate[:] = trial
-    return bits
+    return bits, True
 
 
 @_jit
@@ -902,6 +925,7 @@ def _step_into(
     reference = inputs[2 * n : 3 * n]
     change = inputs[3 * n : 4 * n]
     command = inputs[4 * n : 5 * n]
+    sag = inputs[5 * n : 6 * n]
     placed = out[:n]
     candidate = out[n : 2 * n]
     extra = out[2 * n :]
@@ -916,8 +940,9 @@ def _step_into(
     extra[OUT_INSIDE] = 1.0 if inside else 0.0
     candidate[:] = placed
     bits = 0
+    stopped = False
     if geo[_CARTESIAN] != 0.0:
-        bits = _cartesian(
+        bits, stopped = _cartesian(
             joints,
             geo,
             obstacles,
@@ -930,19 +955,21 @@ def _step_into(
             change,
             held,
             candidate,
+            sag,
             work,
             scratch,
             spare,
             earlier,
         )
     extra[OUT_CARTESIAN] = bits
+    extra[OUT_STOPPED] = 1.0 if stopped else 0.0
 
 
 @_jit
 def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (8, n),
+    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (11, n),
     scratch (4, n), spare (4)."""
-    return np.empty(n), np.empty(8), np.empty((8, n)), np.empty((4, n)), np.empty(4)
+    return np.empty(n), np.empty(8), np.empty((11, n)), np.empty((4, n)), np.empty(4)
 
 
 @_jit
@@ -956,10 +983,10 @@ def step(
     exact: bool,
     held: bool,
 ) -> np.ndarray:
-    """One command. ``inputs`` (5n,): q, q̇, reference, previous change, command (or a
-    backup's target with ``exact`` False), one after the other; ``held``: the reference is a previous command.
+    """One command. ``inputs`` (6n,): q, q̇, reference, previous change, command (or a
+    backup's target with ``exact`` False), the arm's sag, one after the other; ``held``: the reference is a previous command.
     Returns placed (n, float32 values), candidate (n), moved (4), joint checks, inside,
-    Cartesian bits; ``anchors`` is updated."""
+    Cartesian bits, stopped (``OUT_*``); ``anchors`` is updated."""
     n = joints.shape[0]
     out = np.empty(2 * n + OUT_EXTRA)
     gravity, earlier, work, scratch, spare = _buffers(n)
@@ -980,8 +1007,8 @@ def step_batch(
     held: np.ndarray,
 ) -> np.ndarray:
     """:func:`step` for many robots under the same limits: row ``i`` of ``anchors``
-    (rows, 2, n + 2), ``inputs`` (rows, 5n), ``exact`` and ``held`` (rows,) is robot
-    ``i``'s; returns (rows, 2n + 7), each row what :func:`step` returns for it."""
+    (rows, 2, n + 2), ``inputs`` (rows, 6n), ``exact`` and ``held`` (rows,) is robot
+    ``i``'s; returns (rows, 2n + OUT_EXTRA), each row what :func:`step` returns for it."""
     rows = inputs.shape[0]
     n = joints.shape[0]
     out = np.empty((rows, 2 * n + OUT_EXTRA))
@@ -1014,7 +1041,7 @@ def targets_batch(
 
 # Columns of the tables of tether.safety.position.states that filter_batch reads and writes.
 FLAG_HERE, FLAG_HAS_LAST, FLAG_HAS_POSE, FLAG_ACTION_HERE, FLAG_HAS_ACTION = range(5)
-WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE = range(3)  # float64 rows
+WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE, WIDE_SAG = range(4)  # float64 rows
 NARROW_OUT, NARROW_ACTION, NARROW_COMMAND = range(3)  # float32 rows
 
 # What filter_batch found for each row (the CODE_KIND column of its ``codes``).
@@ -1123,8 +1150,9 @@ def filter_batch(
             outside = True
     if outside:
         return returned
-    inputs = np.empty(5 * n)
+    inputs = np.empty(6 * n)
     gravity, earlier, work, scratch, spare = _buffers(n)
+    steady = np.float64(STEADY_RAD)
     given = 0
     for i in range(rows):
         slot = slots[i]
@@ -1158,6 +1186,18 @@ def filter_batch(
             else:
                 inputs[2 * n + j] = q
                 inputs[3 * n + j] = v * dt
+        if held:  # PositionSupervisor._learn_sag
+            rest = True
+            for j in range(n):
+                if abs(inputs[n + j]) > geo[_COASTING] or abs(inputs[3 * n + j]) > steady:
+                    rest = False
+            if rest:
+                for j in range(n):
+                    d = inputs[j] - inputs[2 * n + j]
+                    bound = joints[j, _TAU] / joints[j, _KP]
+                    wide[slot, WIDE_SAG, j] = -bound if d < -bound else bound if d > bound else d
+        for j in range(n):
+            inputs[5 * n + j] = wide[slot, WIDE_SAG, j]
         row = report[i, :stepped]
         _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, True, held, row,
                    gravity, earlier, work, scratch, spare)  # fmt: skip
@@ -1168,6 +1208,7 @@ def filter_batch(
         moved = cartesian != 0
         keep = row[2 * n + OUT_INSIDE] != 0.0 and not moved
         raised = np.int64(row[2 * n + OUT_JOINT_CHECKS]) | cartesian
+        stopped = row[2 * n + OUT_STOPPED] != 0.0  # its change is remembered as none
         same = True
         for j in range(n):
             x = row[n + j] if moved else row[j]
@@ -1176,7 +1217,7 @@ def filter_batch(
             if x != inputs[4 * n + j]:
                 same = False
             wide[slot, WIDE_CANDIDATE, j] = x
-            wide[slot, WIDE_CHANGE, j] = x - inputs[2 * n + j]
+            wide[slot, WIDE_CHANGE, j] = 0.0 if stopped else x - inputs[2 * n + j]
             wide[slot, WIDE_POSE, j] = inputs[j]
             narrow[slot, NARROW_OUT, j] = executed
         flags[slot, FLAG_HAS_LAST] = True
@@ -1227,7 +1268,7 @@ def _compile_all() -> None:
     # batch._array_group's argument layouts: observations of either float width.
     slots = np.zeros(1, np.intp)
     flags = np.ones((1, 5), np.bool_)
-    wide, narrow = np.zeros((1, 3, n)), np.zeros((1, 3, n), np.float32)
+    wide, narrow = np.zeros((1, 4, n)), np.zeros((1, 3, n), np.float32)
     proposals = np.zeros((1, n), np.float32)
     anchors = new_anchors(n)[None]
     codes, report = np.zeros((1, 2), np.int64), np.zeros((1, report_width(n)))

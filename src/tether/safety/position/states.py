@@ -82,11 +82,12 @@ class RobotStates:
         # Four tables, which the kernel takes whole (kernel.FLAG_*, WIDE_*, NARROW_*), and
         # one view per field. Flags: whether the slot holds the position level's state,
         # its last command, its last pose, the action level's state, its last action.
-        # Float64 rows: the last command's candidate and change, the last readable pose.
+        # Float64 rows: the last command's candidate and change, the last readable pose,
+        # the arm's sag.
         # Float32 rows: the last command returned, the last action returned, the command
         # that action came from (and the same as bits, for comparing them by bits).
         self.flags = _grown(getattr(self, "flags", None), capacity, (5,), np.bool_)
-        self.wide = _grown(getattr(self, "wide", None), capacity, (3, n), np.float64)
+        self.wide = _grown(getattr(self, "wide", None), capacity, (4, n), np.float64)
         self.narrow = _grown(getattr(self, "narrow", None), capacity, (3, n), np.float32)
         self.anchors = _grown(
             getattr(self, "anchors", None), capacity, self._anchors_shape, np.float64
@@ -101,6 +102,7 @@ class RobotStates:
         self.candidate = wide[:, kernel.WIDE_CANDIDATE]
         self.change = wide[:, kernel.WIDE_CHANGE]
         self.pose = wide[:, kernel.WIDE_POSE]
+        self.sag = wide[:, kernel.WIDE_SAG]
         self.out32 = narrow[:, kernel.NARROW_OUT]
         self.action32 = narrow[:, kernel.NARROW_ACTION]
         self.command32 = narrow[:, kernel.NARROW_COMMAND]

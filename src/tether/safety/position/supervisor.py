@@ -25,9 +25,14 @@ verdict entry says how far it moved the command:
    else the previous command is held (a sagging arm sinks once, not every step), else
    it is ramped toward the measured pose inside the intervals, else set to the measured
    pose itself (the clearance outranks the rate limits: the previous command held as
-   it is, else the pose). A moving arm whose coasting distance (its speed braked at the
-   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
-   brakes the same way, whatever the command asks;
+   it is, else the pose; the next command's change is then judged against none). A
+   moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
+   plus a step of delay) would take it deeper into a margin brakes the same way,
+   whatever the command asks. Every command is judged where the arm settles under it:
+   the command plus the robot's **sag**, the offset from its command the arm showed
+   when it last came to rest under a steady one (an unmodelled payload or weak motors
+   hold it below its commands), bounded per joint by torque limit / stiffness; the pose
+   is braked to with the command that holds the arm there, the pose less the sag;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The arithmetic of checks 2-6 runs in the compiled kernel
@@ -97,6 +102,7 @@ class _Step(NamedTuple):
     reference: list[float]  # the previous command, or q itself (the same list) without one
     change: list[float]
     command_in: list[float]  # the proposal's values, or the backup's target
+    sag: list[float]  # how far the arm settles from a steady command (``_learn_sag``)
     command: np.ndarray | None  # the proposal as float32 (None: unusable)
     values: list[float] | None
     checks: int
@@ -104,8 +110,9 @@ class _Step(NamedTuple):
 
 
 # (placed by the joint checks, inside them already, their bits, their squared moves,
-# the Cartesian bits, the command to execute): what both paths of the stages return.
-_Numbers = tuple[list[float], bool, int, Sequence[float], int, list[float]]
+# the Cartesian bits, the command to execute, whether the clearance stopped it outside
+# the rate limits): what both paths of the stages return.
+_Numbers = tuple[list[float], bool, int, Sequence[float], int, list[float], bool]
 
 # Below this speed on every joint (rad/s) the arm's coasting distance is not checked.
 _COASTING_SPEED = 0.05
@@ -165,7 +172,8 @@ class PositionSupervisor:
         self.kinematics = kinematics
         self._custom_backup = backup
         self.backup: CommandBackup = backup or make_command_backup(limits, cfg.backup)
-        self.envelope = CommandEnvelope(limits, impedance)
+        self.envelope = env = CommandEnvelope(limits, impedance)
+        self._sag_bound = tuple(t / k for t, k in zip(env.torque, env.stiffness, strict=True))
         self._segment = SegmentClearance(
             limits, kinematics, spacing_m=cfg.sweep_spacing_m, max_samples=cfg.sweep_max_samples
         )
@@ -229,6 +237,9 @@ class PositionSupervisor:
         self._last: tuple[list[float], list[float]] | None = None
         self._last_bytes = b""
         self._last_pose: list[float] | None = None
+        # How far the arm settles from a steady command (q - command at rest, per joint):
+        # what an unmodelled load (a payload, weak motors) makes it sag by.
+        self._sag = self._zeros
         self._anchors = kernel.new_anchors(self._n)
         self._slot = -1
         self._slot_row = np.full(1, -1, np.intp)  # the slot as a batch of one takes it
@@ -253,13 +264,15 @@ class PositionSupervisor:
 
     def take_state(self, other: PositionSupervisor) -> None:
         """Continue the robot ``other`` has been supervising (its last command and
-        change, and its last readable pose), e.g. across a change of degradation level."""
+        change, its last readable pose, its sag), e.g. across a change of degradation
+        level."""
         if other is not self:
             other._pull()
             self._pull()
             self._last = other._last
             self._last_bytes = other._last_bytes
             self._last_pose = other._last_pose
+            self._sag = other._sag
             # Not the anchors: their clearances are measured against other's margins.
 
     def filter(
@@ -292,7 +305,7 @@ class PositionSupervisor:
         if not isinstance(step, _Step):
             return step  # an unreadable observation, answered already
         numbers = self._kernel_numbers if self._packed is not None else self._python_numbers
-        return self._finish(step, numbers(*step[:5], not step.replacing))
+        return self._finish(step, numbers(*step[:6], not step.replacing))
 
     def _prepare(
         self,
@@ -319,6 +332,7 @@ class PositionSupervisor:
         elif own and self._last is not None:
             reference = prev
             change = self._last[1]
+            self._learn_sag(q, v, prev, change)
         else:
             reference = prev
             change = [x * dt for x in v]
@@ -338,12 +352,28 @@ class PositionSupervisor:
         else:
             assert values is not None
             command_in = values
-        return _Step(q, v, reference, change, command_in, command, values, checks, replacing)
+        return _Step(
+            q, v, reference, change, command_in, self._sag, command, values, checks, replacing
+        )
+
+    def _learn_sag(
+        self, q: list[float], v: list[float], command: list[float], change: list[float]
+    ) -> None:
+        """At rest under a steady command (every joint slower than ``_COASTING_SPEED``,
+        the command's last change within ``kernel.STEADY_RAD``), the arm's offset from its
+        command is its sag: kept, each joint within what its motor can hold against the
+        impedance (torque limit / stiffness)."""
+        if max(map(abs, v)) > _COASTING_SPEED or max(map(abs, change)) > kernel.STEADY_RAD:
+            return
+        self._sag = [
+            -bound if d < -bound else bound if d > bound else d
+            for d, bound in zip(map(operator.sub, q, command), self._sag_bound, strict=True)
+        ]
 
     def _finish(self, step: _Step, numbers: _Numbers) -> tuple[np.ndarray, SafetyVerdict]:
         """The executed command and its verdict, from the stages' numbers."""
-        q, _, reference, _, _, command, values, checks, replacing = step
-        placed, inside, joint_checks, joint_moved, cartesian, candidate = numbers
+        q, _, reference, _, _, _, command, values, checks, replacing = step
+        placed, inside, joint_checks, joint_moved, cartesian, candidate, stopped = numbers
         if not replacing:
             checks |= joint_checks
         out: np.ndarray | None = command if inside else np.array(placed, dtype=np.float32)
@@ -351,7 +381,11 @@ class PositionSupervisor:
             checks |= cartesian
             out = np.array(candidate, dtype=np.float32)
         assert out is not None
-        self._last = (candidate, list(map(operator.sub, candidate, reference)))
+        # A command the clearance stopped outside the rate limits is a standstill: the
+        # next command's change is judged against none, not against that jump (which the
+        # acceleration check would have the commands keep up at the velocity limit).
+        change = self._zeros if stopped else list(map(operator.sub, candidate, reference))
+        self._last = (candidate, change)
         self._last_bytes = out.tobytes()
         if replacing or values is None:
             return out, PositionVerdict(
@@ -395,6 +429,7 @@ class PositionSupervisor:
         reference: list[float],
         change: list[float],
         command: list[float],
+        sag: list[float],
         exact: bool,
     ) -> _Numbers:
         """The joint and Cartesian stages in Python: the command placed by the joint
@@ -405,9 +440,12 @@ class PositionSupervisor:
         placed = joint.values if joint.inside else _rounded(joint.values)
         cartesian = 0
         candidate = placed
+        stopped = False
         if self._segment.active:
-            cartesian, candidate = self._cartesian(q, v, gravity, reference, change, placed)
-        return placed, joint.inside, joint.checks, joint.moved, cartesian, candidate
+            cartesian, candidate, stopped = self._cartesian(
+                q, v, gravity, reference, change, placed, sag
+            )
+        return placed, joint.inside, joint.checks, joint.moved, cartesian, candidate, stopped
 
     def _kernel_numbers(
         self,
@@ -416,6 +454,7 @@ class PositionSupervisor:
         reference: list[float],
         change: list[float],
         command: list[float],
+        sag: list[float],
         exact: bool,
     ) -> _Numbers:
         """:meth:`_python_numbers` in the compiled kernel (bit-identical)."""
@@ -427,7 +466,7 @@ class PositionSupervisor:
             packed.obstacles,
             packed.groups,
             self._anchors,
-            np.array(q + v + reference + change + command),
+            np.array(q + v + reference + change + command + sag),
             exact,
             reference is not q,
         ).tolist()
@@ -446,6 +485,7 @@ class PositionSupervisor:
             extra[:4],
             cartesian,
             result[n : 2 * n] if cartesian else placed,
+            extra[kernel.OUT_STOPPED] != 0.0,
         )
 
     def _cartesian(
@@ -456,11 +496,17 @@ class PositionSupervisor:
         reference: list[float],
         change: list[float],
         candidate: list[float],
-    ) -> tuple[int, list[float]]:
-        """The Cartesian bits breached and the command to execute instead (see step 6);
-        commands in and out are float32 values."""
+        sag: list[float],
+    ) -> tuple[int, list[float], bool]:
+        """The Cartesian bits breached, the command to execute instead (see step 6) and
+        whether it stops the command outside the rate limits (held as it is, or the
+        pose); commands in and out are float32 values. A command is judged where the arm
+        settles under it (the command plus the learnt ``sag``), and the pose is braked to
+        with the command that holds the arm there (the pose less the sag)."""
         segment = self._segment
         held = reference is not q
+        settled = _settled(candidate, sag)
+        settled_reference = _settled(reference, sag) if held else q
         # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
         # deceleration, a step of delay): if that is deeper into a margin than where it
         # is, the command brakes (held, else the pose) whatever it asks for, before the
@@ -473,19 +519,19 @@ class PositionSupervisor:
             ]
         # The common case far from every wall and obstacle: the anchors prove all the
         # segments below clear at once (one pass instead of one per segment).
-        poses = [q, candidate]
+        poses = [q, settled]
         if held:
-            poses.append(reference)
+            poses.append(settled_reference)
         if stop is not None:
             poses.append(stop)
         if segment.proves_clear(poses):
-            return 0, candidate
-        bits, fraction = segment.clear_fraction(q, candidate)
+            return 0, candidate, False
+        bits, fraction = segment.clear_fraction(q, settled)
         # Inside a margin the command may not go deeper than the previous command either:
         # an arm sagging under an unmodelled load lags below its command, so a command
         # that is only "no worse than the arm" each step walks the arm into the obstacle.
         if held:
-            deeper, _ = segment.clear_fraction(reference, candidate)
+            deeper, _ = segment.clear_fraction(settled_reference, settled)
             if deeper:
                 bits |= deeper
                 fraction = 0.0  # backed off to the held command, or braked
@@ -496,34 +542,41 @@ class PositionSupervisor:
                 bits |= coast_bits
                 coasting = True
         if not bits:
-            return 0, candidate
+            return 0, candidate, False
         envelope = self.envelope
         targets: list[list[float]] = []
         if coasting:
             fraction = 0.0
         if fraction > 0.0:
-            targets.append([a + fraction * (b - a) for a, b in zip(q, candidate, strict=True)])
-        # Then the previous command, then the measured pose. A command reset to the
-        # measured pose every step lets an arm that sags under an unmodelled load sink by
-        # its sag every step (ratcheting into the obstacle); a held command lets it sink
-        # once, to where the impedance holds it. A held command ahead of a moving arm
-        # toward the obstacle breaches, and the pose (braking) is next.
-        if reference is not q:
+            targets.append(
+                [a + fraction * (b - a) - d for a, b, d in zip(q, settled, sag, strict=True)]
+            )
+        # Then the previous command, then the pose. A command reset to the measured pose
+        # every step lets an arm that sags under an unmodelled load sink by its sag every
+        # step (ratcheting into the obstacle); a held command lets it sink once, to where
+        # the impedance holds it, and the pose less the learnt sag holds it where it is.
+        # A held command ahead of a moving arm toward the obstacle breaches, and the
+        # pose (braking) is next.
+        if held:
             targets.append(reference)
-        targets.append(q)
+        pose_command = [x - d for x, d in zip(q, sag, strict=True)]
+        targets.append(pose_command)
         for target in targets:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
-            if not segment.breaches(q, trial) and not (held and segment.breaches(reference, trial)):
-                return bits, trial
+            arrives = _settled(trial, sag)
+            if not segment.breaches(q, arrives) and not (
+                held and segment.breaches(settled_reference, arrives)
+            ):
+                return bits, trial, False
         # The clearance outranks the rate limits: the previous command held as it is (a
         # moving command cannot be held within the acceleration limit, and a pose
         # commanded every step lets a sagging arm sink every step), else the pose.
         if held:
             trial = _rounded(envelope.hold(reference))
-            if not segment.breaches(q, trial):
-                return bits, trial
-        return bits, _rounded(envelope.hold(q))
+            if not segment.breaches(q, _settled(trial, sag)):
+                return bits, trial, True
+        return bits, _rounded(envelope.hold(pose_command)), True
 
     def _reading(self) -> tuple[int, int, np.ndarray, float]:
         """Where an observation's joint positions and velocities start, the plausible
@@ -601,6 +654,7 @@ class PositionSupervisor:
             self._last = None
             self._last_bytes = b""
         self._last_pose = states.pose[slot].tolist() if states.has_pose[slot] else None
+        self._sag = states.sag[slot].tolist()
         self._anchors = states.anchors[slot].copy()
 
     def _push(self) -> int:
@@ -624,6 +678,7 @@ class PositionSupervisor:
         states.has_pose[slot] = pose is not None
         if pose is not None:
             states.pose[slot] = pose
+        states.sag[slot] = self._sag
         states.anchors[slot] = self._anchors
         states.here[slot] = True
         return slot
@@ -728,6 +783,11 @@ def _command(proposed: Any, n: int) -> tuple[np.ndarray | None, list[float] | No
         [-_HUGE if x < -_HUGE else _HUGE if x > _HUGE else x for x in floats], dtype=np.float32
     )
     return command, command.tolist()
+
+
+def _settled(command: list[float], sag: list[float]) -> list[float]:
+    """Where the arm settles under ``command``: the command plus its learnt sag."""
+    return [x + d for x, d in zip(command, sag, strict=True)]
 
 
 def _rounded(values: list[float]) -> list[float]:
