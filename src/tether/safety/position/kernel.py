@@ -876,9 +876,16 @@ def _cartesian(
         if not b1:
             if held:
                 b2, _ = _clear_fraction(
-                    joints, geo, obstacles, groups, anchors, settled_reference, arrives, scratch,
+                    joints,
+                    geo,
+                    obstacles,
+                    groups,
+                    anchors,
+                    settled_reference,
+                    arrives,
+                    scratch,
                     pose,
-                )  # fmt: skip
+                )
                 if b2:
                     continue
             candidate[:] = trial
@@ -984,7 +991,8 @@ def step(
     held: bool,
 ) -> np.ndarray:
     """One command. ``inputs`` (6n,): q, q̇, reference, previous change, command (or a
-    backup's target with ``exact`` False), the arm's sag, one after the other; ``held``: the reference is a previous command.
+    backup's target with ``exact`` False), the arm's sag, one after the other; ``held``:
+    the reference is a previous command.
     Returns placed (n, float32 values), candidate (n), moved (4), joint checks, inside,
     Cartesian bits, stopped (``OUT_*``); ``anchors`` is updated."""
     n = joints.shape[0]
