@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tether.safety import ActionSource, SafetyCheck
 from tether.safety.geometry import Clearance
@@ -141,47 +141,6 @@ def test_every_executed_segment_is_clear_or_no_worse(
     assert again.tobytes() == out.tobytes()
     assert second.source is ActionSource.POLICY
     assert verdict.source in (ActionSource.POLICY, ActionSource.CLIPPED)
-
-
-@st.composite
-def near_the_walls(draw: st.DrawFn) -> np.ndarray:
-    """A pose with the arm pitched out toward the obstacle and the workspace's edge."""
-    f = draw(st.lists(st.floats(0.0, 1.0), min_size=N, max_size=N))
-    q = np.array([-1.5 + 3.0 * f[0], 1.2 + 0.7 * f[1], -0.3 + 1.3 * f[2], -1.0 + 2.0 * f[3]])
-    return np.clip(q, LOW + HARD, HIGH - HARD)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    near_the_walls(),
-    st.lists(st.floats(-0.8, 0.8), min_size=N, max_size=N),
-    st.lists(st.floats(-0.5, 0.5), min_size=2, max_size=2),
-    st.booleans(),
-)
-@example(  # the settled command alone judged: 9 mm into the workspace margin
-    np.array([1.496, 1.533, 0.086, 0.159]), [0.039, 0.367, 0.625, 0.765], [-0.128, -0.383], True
-)
-def test_whatever_sag_was_learnt_every_executed_segment_is_clear_or_no_worse(
-    q: np.ndarray, move: list[float], offset: list[float], loose: bool
-) -> None:
-    """The supervisor learns a sag from an arm at rest away from a steady command: a
-    payload's, or a person's holding the arm still. A wrong one (the load put down, the
-    person gone) must not let it command a segment from the pose into a margin: a
-    command is judged at itself as well as where the arm would settle."""
-    sup = (
-        PositionSupervisor(LOOSE, SOFT, kinematics=KINEMATICS)
-        if loose
-        else PositionSupervisor(LIMITS, ARM_IMPEDANCE, kinematics=KINEMATICS)
-    )
-    rest = obs(q)
-    steady = np.clip(q - np.array([0.0, *offset, 0.0]), LOW, HIGH).astype(np.float32)
-    previous = steady  # not its own: the change is the arm's (none), so the next is steady
-    for _ in range(2):
-        previous, _ = sup.filter(rest, steady, previous)
-    target = np.clip(q + np.asarray(move), LOW, HIGH).astype(np.float32)
-    out, _ = sup.filter(rest, target, previous)
-    assert np.isfinite(out).all()
-    assert segment_breach(q.astype(np.float64), out, samples=100) == []
 
 
 def test_the_hard_range_outranks_the_workspace_margin() -> None:

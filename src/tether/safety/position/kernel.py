@@ -794,18 +794,15 @@ def _cartesian(
     was stopped outside the rate limits; ``candidate`` replaced by the command to execute
     when any bit is."""
     n = joints.shape[0]
-    poses = work[:6]
-    stop = work[6]
-    trial = work[7]
-    pose = work[8]
-    fallback = work[9]
-    settled = work[10]
-    settled_reference = work[11]
-    arrives = work[12]
-    sagging = False
+    poses = work[:4]
+    stop = work[4]
+    trial = work[5]
+    pose = work[6]
+    fallback = work[7]
+    settled = work[8]
+    settled_reference = work[9]
+    arrives = work[10]
     for j in range(n):
-        if sag[j] != 0.0:
-            sagging = True
         settled[j] = candidate[j] + sag[j]
         settled_reference[j] = reference[j] + sag[j] if held else q[j]
     speed = 0.0
@@ -822,15 +819,9 @@ def _cartesian(
     count = 2
     poses[0, :] = q
     poses[1, :] = settled
-    if sagging:
-        poses[count, :] = candidate
-        count += 1
     if held:
         poses[count, :] = settled_reference
         count += 1
-        if sagging:
-            poses[count, :] = reference
-            count += 1
     if coasting_check:
         poses[count, :] = stop
         count += 1
@@ -839,22 +830,10 @@ def _cartesian(
     bits, fraction = _clear_fraction(
         joints, geo, obstacles, groups, anchors, q, settled, scratch, pose
     )
-    if sagging:
-        plain_bits, plain_fraction = _clear_fraction(
-            joints, geo, obstacles, groups, anchors, q, candidate, scratch, pose
-        )
-        bits |= plain_bits
-        if plain_fraction < fraction:
-            fraction = plain_fraction
     if held:
         deeper, _ = _clear_fraction(
             joints, geo, obstacles, groups, anchors, settled_reference, settled, scratch, pose
         )
-        if sagging:
-            plain_deeper, _ = _clear_fraction(
-                joints, geo, obstacles, groups, anchors, reference, candidate, scratch, pose
-            )
-            deeper |= plain_deeper
         if deeper:
             bits |= deeper
             fraction = 0.0
@@ -872,7 +851,7 @@ def _cartesian(
         fraction = 0.0
     # The targets in turn: backed off along the segment, the previous command, the pose
     # (the command that holds the arm there: the pose less the sag); each judged where
-    # the arm settles under it and, with a sag, at itself.
+    # the arm settles under it.
     for t in range(3):
         if t == 0:
             if not fraction > 0.0:
@@ -893,41 +872,36 @@ def _cartesian(
         _round32(trial)
         for j in range(n):
             arrives[j] = trial[j] + sag[j]
-        # In PositionSupervisor._cartesian's order, stopping at the first breach.
-        args = (joints, geo, obstacles, groups, anchors)
-        breach, _ = _clear_fraction(*args, q, arrives, scratch, pose)
-        if not breach and sagging:
-            breach, _ = _clear_fraction(*args, q, trial, scratch, pose)
-        if not breach and held:
-            breach, _ = _clear_fraction(*args, settled_reference, arrives, scratch, pose)
-        if not breach and held and sagging:
-            breach, _ = _clear_fraction(*args, reference, trial, scratch, pose)
-        if breach:
-            continue
-        candidate[:] = trial
-        return bits, False
-    args = (joints, geo, obstacles, groups, anchors)
+        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, arrives, scratch, pose)
+        if not b1:
+            if held:
+                b2, _ = _clear_fraction(
+                    joints,
+                    geo,
+                    obstacles,
+                    groups,
+                    anchors,
+                    settled_reference,
+                    arrives,
+                    scratch,
+                    pose,
+                )
+                if b2:
+                    continue
+            candidate[:] = trial
+            return bits, False
     if held:
         _hold(joints, reference, trial)
         _round32(trial)
         for j in range(n):
             arrives[j] = trial[j] + sag[j]
-        breach, _ = _clear_fraction(*args, q, arrives, scratch, pose)
-        if not breach and sagging:
-            breach, _ = _clear_fraction(*args, q, trial, scratch, pose)
-        if not breach:
+        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, arrives, scratch, pose)
+        if not b1:
             candidate[:] = trial
             return bits, True
-    if sagging:
-        for j in range(n):
-            fallback[j] = q[j] - sag[j]
-        _hold(joints, fallback, trial)
-        _round32(trial)
-        breach, _ = _clear_fraction(*args, q, trial, scratch, pose)
-        if not breach:
-            candidate[:] = trial
-            return bits, True
-    _hold(joints, q, trial)
+    for j in range(n):
+        fallback[j] = q[j] - sag[j]
+    _hold(joints, fallback, trial)
     _round32(trial)
     candidate[:] = trial
     return bits, True
@@ -1000,9 +974,9 @@ def _step_into(
 
 @_jit
 def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (13, n),
+    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (11, n),
     scratch (4, n), spare (4)."""
-    return np.empty(n), np.empty(8), np.empty((13, n)), np.empty((4, n)), np.empty(4)
+    return np.empty(n), np.empty(8), np.empty((11, n)), np.empty((4, n)), np.empty(4)
 
 
 @_jit

@@ -28,12 +28,11 @@ verdict entry says how far it moved the command:
    it is, else the pose; the next command's change is then judged against none). A
    moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
    plus a step of delay) would take it deeper into a margin brakes the same way,
-   whatever the command asks. Every command is judged where the arm settles under it
-   (the command plus the robot's **sag**, the offset from its command the arm showed
-   when it last came to rest under a steady one: an unmodelled payload or weak motors
-   hold it below its commands; bounded per joint by torque limit / stiffness) and at
-   itself; the pose is braked to with the command that holds the arm there, the pose
-   less the sag, where that is clear, else with the pose;
+   whatever the command asks. Every command is judged where the arm settles under it:
+   the command plus the robot's **sag**, the offset from its command the arm showed
+   when it last came to rest under a steady one (an unmodelled payload or weak motors
+   hold it below its commands), bounded per joint by torque limit / stiffness; the pose
+   is braked to with the command that holds the arm there, the pose less the sag;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The arithmetic of checks 2-6 runs in the compiled kernel
@@ -501,13 +500,11 @@ class PositionSupervisor:
     ) -> tuple[int, list[float], bool]:
         """The Cartesian bits breached, the command to execute instead (see step 6) and
         whether it stops the command outside the rate limits (held as it is, or the
-        pose); commands in and out are float32 values. With a learnt ``sag`` a command
-        is judged both where the arm settles under it (the command plus the sag) and at
-        the command itself (the load may be gone), and the pose is braked to with the
-        command that holds the arm there (the pose less the sag) where that is clear."""
+        pose); commands in and out are float32 values. A command is judged where the arm
+        settles under it (the command plus the learnt ``sag``), and the pose is braked to
+        with the command that holds the arm there (the pose less the sag)."""
         segment = self._segment
         held = reference is not q
-        sagging = any(sag)
         settled = _settled(candidate, sag)
         settled_reference = _settled(reference, sag) if held else q
         # Where the arm coasts to if it brakes now (its measured speed, the guaranteed
@@ -523,28 +520,18 @@ class PositionSupervisor:
         # The common case far from every wall and obstacle: the anchors prove all the
         # segments below clear at once (one pass instead of one per segment).
         poses = [q, settled]
-        if sagging:
-            poses.append(candidate)
         if held:
             poses.append(settled_reference)
-            if sagging:
-                poses.append(reference)
         if stop is not None:
             poses.append(stop)
         if segment.proves_clear(poses):
             return 0, candidate, False
         bits, fraction = segment.clear_fraction(q, settled)
-        if sagging:
-            plain_bits, plain_fraction = segment.clear_fraction(q, candidate)
-            bits |= plain_bits
-            fraction = min(fraction, plain_fraction)
         # Inside a margin the command may not go deeper than the previous command either:
         # an arm sagging under an unmodelled load lags below its command, so a command
         # that is only "no worse than the arm" each step walks the arm into the obstacle.
         if held:
             deeper, _ = segment.clear_fraction(settled_reference, settled)
-            if sagging:
-                deeper |= segment.clear_fraction(reference, candidate)[0]
             if deeper:
                 bits |= deeper
                 fraction = 0.0  # backed off to the held command, or braked
@@ -578,29 +565,18 @@ class PositionSupervisor:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
             arrives = _settled(trial, sag)
-            if not (
-                segment.breaches(q, arrives)
-                or (sagging and segment.breaches(q, trial))
-                or (held and segment.breaches(settled_reference, arrives))
-                or (held and sagging and segment.breaches(reference, trial))
+            if not segment.breaches(q, arrives) and not (
+                held and segment.breaches(settled_reference, arrives)
             ):
                 return bits, trial, False
         # The clearance outranks the rate limits: the previous command held as it is (a
         # moving command cannot be held within the acceleration limit, and a pose
-        # commanded every step lets a sagging arm sink every step), else the pose less
-        # the sag, else the pose itself.
+        # commanded every step lets a sagging arm sink every step), else the pose.
         if held:
             trial = _rounded(envelope.hold(reference))
-            if not (
-                segment.breaches(q, _settled(trial, sag))
-                or (sagging and segment.breaches(q, trial))
-            ):
+            if not segment.breaches(q, _settled(trial, sag)):
                 return bits, trial, True
-        if sagging:
-            trial = _rounded(envelope.hold(pose_command))
-            if not segment.breaches(q, trial):
-                return bits, trial, True
-        return bits, _rounded(envelope.hold(q)), True
+        return bits, _rounded(envelope.hold(pose_command)), True
 
     def _reading(self) -> tuple[int, int, np.ndarray, float]:
         """Where an observation's joint positions and velocities start, the plausible
