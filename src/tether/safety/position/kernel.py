@@ -802,9 +802,11 @@ def _cartesian(
     settled = work[8]
     settled_reference = work[9]
     arrives = work[10]
+    pose_command = work[11]
     for j in range(n):
         settled[j] = candidate[j] + sag[j]
         settled_reference[j] = reference[j] + sag[j] if held else q[j]
+        pose_command[j] = q[j] - sag[j]  # the command that holds the arm where it is
     speed = 0.0
     for j in range(n):
         a = abs(v[j])
@@ -865,27 +867,16 @@ def _cartesian(
                 continue
             target = reference
         else:
-            for j in range(n):
-                fallback[j] = q[j] - sag[j]
-            target = fallback
+            target = pose_command
         _clip(joints, q, v, gravity, reference, change, target, False, trial, moved, earlier)
         _round32(trial)
         for j in range(n):
             arrives[j] = trial[j] + sag[j]
-        b1, _ = _clear_fraction(joints, geo, obstacles, groups, anchors, q, arrives, scratch, pose)
+        args = (joints, geo, obstacles, groups, anchors)
+        b1, _ = _clear_fraction(*args, q, arrives, scratch, pose)
         if not b1:
             if held:
-                b2, _ = _clear_fraction(
-                    joints,
-                    geo,
-                    obstacles,
-                    groups,
-                    anchors,
-                    settled_reference,
-                    arrives,
-                    scratch,
-                    pose,
-                )
+                b2, _ = _clear_fraction(*args, settled_reference, arrives, scratch, pose)
                 if b2:
                     continue
             candidate[:] = trial
@@ -899,9 +890,7 @@ def _cartesian(
         if not b1:
             candidate[:] = trial
             return bits, True
-    for j in range(n):
-        fallback[j] = q[j] - sag[j]
-    _hold(joints, fallback, trial)
+    _hold(joints, pose_command, trial)
     _round32(trial)
     candidate[:] = trial
     return bits, True
@@ -974,9 +963,9 @@ def _step_into(
 
 @_jit
 def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (11, n),
+    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (12, n),
     scratch (4, n), spare (4)."""
-    return np.empty(n), np.empty(8), np.empty((11, n)), np.empty((4, n)), np.empty(4)
+    return np.empty(n), np.empty(8), np.empty((12, n)), np.empty((4, n)), np.empty(4)
 
 
 @_jit
