@@ -198,6 +198,34 @@ def test_set_dynamics_changes_the_physics_live() -> None:
     assert shoulder_speed(0.5) > shoulder_speed(1.0)
 
 
+def test_an_external_torque_moves_a_held_arm_until_taken_away() -> None:
+    """A hand on the position-commanded arm: held at home, the arm leaves its command
+    while the torque lasts, comes back once it is taken away, and a reset clears it."""
+    env = ArmEnv(config=_EnvConfig(command_interface="position"), seed=0)
+    home = np.asarray(SPEC.home_position_rad)
+    env.reset(options={"joint_position": home})
+    hold = np.asarray(env.robot_spec.action_for_position(home), dtype=np.float32)
+
+    def offset(steps: int) -> float:
+        for _ in range(steps):
+            env.step(hold)
+        return float(np.abs(env.true_state().joint_position_rad - home).max())
+
+    still = offset(50)
+    env.set_external_torque([0.0, 8.0, 0.0, 0.0])
+    pushed = offset(50)
+    assert pushed > still + 0.05
+    env.set_external_torque(None)
+    assert offset(100) < still + 0.01
+    env.set_external_torque([0.0, 8.0, 0.0, 0.0])
+    env.reset(options={"joint_position": home})
+    assert offset(50) < still + 0.01
+    with pytest.raises(SimConfigError, match="finite torque of shape"):
+        env.set_external_torque([0.0, np.inf, 0.0, 0.0])
+    with pytest.raises(SimConfigError, match="finite torque of shape"):
+        env.set_external_torque([1.0, 2.0])
+
+
 def test_bad_actions_and_options_are_refused_with_a_reason() -> None:
     env = ArmEnv(config=TORQUE, seed=0)
     env.reset()

@@ -281,6 +281,22 @@ class ArmEnv(gym.Env[ObsArray, ObsArray]):
         self._episode_base = dynamics
         self._set_dynamics(self._dynamics_now())
 
+    def set_external_torque(self, torque_nm: Any | None) -> None:
+        """Apply ``torque_nm`` (N·m, ``(n,)``, finite) to the joints from outside the
+        robot (a person's hand on the arm, a bump the model lacks) at every step from now
+        until it is changed; None takes it away. A reset takes it away too."""
+        data = self._data
+        if torque_nm is None:
+            data.qfrc_applied[:] = 0.0
+            return
+        torque = np.asarray(torque_nm, dtype=np.float64)
+        if torque.shape != (self._n,) or not np.isfinite(torque).all():
+            raise SimConfigError(
+                f"ArmEnv.set_external_torque needs a finite torque of shape ({self._n},) "
+                f"(N·m per joint) or None, got shape {torque.shape} with values {torque}"
+            )
+        data.qfrc_applied[:] = torque
+
     def episode_outcome(self) -> EpisodeOutcome:
         """The outcome of the episode so far (``info["outcome"]`` on its last step)."""
         return self._outcome.outcome()
