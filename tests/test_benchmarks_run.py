@@ -21,7 +21,7 @@ SMALL_RUNS = {
     "bench_rollback_check.py": (["--seeds", "2", "--episodes", "40"], "| windows alone |"),
     "bench_sim.py": (["--steps", "200", "--repeats", "1"], "gravity_torque"),
     "bench_contacts.py": (
-        ["--seeds", "1", "--steps", "50", "--arms", "drifted", "--jobs", "1"],
+        ["--seeds", "1", "--steps", "130", "--arms", "drifted", "--hand", "0.4", "--jobs", "1"],
         "| this tree | drifted | 0 / 1 |",
     ),
     "bench_engine.py": (["--rounds", "20", "--loops", "5", "--repeats", "1"], "'auto' picks"),

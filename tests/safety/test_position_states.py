@@ -129,6 +129,10 @@ def state_of(supervisor: Any) -> tuple[Any, ...]:
             states.out32[slot].tobytes() if held else b"",
             states.pose[slot].tolist() if states.has_pose[slot] else None,
             states.anchors[slot].tobytes(),
+            states.sag[slot].tolist(),
+            states.rest_sag[slot].tolist(),
+            states.earlier_sag[slot].tolist(),
+            states.rest_pose[slot].tolist(),
         )
     return (
         *action,
@@ -136,6 +140,10 @@ def state_of(supervisor: Any) -> tuple[Any, ...]:
         supervisor._last_bytes,
         supervisor._last_pose,
         supervisor._anchors.tobytes(),
+        supervisor._sag,
+        supervisor._rest_sag,
+        supervisor._earlier_sag,
+        supervisor._rest_pose,
     )
 
 

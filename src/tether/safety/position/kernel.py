@@ -106,6 +106,9 @@ OUT_EXTRA = 8
 # A command whose last change is within this on every joint (rad) is steady: an arm at
 # rest under it shows its sag (``PositionSupervisor._learn_sag``).
 STEADY_RAD = 1e-3
+# A rest further than this on some joint (rad) from where the latest place of rest began
+# is at a new place; an arm this far from it has left it (``PositionSupervisor._learn_sag``).
+REST_APART_RAD = 0.05
 
 # Check bits as globals numba freezes in at compile time (SafetyCheck's own values).
 _POSITION = int(POSITION_BIT)
@@ -1037,9 +1040,13 @@ def targets_batch(
 
 
 # Columns of the tables of tether.safety.position.states that filter_batch reads and writes.
-FLAG_HERE, FLAG_HAS_LAST, FLAG_HAS_POSE, FLAG_ACTION_HERE, FLAG_HAS_ACTION = range(5)
-WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE, WIDE_SAG = range(4)  # float64 rows
-NARROW_OUT, NARROW_ACTION, NARROW_COMMAND = range(3)  # float32 rows
+FLAGS = 5
+FLAG_HERE, FLAG_HAS_LAST, FLAG_HAS_POSE, FLAG_ACTION_HERE, FLAG_HAS_ACTION = range(FLAGS)
+WIDE = 7  # float64 rows
+WIDE_CANDIDATE, WIDE_CHANGE, WIDE_POSE, WIDE_SAG = range(4)
+WIDE_REST_SAG, WIDE_EARLIER_SAG, WIDE_REST_POSE = range(4, WIDE)
+NARROW = 3  # float32 rows
+NARROW_OUT, NARROW_ACTION, NARROW_COMMAND = range(NARROW)
 
 # What filter_batch found for each row (the CODE_KIND column of its ``codes``).
 ROW_PASSED = 0  # passed, no check raised: the shared PASSED verdict
@@ -1150,6 +1157,7 @@ def filter_batch(
     inputs = np.empty(6 * n)
     gravity, earlier, work, scratch, spare = _buffers(n)
     steady = np.float64(STEADY_RAD)
+    apart = np.float64(REST_APART_RAD)
     given = 0
     for i in range(rows):
         slot = slots[i]
@@ -1185,14 +1193,26 @@ def filter_batch(
                 inputs[3 * n + j] = v * dt
         if held:  # PositionSupervisor._learn_sag
             rest = True
+            far = False
             for j in range(n):
                 if abs(inputs[n + j]) > geo[_COASTING] or abs(inputs[3 * n + j]) > steady:
                     rest = False
-            if rest:
-                for j in range(n):
+                if abs(inputs[j] - wide[slot, WIDE_REST_POSE, j]) > apart:
+                    far = True
+            for j in range(n):
+                if rest:
+                    if far:  # a new place of rest
+                        wide[slot, WIDE_EARLIER_SAG, j] = wide[slot, WIDE_REST_SAG, j]
+                        wide[slot, WIDE_REST_POSE, j] = inputs[j]
                     d = inputs[j] - inputs[2 * n + j]
                     bound = joints[j, _TAU] / joints[j, _KP]
-                    wide[slot, WIDE_SAG, j] = -bound if d < -bound else bound if d > bound else d
+                    d = -bound if d < -bound else bound if d > bound else d
+                    wide[slot, WIDE_REST_SAG, j] = d
+                    wide[slot, WIDE_SAG, j] = d
+                elif far:
+                    a = wide[slot, WIDE_REST_SAG, j]
+                    b = wide[slot, WIDE_EARLIER_SAG, j]
+                    wide[slot, WIDE_SAG, j] = (a if abs(a) < abs(b) else b) if a * b > 0.0 else 0.0
         for j in range(n):
             inputs[5 * n + j] = wide[slot, WIDE_SAG, j]
         row = report[i, :stepped]
@@ -1249,7 +1269,7 @@ def _compile_all() -> None:
     obstacles = np.zeros((1, 5))
     groups = np.zeros((1, 4))
     groups[0, 2] = 1.0
-    inputs = np.zeros(5 * n)
+    inputs = np.zeros(6 * n)
     step(joints, geo, obstacles, groups, new_anchors(n), inputs, True, False)
     step_batch(
         joints,
@@ -1264,8 +1284,8 @@ def _compile_all() -> None:
     targets_batch(np.zeros((1, n), np.float32), np.zeros(n), np.ones(n), 1e6)
     # batch._array_group's argument layouts: observations of either float width.
     slots = np.zeros(1, np.intp)
-    flags = np.ones((1, 5), np.bool_)
-    wide, narrow = np.zeros((1, 4, n)), np.zeros((1, 3, n), np.float32)
+    flags = np.ones((1, FLAGS), np.bool_)
+    wide, narrow = np.zeros((1, WIDE, n)), np.zeros((1, NARROW, n), np.float32)
     proposals = np.zeros((1, n), np.float32)
     anchors = new_anchors(n)[None]
     codes, report = np.zeros((1, 2), np.int64), np.zeros((1, report_width(n)))

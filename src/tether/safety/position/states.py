@@ -1,13 +1,14 @@
 """Many robots' position-supervisor state in arrays, one row (slot) per robot.
 
 A :class:`PositionSupervisor` keeps its robot's state (the command it last returned and
-that command's change, the last readable pose, the kernel's anchors) in attributes, which
-one ``filter`` call reads and writes. :mod:`tether.safety.position.batch` runs many robots
-at once; gathering those attributes into arrays and scattering them back cost more per
-row than the compiled arithmetic itself. So the compiled supervisors of one signature
-(those the batch path runs as one array: same kernel constants, inputs read alike) share
-one :class:`RobotStates` (:func:`states_for`), each robot with a slot of its own once it
-first runs there, and a robot's state lives in exactly one of two places:
+that command's change, the last readable pose, its sag and places of rest, the kernel's
+anchors) in attributes, which one ``filter`` call reads and writes.
+:mod:`tether.safety.position.batch` runs many robots at once; gathering those attributes
+into arrays and scattering them back cost more per row than the compiled arithmetic
+itself. So the compiled supervisors of one signature (those the batch path runs as one
+array: same kernel constants, inputs read alike) share one :class:`RobotStates`
+(:func:`states_for`), each robot with a slot of its own once it first runs there, and a
+robot's state lives in exactly one of two places:
 
 - on the supervisor (``here[slot]`` false, or no slot yet): what the per-row path uses;
 - in the slot (``here[slot]`` true): what the compiled call (``kernel.filter_batch``:
@@ -83,12 +84,15 @@ class RobotStates:
         # one view per field. Flags: whether the slot holds the position level's state,
         # its last command, its last pose, the action level's state, its last action.
         # Float64 rows: the last command's candidate and change, the last readable pose,
-        # the arm's sag.
+        # the arm's sag, the offsets it showed at its latest place of rest and at the one
+        # before, where that place is.
         # Float32 rows: the last command returned, the last action returned, the command
         # that action came from (and the same as bits, for comparing them by bits).
-        self.flags = _grown(getattr(self, "flags", None), capacity, (5,), np.bool_)
-        self.wide = _grown(getattr(self, "wide", None), capacity, (4, n), np.float64)
-        self.narrow = _grown(getattr(self, "narrow", None), capacity, (3, n), np.float32)
+        self.flags = _grown(getattr(self, "flags", None), capacity, (kernel.FLAGS,), np.bool_)
+        self.wide = _grown(getattr(self, "wide", None), capacity, (kernel.WIDE, n), np.float64)
+        self.narrow = _grown(
+            getattr(self, "narrow", None), capacity, (kernel.NARROW, n), np.float32
+        )
         self.anchors = _grown(
             getattr(self, "anchors", None), capacity, self._anchors_shape, np.float64
         )
@@ -103,6 +107,9 @@ class RobotStates:
         self.change = wide[:, kernel.WIDE_CHANGE]
         self.pose = wide[:, kernel.WIDE_POSE]
         self.sag = wide[:, kernel.WIDE_SAG]
+        self.rest_sag = wide[:, kernel.WIDE_REST_SAG]
+        self.earlier_sag = wide[:, kernel.WIDE_EARLIER_SAG]
+        self.rest_pose = wide[:, kernel.WIDE_REST_POSE]
         self.out32 = narrow[:, kernel.NARROW_OUT]
         self.action32 = narrow[:, kernel.NARROW_ACTION]
         self.command32 = narrow[:, kernel.NARROW_COMMAND]

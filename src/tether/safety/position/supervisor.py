@@ -29,10 +29,11 @@ verdict entry says how far it moved the command:
    moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
    plus a step of delay) would take it deeper into a margin brakes the same way,
    whatever the command asks. Every command is judged where the arm settles under it:
-   the command plus the robot's **sag**, the offset from its command the arm showed
-   when it last came to rest under a steady one (an unmodelled payload or weak motors
-   hold it below its commands), bounded per joint by torque limit / stiffness; the pose
-   is braked to with the command that holds the arm there, the pose less the sag;
+   the command plus the robot's **sag**, the offset from its command the arm shows at
+   rest under a steady one (an unmodelled payload or weak motors hold it below its
+   commands), bounded per joint by torque limit / stiffness, trusted away from the place
+   it was seen only as far as the place of rest before agrees (``_learn_sag``); the
+   pose is braked to with the command that holds the arm there, the pose less the sag;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The arithmetic of checks 2-6 runs in the compiled kernel
@@ -189,6 +190,7 @@ class PositionSupervisor:
         self._obs_dim = limits.observation_dim
         self._dt = limits.control_period_s
         self._zeros = [0.0] * n
+        self._nowhere = [math.inf] * n
         self._range = tuple(zip(limits.position_low_rad, limits.position_high_rad, strict=True))
         slack = cfg.observation_range_slack_rad
         # Per joint, the readings an observation may hold: the range widened by the slack,
@@ -238,8 +240,14 @@ class PositionSupervisor:
         self._last_bytes = b""
         self._last_pose: list[float] | None = None
         # How far the arm settles from a steady command (q - command at rest, per joint):
-        # what an unmodelled load (a payload, weak motors) makes it sag by.
+        # what an unmodelled load (a payload, weak motors) makes it sag by, as its latest
+        # place of rest shows it, or once it left, as that place and the place before
+        # agree (``_learn_sag``); the offsets the arm showed at those two places; where
+        # the latest began (infinitely far: none yet).
         self._sag = self._zeros
+        self._rest_sag = self._zeros
+        self._earlier_sag = self._zeros
+        self._rest_pose = self._nowhere
         self._anchors = kernel.new_anchors(self._n)
         self._slot = -1
         self._slot_row = np.full(1, -1, np.intp)  # the slot as a batch of one takes it
@@ -264,8 +272,8 @@ class PositionSupervisor:
 
     def take_state(self, other: PositionSupervisor) -> None:
         """Continue the robot ``other`` has been supervising (its last command and
-        change, its last readable pose, its sag), e.g. across a change of degradation
-        level."""
+        change, its last readable pose, its sag and places of rest), e.g. across a
+        change of degradation level."""
         if other is not self:
             other._pull()
             self._pull()
@@ -273,6 +281,9 @@ class PositionSupervisor:
             self._last_bytes = other._last_bytes
             self._last_pose = other._last_pose
             self._sag = other._sag
+            self._rest_sag = other._rest_sag
+            self._earlier_sag = other._earlier_sag
+            self._rest_pose = other._rest_pose
             # Not the anchors: their clearances are measured against other's margins.
 
     def filter(
@@ -361,14 +372,27 @@ class PositionSupervisor:
     ) -> None:
         """At rest under a steady command (every joint slower than ``_COASTING_SPEED``,
         the command's last change within ``kernel.STEADY_RAD``), the arm's offset from its
-        command is its sag: kept, each joint within what its motor can hold against the
-        impedance (torque limit / stiffness)."""
-        if max(map(abs, v)) > _COASTING_SPEED or max(map(abs, change)) > kernel.STEADY_RAD:
-            return
-        self._sag = [
-            -bound if d < -bound else bound if d > bound else d
-            for d, bound in zip(map(operator.sub, q, command), self._sag_bound, strict=True)
-        ]
+        command, each joint within what its motor can hold against the impedance (torque
+        limit / stiffness), is the sag while the arm stays at this place of rest (within
+        ``kernel.REST_APART_RAD`` of where it began, on every joint). Once it leaves, the
+        sag is what this place and the place before agree on: per joint the smaller
+        offset where both lie on one side, else none. A load sags the arm wherever it
+        rests; a hand that held the arm still, or a payload since put down, showed an
+        offset at one place only."""
+        far = max(map(abs, map(operator.sub, q, self._rest_pose))) > kernel.REST_APART_RAD
+        if max(map(abs, v)) <= _COASTING_SPEED and max(map(abs, change)) <= kernel.STEADY_RAD:
+            if far:  # a new place of rest
+                self._earlier_sag = self._rest_sag
+                self._rest_pose = q
+            self._sag = self._rest_sag = [
+                -bound if d < -bound else bound if d > bound else d
+                for d, bound in zip(map(operator.sub, q, command), self._sag_bound, strict=True)
+            ]
+        elif far:
+            self._sag = [
+                (a if abs(a) < abs(b) else b) if a * b > 0.0 else 0.0
+                for a, b in zip(self._rest_sag, self._earlier_sag, strict=True)
+            ]
 
     def _finish(self, step: _Step, numbers: _Numbers) -> tuple[np.ndarray, SafetyVerdict]:
         """The executed command and its verdict, from the stages' numbers."""
@@ -655,6 +679,9 @@ class PositionSupervisor:
             self._last_bytes = b""
         self._last_pose = states.pose[slot].tolist() if states.has_pose[slot] else None
         self._sag = states.sag[slot].tolist()
+        self._rest_sag = states.rest_sag[slot].tolist()
+        self._earlier_sag = states.earlier_sag[slot].tolist()
+        self._rest_pose = states.rest_pose[slot].tolist()
         self._anchors = states.anchors[slot].copy()
 
     def _push(self) -> int:
@@ -679,6 +706,9 @@ class PositionSupervisor:
         if pose is not None:
             states.pose[slot] = pose
         states.sag[slot] = self._sag
+        states.rest_sag[slot] = self._rest_sag
+        states.earlier_sag[slot] = self._earlier_sag
+        states.rest_pose[slot] = self._rest_pose
         states.anchors[slot] = self._anchors
         states.here[slot] = True
         return slot
