@@ -13,17 +13,21 @@ must go wrong, so the test can fail.
 from __future__ import annotations
 
 import gc
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 
 from safety import position_corpus as corpus
+from safety.random_commands import ARMS, random_command_run
 from safety.test_position_batch import fleet, rounds
 from safety.test_position_equivalence import same
+from tether.safety.for_spec import supervisor_for
 from tether.safety.position import PositionActionSupervisor, kernel
 from tether.safety.position.batch import filter_actions, filter_commands
 from tether.safety.position.states import states_for
+from tether.sim import arm_spec
 
 pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the slots serve the compiled path")
 
@@ -215,3 +219,32 @@ def test_a_reused_slot_starts_empty() -> None:
     for i in range(8):
         want = prototype.fresh().filter(obs[i], actions[i], previous[i])
         assert same(got[i], want)
+
+
+def test_every_field_of_a_robot_state_moves_to_its_slot_and_back() -> None:
+    """A drifted arm that rested at several places (its sag, both places' offsets, where
+    the latest began: all set) has its state pushed to its slot, its attributes spoilt,
+    and the state pulled back: the slot holds every field, and the pull restores every
+    one. A field ``_push`` or ``_pull`` forgot keeps the slot's cleared or the spoilt
+    value."""
+    supervisor = supervisor_for(arm_spec("position"))
+    random_command_run(ARMS["drifted"], supervisor, 400, seed=0)
+    position = supervisor.position
+    position._pull()
+    before = state_of(position)
+    assert all(map(any, (position._sag, position._rest_sag, position._earlier_sag)))
+    assert all(map(math.isfinite, position._rest_pose))
+    states, slot = position._states, position._slot
+    with states.lock:  # the slot's old values gone: only what _push writes is there
+        states.wide[slot] = 0.0
+        states.out32[slot] = 0.0
+        states.anchors[slot] = 0.0
+        states.has_last[slot] = states.has_pose[slot] = False
+        position._push()
+    spoilt = [9.0] * len(position._sag)
+    position._last, position._last_bytes, position._last_pose = None, b"", None
+    position._sag = position._rest_sag = position._earlier_sag = position._rest_pose = spoilt
+    position._anchors = kernel.new_anchors(len(spoilt))
+    assert state_of(position) == before
+    position._pull()
+    assert state_of(position) == before
