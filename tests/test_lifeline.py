@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-# The parent starts a child that calls die_with_parent, prints the child's pid, and waits.
+# The parent starts a child, prints the child's pid, and waits; the child (which shares
+# the parent's stdout) says "ready" once it asked to die with its parent, or at once.
 _PARENT = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", {child!r}])
@@ -21,9 +22,10 @@ _CHILD = """
 import os, time
 from tether.lifeline import die_with_parent
 die_with_parent(os.getppid())
+print("ready", flush=True)
 time.sleep(120)
 """
-_ORPHAN = "import time; time.sleep(120)"
+_ORPHAN = "import time; print('ready', flush=True); time.sleep(120)"
 
 
 def _alive(pid: int) -> bool:
@@ -41,10 +43,11 @@ def _child_after_parent_killed(child_code: str) -> tuple[int, bool]:
     )
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
-    time.sleep(1.5)  # the child has imported tether and asked for the signal
+    assert parent.stdout.readline().strip() == "ready"
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=10)
-    deadline = time.monotonic() + 5
+    # The lifeline's signal comes within milliseconds; a child without one outlives this.
+    deadline = time.monotonic() + 1.5
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return pid, _alive(pid)
