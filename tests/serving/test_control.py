@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import time
 
@@ -180,6 +182,44 @@ def test_stale_steps_get_the_backup_not_the_policy(make_server: MakeServer, arm:
     assert result.verdict is not None
     assert result.verdict.source == "backup"
     assert "STALE" in result.verdict.check_names
+
+
+def test_the_default_backup_holds_the_limits_the_server_enforces(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """A deployment's stricter limits (``tether serve --limits``) hold for the robot's
+    own watchdog backup too: a session opened with a RobotSpec reads them from the
+    server. Under the spec's own limits a previous command the server's range no longer
+    holds is kept; under the server's, the backup leaves it."""
+    from tether.safety.for_spec import limits_for, supervisor_for
+    from tether.serving.client import AsyncPolicyClient
+    from tether.serving.supervision import SupervisorFactory
+
+    base = limits_for(arm)
+    strict = dataclasses.replace(
+        base, position_high_rad=tuple(h - 0.5 for h in base.position_high_rad)
+    )
+    running = make_server(server_config(), supervisors=SupervisorFactory(arm, limits=strict))
+    obs = np.zeros(arm.obs_dim, np.float32)
+    obs[: arm.act_dim] = arm.home_position_rad
+    previous = np.full(arm.act_dim, 0.8, np.float32)
+    want, _ = supervisor_for(arm, strict).backup_action(obs, previous)
+    spec_own, _ = supervisor_for(arm).backup_action(obs, previous)
+    assert not np.array_equal(want, spec_own)
+    with PolicyClient(running.address) as client:
+        session = client.session(arm, control_deadline_s=5.0)
+        np.testing.assert_array_equal(session.watchdog.backup(obs, previous), want)
+        session.close()
+
+    async def aio() -> np.ndarray:
+        async with AsyncPolicyClient(running.address) as client:
+            session = await client.session(arm, control_deadline_s=5.0)
+            try:
+                return session.watchdog.backup(obs, previous)
+            finally:
+                await session.close()
+
+    np.testing.assert_array_equal(asyncio.run(aio()), want)
 
 
 def test_session_pinned_to_a_version_the_server_does_not_serve_is_refused(

@@ -91,6 +91,7 @@ def test_the_degradation_gauges_are_read_when_scraped_never_on_the_serving_loop(
 
     monkeypatch.setattr(_LevelCache, "read", counted)
     with PolicyClient(running.address) as client, client.session(arm, robot_id="arm-3") as s:
+        loop_reads.clear()  # Describe, which the session's open calls, reports the level
         obs = np.zeros(arm.obs_dim, np.float32)
         until = time.monotonic() + 0.3  # six of the action gauges' 50 ms refreshes
         while time.monotonic() < until:

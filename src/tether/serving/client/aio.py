@@ -107,8 +107,11 @@ class AsyncPolicyClient:
         backup: BackupPolicy | None = None,
         pin_version: int | None = None,
     ) -> AsyncControlSession:
+        limits = ""
+        if backup is None and isinstance(robot, RobotSpec):
+            limits = (await self.describe()).safety_limits_json
         identity, deadline, policy = session_parts(
-            robot, robot_id, control_deadline_s, backup, pin_version
+            robot, robot_id, control_deadline_s, backup, pin_version, limits
         )
         session = AsyncControlSession(self, identity, Watchdog(policy, deadline))
         await session.open()

@@ -32,7 +32,12 @@ from tether.serving.client.protocol import (
 )
 from tether.serving.client.records import ActionResult
 from tether.serving.client.reopen import SessionLink
-from tether.serving.client.watchdog import BackupPolicy, Watchdog, safety_backup
+from tether.serving.client.watchdog import (
+    BackupPolicy,
+    Watchdog,
+    safety_backup,
+    served_limits,
+)
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
 from tether.v1 import policy_pb2 as pb, policy_pb2_grpc as pb_grpc
@@ -146,12 +151,16 @@ class PolicyClient:
         """Open a Control session; ``step`` answers within ``control_deadline_s``.
 
         With a ``RobotSpec`` the deadline defaults to its control period and the backup to
-        the safety layer's hold action; with a bare ``RobotIdentity`` both must be given.
+        the safety layer's hold action under the limits the server enforces (read with
+        ``describe`` first); with a bare ``RobotIdentity`` both must be given.
         ``pin_version`` serves the whole session from that version (live or retired), e.g.
         for a frozen baseline.
         """
+        limits = ""
+        if backup is None and isinstance(robot, RobotSpec):
+            limits = self.describe().safety_limits_json
         identity, deadline, policy = session_parts(
-            robot, robot_id, control_deadline_s, backup, pin_version
+            robot, robot_id, control_deadline_s, backup, pin_version, limits
         )
         session = ControlSession(self, identity, Watchdog(policy, deadline))
         session.open()
@@ -167,8 +176,10 @@ def session_parts(
     control_deadline_s: float | None,
     backup: BackupPolicy | None,
     pin_version: int | None = None,
+    limits_json: str = "",
 ) -> tuple[RobotIdentity, float, BackupPolicy]:
-    """Identity, control deadline and backup policy of a session (shared with asyncio)."""
+    """Identity, control deadline and backup policy of a session (shared with asyncio);
+    ``limits_json``: the limits the server enforces, for the default backup."""
     if isinstance(robot, RobotSpec):
         identity = RobotIdentity(
             robot_id,
@@ -179,7 +190,7 @@ def session_parts(
             pinned_version=pin_version,
         )
         deadline = control_deadline_s or robot.control_period_s
-        return identity, deadline, backup or safety_backup(robot)
+        return identity, deadline, backup or safety_backup(robot, served_limits(robot, limits_json))
     if control_deadline_s is None or backup is None:
         raise ValueError(
             "a session opened with a RobotIdentity needs control_deadline_s and backup; "

@@ -3,7 +3,8 @@
 When the server's reply does not arrive within the control deadline (or the step
 failed), the session asks the watchdog for a backup action — by default the safety
 layer's own backup (hold position against gravity), computed locally from the robot
-spec — flags it ``from_watchdog`` and counts the miss. The running miss count travels to
+spec under the limits the server enforces (its ``Describe``: a deployment's stricter
+``--limits`` hold for the backup too) — flags it ``from_watchdog`` and counts the miss. The running miss count travels to
 the server in the next step, so the server sees its robots' misses in its metrics.
 
 Invariant: ``fallback`` does no I/O and never waits, so the control loop keeps its rate.
@@ -11,28 +12,50 @@ Invariant: ``fallback`` does no I/O and never waits, so the control loop keeps i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tether.serving.client.records import ActionResult
 from tether.spec import RobotSpec
 
+if TYPE_CHECKING:
+    from tether.safety.kinematics import Kinematics
+    from tether.safety.limits import SafetyLimits
+
 # (observation, previous executed action or None) -> action to execute instead.
 BackupPolicy = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 
 
-def safety_backup(spec: RobotSpec) -> BackupPolicy:
-    """The supervisor's backup action for ``spec`` (hold against gravity, within limits)."""
+def safety_backup(
+    spec: RobotSpec, limits: SafetyLimits | None = None, kinematics: Kinematics | None = None
+) -> BackupPolicy:
+    """The supervisor's backup action for ``spec`` (hold against gravity, within limits):
+    under ``limits`` and with ``kinematics`` where given (the ones the server was started
+    with, ``--limits`` and ``--kinematics``), else the defaults ``supervisor_for`` takes."""
     from tether.safety.for_spec import supervisor_for
 
-    supervisor = supervisor_for(spec)
+    supervisor = supervisor_for(spec, limits, kinematics=kinematics)
 
     def backup(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
         action, _ = supervisor.backup_action(observation, previous)
         return action
 
     return backup
+
+
+def served_limits(spec: RobotSpec, limits_json: str) -> SafetyLimits | None:
+    """The limits a server enforces (``DescribeResponse.safety_limits_json``) for a robot
+    of ``spec``; None where it sent none, or limits of other joints (a server of another
+    robot, which refuses the session at its open)."""
+    if not limits_json:
+        return None
+    from tether.safety.limits import SafetyLimits
+
+    limits = SafetyLimits.from_dict(json.loads(limits_json))
+    return limits if limits.joint_names == spec.joint_names else None
 
 
 class Watchdog:
