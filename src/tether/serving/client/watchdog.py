@@ -4,8 +4,9 @@ When the server's reply does not arrive within the control deadline (or the step
 failed), the session asks the watchdog for a backup action — by default the safety
 layer's own backup (hold position against gravity), computed locally from the robot
 spec under the limits the server enforces (its ``Describe``: a deployment's stricter
-``--limits`` hold for the backup too) — flags it ``from_watchdog`` and counts the miss. The running miss count travels to
-the server in the next step, so the server sees its robots' misses in its metrics.
+``--limits`` hold for the backup too) — flags it ``from_watchdog`` and counts the miss.
+The running miss count travels to the server in the next step, so the server sees its
+robots' misses in its metrics.
 
 Invariant: ``fallback`` does no I/O and never waits, so the control loop keeps its rate.
 """
