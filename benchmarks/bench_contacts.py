@@ -95,7 +95,8 @@ def main() -> None:
         trees = {"baseline": baseline, **trees}
     print(
         f"# bench_contacts: random commands, {args.seeds} seeds x {args.steps} steps, "
-        f"hand {args.hand}, {args.jobs} processes; {platform.machine()}, Python {platform.python_version()}\n"
+        f"hand {args.hand}, {args.jobs} processes; {platform.machine()}, "
+        f"Python {platform.python_version()}\n"
     )
     print(
         "| tree | arm | seeds with contact | contact steps | limit-violation steps | worst seeds |"

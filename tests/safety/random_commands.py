@@ -56,9 +56,10 @@ def random_action_run(
 
     With ``hand`` > 0 a person's hand holds the arm for ``HAND_STEPS`` of every
     ``HAND_PERIOD`` steps, a random torque on each joint up to ``hand`` times its torque
-    limit, and lets go. The steps the hand pushes are not counted (no command can stop a
-    hand), nor those after it lets go until the arm is first clear of the obstacle and
-    the joint limits (the hand may leave it there)."""
+    limit, and lets go (an episode's reset takes it away too). The steps the hand pushes
+    are not counted (no command can stop a hand), nor those after it lets go until the
+    arm is first clear of the obstacle and the joint limits (the hand may leave it
+    there)."""
     rng = np.random.default_rng(seed)
     hand_rng = np.random.default_rng(seed + HAND_SEED_OFFSET)
     hand_limit = hand * np.asarray(arm_position_limits().torque_limit_nm)
