@@ -65,6 +65,7 @@ from tether.runtime.records import (
 )
 from tether.runtime.report import build_report
 from tether.runtime.robot import RobotPlan, StartSignal, run_robot
+from tether.shared_flag import SharedFlag
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +458,7 @@ class FleetSystem:
     def _main(self) -> None:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
-        robot_stop = ctx.Event()
+        robot_stop = SharedFlag(ctx)
         robots: list[Any] = []
         try:
             self.build()
@@ -521,7 +522,7 @@ class FleetSystem:
                     self._snapshots.append(snap)
                     dash.update(snap, tuple(self._recent))
 
-    def _shutdown(self, robots: list[Any], robot_stop: Any, queue: Any) -> None:
+    def _shutdown(self, robots: list[Any], robot_stop: SharedFlag, queue: Any) -> None:
         robot_stop.set()
         deadline = time.monotonic() + 10.0
         while any(p.is_alive() for p in robots) and time.monotonic() < deadline:

@@ -26,7 +26,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from tether.learning.placement import learner_placement
 from tether.lifeline import die_with_parent
 from tether.policy.bundle import load_bundle
 from tether.policy.shared_weights import SharedWeights
+from tether.shared_flag import SharedFlag
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def learner_main(
     launch: LearnerLaunch,
     channel: TransitionChannel,
     counters: Any,
-    stop: MpEvent,
+    stop: SharedFlag,
 ) -> None:
     """Entry point of the learner process."""
     # Ctrl-C reaches the whole process group; the parent decides when the learner stops,
@@ -150,7 +150,7 @@ class LearnerProcess:
         self._ctx = mp.get_context("spawn")
         # A raw (lock-free) int64 array: one writer (the child), aligned 8-byte stores.
         self._counters: Any = self._ctx.Array(ctypes.c_int64, N_COUNTERS, lock=False)
-        self._stop = self._ctx.Event()
+        self._stop = SharedFlag(self._ctx)
         self._stopping = threading.Event()
         self._spawn_lock = threading.Lock()  # a restart and stop() never interleave
         self._events: list[LearnerEvent] = []

@@ -30,6 +30,7 @@ from tether.lifeline import die_with_parent
 from tether.runtime.records import EpisodeRecord, RobotSnapshot, RunEvent
 from tether.serving.client.options import ClientOptions
 from tether.serving.client.sync import PolicyClient
+from tether.shared_flag import SharedFlag
 from tether.sim import ArmDynamics, ArmEnv, DriftSchedule
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class StartSignal:
     def __init__(self, ctx: Any, robots: int) -> None:
         self._ready = ctx.Value("i", 0)
         self._t0 = ctx.Value("d", 0.0)
-        self._go = ctx.Event()
+        self._go = SharedFlag(ctx)
         self._robots = robots
 
     def ready(self) -> None:
@@ -86,7 +87,7 @@ class StartSignal:
         self._t0.value = t0
         self._go.set()
 
-    def wait(self, stop: Any) -> float | None:
+    def wait(self, stop: SharedFlag) -> float | None:
         """The run's t0, or None when ``stop`` was set first."""
         while not self._go.wait(0.1):
             if stop.is_set():
@@ -119,7 +120,7 @@ class _Episode:
         self.final_distance_m: float | None = None
 
 
-def run_robot(plan: RobotPlan, out: Any, stop: Any, start: StartSignal) -> None:
+def run_robot(plan: RobotPlan, out: Any, stop: SharedFlag, start: StartSignal) -> None:
     """Process entry point: drive the arm until ``stop`` is set or the duration is over."""
     logging.basicConfig(level=logging.WARNING)
     # Ctrl-C reaches the whole process group; the parent decides when robots stop, and if

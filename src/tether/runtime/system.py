@@ -72,6 +72,7 @@ from tether.serving.bundle_check import for_robot
 from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
+from tether.shared_flag import SharedFlag
 from tether.versions.facade import PolicyVersions
 from tether.versions.intake import (
     CandidateIntake,
@@ -441,7 +442,7 @@ class RunSystem:
             loop.add_signal_handler(sig, self._interrupt, sig)
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
-        robot_stop = ctx.Event()
+        robot_stop = SharedFlag(ctx)
         robots: list[Any] = []
         self._admin: Any = None
         intake = threading.Thread(
@@ -554,7 +555,7 @@ class RunSystem:
                     dash.update(snap, tuple(self._recent_events))
 
     async def _shutdown(
-        self, robots: list[Any], robot_stop: Any, queue: Any, intake: threading.Thread
+        self, robots: list[Any], robot_stop: SharedFlag, queue: Any, intake: threading.Thread
     ) -> None:
         robot_stop.set()
         deadline = time.monotonic() + 10.0
