@@ -18,7 +18,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 
 # Shared vocabulary, importable from anywhere.
-SHARED = {"errors", "spec", "config", "lifeline", "lazy", "compiled"}
+SHARED = {"errors", "spec", "config", "lifeline", "shared_flag", "lazy", "compiled"}
 RANK: dict[str, float] = {
     "sim": 1,
     "data": 1,
