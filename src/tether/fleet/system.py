@@ -467,11 +467,11 @@ class FleetSystem:
             robots = [
                 ctx.Process(
                     target=run_robot,
-                    args=(plan, queue, robot_stop, start),
+                    args=(plan, queue, robot_stop, start.for_robot(i)),
                     name=plan.robot_id,
                     daemon=True,
                 )
-                for plan in plans
+                for i, plan in enumerate(plans)
             ]
             for p in robots:
                 p.start()

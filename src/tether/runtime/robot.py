@@ -16,6 +16,8 @@ and its round-trip latencies (ms) in ``latency_<robot_id>.npy`` at the end.
 from __future__ import annotations
 
 import contextlib
+import copy
+import ctypes
 import logging
 import signal
 import time
@@ -67,21 +69,29 @@ class StartSignal:
     """Robots report ready (session open); the parent then starts everyone's clock at once.
 
     ``t0`` is a ``time.monotonic()`` value, which is system-wide on Linux, so every
-    process measures the run's time from the same instant.
+    process measures the run's time from the same instant. Nothing here takes a lock: a
+    byte per robot (each written by its robot, through :meth:`for_robot`'s copy), ``t0``
+    written by the parent before it sets the go flag, so a robot killed at any instant
+    holds nothing the others or the parent wait on.
     """
 
     def __init__(self, ctx: Any, robots: int) -> None:
-        self._ready = ctx.Value("i", 0)
-        self._t0 = ctx.Value("d", 0.0)
+        self._ready = ctx.RawArray(ctypes.c_bool, robots)
+        self._t0 = ctx.RawValue(ctypes.c_double, 0.0)
         self._go = SharedFlag(ctx)
-        self._robots = robots
+        self._index = -1
+
+    def for_robot(self, index: int) -> StartSignal:
+        """The signal as robot ``index`` uses it (the same shared memory)."""
+        mine = copy.copy(self)
+        mine._index = index
+        return mine
 
     def ready(self) -> None:
-        with self._ready.get_lock():
-            self._ready.value += 1
+        self._ready[self._index] = True
 
     def all_ready(self) -> bool:
-        return bool(self._ready.value >= self._robots)
+        return all(self._ready)
 
     def go(self, t0: float) -> None:
         self._t0.value = t0

@@ -460,11 +460,11 @@ class RunSystem:
             robots = [
                 ctx.Process(
                     target=run_robot,
-                    args=(plan, queue, robot_stop, start),
+                    args=(plan, queue, robot_stop, start.for_robot(i)),
                     name=plan.robot_id,
                     daemon=True,
                 )
-                for plan in plans
+                for i, plan in enumerate(plans)
             ]
             with _children_ignore_sigint():
                 for p in robots:
