@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tether.safety.position.presets import arm_position_limits
 from tether.safety.supervises import ActionSupervisor
 from tether.sim import ArmDynamics, ArmEnv, ArmEnvConfig, DriftSchedule
 
@@ -62,7 +61,7 @@ def random_action_run(
     there)."""
     rng = np.random.default_rng(seed)
     hand_rng = np.random.default_rng(seed + HAND_SEED_OFFSET)
-    hand_limit = hand * np.asarray(arm_position_limits().torque_limit_nm)
+    hand_limit = hand * np.asarray(env.robot_spec.torque_limit_nm)
     obs, _ = env.reset()
     previous: np.ndarray | None = None
     contacts = violations = 0
