@@ -55,7 +55,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = dict(os.environ)
     env.update(
         TETHER_RUN_FAST="1",
-        TETHER_RUN_DURATION="45",
+        TETHER_RUN_DURATION="25",
         TETHER_RUN_OUT=str(out),
         TETHER_RUN_DASHBOARD="plain",
         PIP_DISABLE_PIP_VERSION_CHECK="1",
@@ -91,7 +91,8 @@ def test_no_degradation_in_the_first_20_s_of_control_time(run_dir: Path) -> None
     assert all(e.control_s is not None for e in events)
     stop = next(e for e in events if e.kind == "stop")
     assert stop.control_s is not None
-    assert stop.control_s >= 30.0  # --fast, 45 s: the robots' control time, not wall time
+    # --fast, 25 s of wall time: the robots' control time runs several times faster
+    assert stop.control_s >= 30.0
 
 
 def test_run_directory_holds_everything_the_report_needs(run_dir: Path) -> None:
@@ -149,7 +150,9 @@ def test_data_path_dropped_nothing_and_promotions_came_through_the_gate(run_dir:
     assert details["channel"]["dropped"] == 0
     assert details["experience_log"]["rows_flushed"] == details["recorder"]["transitions"]
     candidates = {e.version for e in events if e.kind == "candidate"}
-    for promotion in (e for e in events if e.kind == "promotion"):
+    promotions = [e for e in events if e.kind == "promotion"]
+    assert promotions, "no version was promoted: the gate was never crossed"
+    for promotion in promotions:
         assert promotion.version in candidates
         # the server-side gate ends with the canary: a promotion without it skipped the gate
         assert "canary" in promotion.details["stages_passed"], promotion
