@@ -18,6 +18,7 @@ stay the same.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,12 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger(__name__)
+
+# A warm-up still running after this many seconds is compiling (loading from numba's
+# cache takes well under one): the user is told why the start waits.
+COMPILING_NOTICE_S = 2.0
 
 
 # LLVM's names of the x86_64 cores that run 512-bit vector code without lowering their
@@ -98,6 +105,20 @@ def compiler(numba: Any | None, **options: Any) -> Callable[[F], F]:
     return compile_one
 
 
+_TOLD = threading.Event()  # the notice is given once per process, by the first kernel
+
+
+def _compiling(module: str) -> None:
+    if _TOLD.is_set():
+        return
+    _TOLD.set()
+    log.warning(
+        "compiling tether's kernels for this machine (%s first): a first start takes up to "
+        "a minute; numba caches the code and later starts load it in well under a second",
+        module,
+    )
+
+
 def writable(array: np.ndarray) -> np.ndarray:
     """``array``, or a copy of it when it is read-only. numba compiles a read-only array as
     a signature of its own, and arrays straight off the wire (``np.frombuffer``) are
@@ -108,9 +129,13 @@ def writable(array: np.ndarray) -> np.ndarray:
 def warm_once(available: bool, compile_all: Callable[[], None]) -> Callable[[], float]:
     """A kernel module's ``warm()``: the first call runs ``compile_all`` (calls that compile
     every signature serving uses, or load them from numba's cache) and returns the
-    seconds it took; later calls, and every call without numba, return 0.0 at once."""
+    seconds it took; later calls, and every call without numba, return 0.0 at once. A
+    first call still compiling after :data:`COMPILING_NOTICE_S` logs a warning saying so
+    (the first such call in the process): on a new machine, or after an upgrade, the
+    kernels compile for tens of seconds before anything is served, once."""
     lock = threading.Lock()
     done: list[float] = []
+    module = compile_all.__module__
 
     def warm() -> float:
         if not available:
@@ -119,7 +144,13 @@ def warm_once(available: bool, compile_all: Callable[[], None]) -> Callable[[], 
             if done:
                 return 0.0
             start = time.perf_counter()
-            compile_all()
+            notice = threading.Timer(COMPILING_NOTICE_S, _compiling, (module,))
+            notice.daemon = True
+            notice.start()
+            try:
+                compile_all()
+            finally:
+                notice.cancel()
             done.append(time.perf_counter() - start)
             return done[0]
 
