@@ -1,15 +1,29 @@
-"""A simulated robot's episodes: the fixed task cycle that makes returns comparable."""
+"""A simulated robot's episodes (the fixed task cycle that makes returns comparable), and
+the robots' processes: what one of them holds when it is killed stops no other."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tether.runtime.config import FleetConfig
-from tether.runtime.robot import _TASK_REPEATS, RobotPlan, _TaskCycle
+from tether.runtime.records import RunEvent
+from tether.runtime.robot import (
+    _TASK_REPEATS,
+    RobotPlan,
+    RobotProcesses,
+    RobotReport,
+    StartSignal,
+    _TaskCycle,
+)
 from tether.serving.client.options import ClientOptions
+from tether.shared_flag import SharedFlag
 from tether.sim import ArmEnv, DriftSchedule
 
 
@@ -69,3 +83,74 @@ def test_without_a_task_cycle_every_episode_draws_a_fresh_task() -> None:
     targets = {tuple(np.round(s[11:14], 6)) for s in starts}
     assert len(targets) == 6  # a fresh task per turn, each run _TASK_REPEATS times
     assert len(set(ids)) == 6
+
+
+def _first_killed_mid_write(
+    plan: RobotPlan, out: Any, stop: SharedFlag, start: StartSignal
+) -> None:
+    """robot-0 as it is while its queue's feeder thread writes a record, holding the
+    writers' lock (the test then SIGKILLs it); any other robot reports one event once the
+    run starts, then exits."""
+    if plan.robot_id == "robot-0":
+        out._wlock.acquire()
+        start.ready()
+        stop.wait(120.0)
+        return
+    start.ready()
+    if start.wait(stop) is not None:
+        out.put(RunEvent(t_s=0.0, kind="drift", message=plan.robot_id))
+
+
+def _started_with_the_first_killed(processes: list[Any], all_ready: Any) -> None:
+    for p in processes:
+        p.start()
+    deadline = time.monotonic() + 60.0
+    while not all_ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all_ready(), "the robots never started"
+    os.kill(processes[0].pid, signal.SIGKILL)
+    processes[0].join(10.0)
+
+
+def test_a_robot_killed_mid_write_stops_no_other_robots_reports() -> None:
+    robots = RobotProcesses([_plan(0, ()), _plan(1, ())], target=_first_killed_mid_write)
+    try:
+        _started_with_the_first_killed(robots.processes, robots.all_ready)
+        robots.go(time.monotonic())
+        got: list[RobotReport] = []
+        deadline = time.monotonic() + 30.0
+        while not got and time.monotonic() < deadline:
+            got = robots.reports()
+            time.sleep(0.02)
+        assert [r.message for r in got if isinstance(r, RunEvent)] == ["robot-1"]
+        robots.processes[1].join(30.0)
+        assert robots.processes[1].exitcode == 0, "the reporting robot hung at its exit"
+    finally:
+        robots.stop.set()
+        robots.end()
+
+
+def test_with_one_queue_for_all_a_robot_killed_mid_write_silences_the_rest() -> None:
+    """The hazard ``RobotProcesses`` avoids: one ``multiprocessing.Queue`` shared by the
+    robots, whose writers' lock the killed one keeps."""
+    ctx = multiprocessing.get_context("spawn")
+    queue, stop, start = ctx.Queue(), SharedFlag(ctx), StartSignal(ctx, 2)
+    processes = [
+        ctx.Process(
+            target=_first_killed_mid_write,
+            args=(_plan(i, ()), queue, stop, start.for_robot(i)),
+            daemon=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        _started_with_the_first_killed(processes, start.all_ready)
+        start.go(time.monotonic())
+        processes[1].join(1.5)
+        assert queue.empty()  # its record never reached the parent...
+        assert processes[1].is_alive()  # ...and its exit waits on its feeder for good
+    finally:
+        stop.set()
+        for p in processes:
+            p.kill()
+            p.join(5.0)

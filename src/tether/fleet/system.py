@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import multiprocessing as mp
 import signal
 import threading
 import time
@@ -64,8 +63,7 @@ from tether.runtime.records import (
     collect_latency,
 )
 from tether.runtime.report import build_report
-from tether.runtime.robot import RobotPlan, StartSignal, run_robot
-from tether.shared_flag import SharedFlag
+from tether.runtime.robot import RobotPlan, RobotProcesses
 
 log = logging.getLogger(__name__)
 
@@ -341,12 +339,8 @@ class FleetSystem:
             address_of=lambda i: self.edge_addresses[self.edge_of(i)],
         )
 
-    def _drain(self, queue: Any) -> None:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except Exception:
-                return
+    def _drain(self, robots: RobotProcesses) -> None:
+        for item in robots.reports():
             if isinstance(item, EpisodeRecord):
                 self._episodes.append(item)
             elif isinstance(item, RobotSnapshot):
@@ -456,40 +450,26 @@ class FleetSystem:
         return build_report(self.run_dir)
 
     def _main(self) -> None:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        robot_stop = SharedFlag(ctx)
-        robots: list[Any] = []
+        robots: RobotProcesses | None = None
         try:
             self.build()
-            plans = self.robot_plans()
-            start = StartSignal(ctx, len(plans))
-            robots = [
-                ctx.Process(
-                    target=run_robot,
-                    args=(plan, queue, robot_stop, start.for_robot(i)),
-                    name=plan.robot_id,
-                    daemon=True,
-                )
-                for i, plan in enumerate(plans)
-            ]
-            for p in robots:
-                p.start()
+            robots = RobotProcesses(self.robot_plans())
+            robots.start()
             deadline = time.monotonic() + _START_TIMEOUT_S
-            while not self._stop.is_set() and not start.all_ready():
-                if not all(p.is_alive() for p in robots):
+            while not self._stop.is_set() and not robots.all_ready():
+                if not robots.all_alive():
                     raise RuntimeError("a robot process exited before its session opened")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"robots not connected after {_START_TIMEOUT_S:.0f} s")
                 time.sleep(_TICK_S)
             self._t0 = time.monotonic()
             self._t0_wall_ns = time.time_ns()
-            start.go(self._t0)
+            robots.go(self._t0)
             edges = ", ".join(f"{k} {v}" for k, v in self.edge_addresses.items())
             self.event(
                 "start",
                 f"serving {self.bundle_path} on Ray ({self.config.ray.address or 'local'}): "
-                f"{len(robots)} robots on {len(self.edges)} edges ({edges}); "
+                f"{len(robots.processes)} robots on {len(self.edges)} edges ({edges}); "
                 f"placement: {self.placement_text()}",
                 version=self._initial,
                 details={
@@ -498,23 +478,23 @@ class FleetSystem:
                     "placement": [asdict(p) for p in self.placements],
                 },
             )
-            self._watch(robots, queue)
+            self._watch(robots)
         finally:
-            self._shutdown(robots, robot_stop, queue)
+            self._shutdown(robots)
 
-    def _watch(self, robots: list[Any], queue: Any) -> None:
+    def _watch(self, robots: RobotProcesses) -> None:
         mode = self.config.dashboard
         last_snapshot = 0.0
         last_notes = 0.0
         with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 time.sleep(_TICK_S)
-                self._drain(queue)
+                self._drain(robots)
                 if self.t_s() - last_notes >= _NOTES_EVERY_S:
                     last_notes = self.t_s()
                     self.collect_notes()
                 over = self.t_s() >= self.config.duration_s
-                if over and not any(p.is_alive() for p in robots):
+                if over and not robots.any_alive():
                     break
                 if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
                     last_snapshot = self.t_s()
@@ -522,17 +502,15 @@ class FleetSystem:
                     self._snapshots.append(snap)
                     dash.update(snap, tuple(self._recent))
 
-    def _shutdown(self, robots: list[Any], robot_stop: SharedFlag, queue: Any) -> None:
-        robot_stop.set()
-        deadline = time.monotonic() + 10.0
-        while any(p.is_alive() for p in robots) and time.monotonic() < deadline:
-            self._drain(queue)
-            time.sleep(_TICK_S)
-        for p in robots:
-            if p.is_alive():
-                p.terminate()
-            p.join(timeout=5.0)
-        self._drain(queue)
+    def _shutdown(self, robots: RobotProcesses | None) -> None:
+        if robots is not None:
+            robots.stop.set()
+            deadline = time.monotonic() + 10.0
+            while robots.any_alive() and time.monotonic() < deadline:
+                self._drain(robots)
+                time.sleep(_TICK_S)
+            robots.end()
+            self._drain(robots)
         if not self.edges:
             return
         self.collect_notes()
@@ -551,7 +529,7 @@ class FleetSystem:
         self.collect_notes()
         replay = self.replay_stats()
         self._save_final_bundle()
-        collect_latency(self.run_dir, (p.name for p in robots))
+        collect_latency(self.run_dir, [] if robots is None else robots.names())
         how = "finished" if self.interrupted_by is None else "interrupted"
         self.event(
             "stop",

@@ -7,10 +7,11 @@ its control rate (or runs unthrottled with ``fast``). Its dynamics follow a drif
 schedule on a clock of ``control_rate_hz`` ticks per wall second, so the drift happens at
 the same moment of a run whether the robot is throttled or not.
 
-What it reports goes to the parent through a queue as typed records: one
-``EpisodeRecord`` per finished episode (violations and contacts as MuJoCo measured
-them), a ``RobotSnapshot`` every second, a ``RunEvent`` when its drift phase changes,
-and its round-trip latencies (ms) in ``latency_<robot_id>.npy`` at the end.
+What it reports goes to the parent through a queue of its own (``RobotProcesses``) as
+typed records: one ``EpisodeRecord`` per finished episode (violations and contacts as
+MuJoCo measured them), a ``RobotSnapshot`` every second, a ``RunEvent`` when its drift
+phase changes, and its round-trip latencies (ms) in ``latency_<robot_id>.npy`` at the
+end.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import contextlib
 import copy
 import ctypes
 import logging
+import multiprocessing as mp
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -356,3 +359,78 @@ def _snapshot(
         episodes=episodes,
         policy_version=version,
     )
+
+
+RobotReport = EpisodeRecord | RobotSnapshot | RunEvent
+
+
+class RobotProcesses:
+    """The run's robots, each in a spawned process of its own, and what they report.
+
+    Each robot writes to a queue of its own. A ``multiprocessing.Queue``'s writers share
+    one lock, taken by each writer's feeder thread while it writes a record to the pipe;
+    a robot killed in that instant would keep it, and every other robot's records would
+    stop reaching the parent for good (and their exits, which wait for their feeders,
+    would hang). With a queue each, a killed robot loses only its own. Nothing else the
+    parent and the robots share takes a lock (:class:`StartSignal`, the stop flag).
+    """
+
+    def __init__(
+        self,
+        plans: list[RobotPlan],
+        target: Callable[[RobotPlan, Any, SharedFlag, StartSignal], None] = run_robot,
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self.stop = SharedFlag(ctx)
+        self._start = StartSignal(ctx, len(plans))
+        self._queues = [ctx.Queue() for _ in plans]
+        self.processes = [
+            ctx.Process(
+                target=target,
+                args=(plan, queue, self.stop, self._start.for_robot(i)),
+                name=plan.robot_id,
+                daemon=True,
+            )
+            for i, (plan, queue) in enumerate(zip(plans, self._queues, strict=True))
+        ]
+
+    def start(self) -> list[int]:
+        """Start every robot; their pids."""
+        for p in self.processes:
+            p.start()
+        return [p.pid for p in self.processes if p.pid is not None]
+
+    def all_ready(self) -> bool:
+        """Every robot has opened its session."""
+        return self._start.all_ready()
+
+    def go(self, t0: float) -> None:
+        """Start every robot's clock at ``t0`` (``time.monotonic()``)."""
+        self._start.go(t0)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.processes]
+
+    def all_alive(self) -> bool:
+        return all(p.is_alive() for p in self.processes)
+
+    def any_alive(self) -> bool:
+        return any(p.is_alive() for p in self.processes)
+
+    def reports(self) -> list[RobotReport]:
+        """What the robots reported since the last call, robot by robot."""
+        out: list[RobotReport] = []
+        for queue in self._queues:
+            while True:
+                try:
+                    out.append(queue.get_nowait())
+                except Exception:  # queue.Empty, or a queue closed under us at shutdown
+                    break
+        return out
+
+    def end(self, join_s: float = 5.0) -> None:
+        """Terminate the robots still running (after :attr:`stop` and a grace) and join."""
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+            p.join(timeout=join_s)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -61,7 +60,7 @@ from tether.runtime.records import (
     collect_latency,
 )
 from tether.runtime.report import build_report
-from tether.runtime.robot import RobotPlan, StartSignal, run_robot
+from tether.runtime.robot import RobotPlan, RobotProcesses
 from tether.safety.degradation import DegradationMachine
 from tether.safety.for_spec import limits_for, supervisor_for
 from tether.safety.levels import DegradationTransition
@@ -72,7 +71,6 @@ from tether.serving.bundle_check import for_robot
 from tether.serving.launch import build_server, freeze_startup_heap
 from tether.serving.security import server_credentials
 from tether.serving.server import PolicyServer
-from tether.shared_flag import SharedFlag
 from tether.versions.facade import PolicyVersions
 from tether.versions.intake import (
     CandidateIntake,
@@ -355,12 +353,8 @@ class RunSystem:
             self.config, self.run_dir, pin_version=self._initial, address_of=lambda _: address
         )
 
-    def _drain(self, queue: Any) -> None:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except Exception:  # queue.Empty, or a queue closed under us at shutdown
-                return
+    def _drain(self, robots: RobotProcesses) -> None:
+        for item in robots.reports():
             if isinstance(item, EpisodeRecord):
                 self._episodes.append(item)
             elif isinstance(item, RobotSnapshot):
@@ -440,10 +434,7 @@ class RunSystem:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt, sig)
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        robot_stop = SharedFlag(ctx)
-        robots: list[Any] = []
+        robots: RobotProcesses | None = None
         self._admin: Any = None
         intake = threading.Thread(
             target=self._intake_candidates, name="candidate-intake", daemon=True
@@ -455,22 +446,11 @@ class RunSystem:
             with _children_ignore_sigint():
                 self._learner.start()
             intake.start()
-            plans = self._robot_plans(self._server.address)
-            start = StartSignal(ctx, len(plans))
-            robots = [
-                ctx.Process(
-                    target=run_robot,
-                    args=(plan, queue, robot_stop, start.for_robot(i)),
-                    name=plan.robot_id,
-                    daemon=True,
-                )
-                for i, plan in enumerate(plans)
-            ]
+            robots = RobotProcesses(self._robot_plans(self._server.address))
             with _children_ignore_sigint():
-                for p in robots:
-                    p.start()
-            children = [p.pid for p in robots] + [self._learner.pid]
-            record_processes(self.run_dir, [pid for pid in children if pid is not None])
+                pids = robots.start()
+            learner_pid = self._learner.pid
+            record_processes(self.run_dir, pids + ([] if learner_pid is None else [learner_pid]))
             # The run's clock starts when every robot has connected and opened its
             # session and the learner has built its networks, so a slow start (spawn,
             # imports) does not eat into the drift, and the learner's start-up burst of
@@ -478,9 +458,10 @@ class RunSystem:
             # 50 watchdog misses in the first second, straight to PAUSED).
             learner_deadline = time.monotonic() + _LEARNER_START_S
             while not self._stop.is_set() and not (
-                start.all_ready() and (self._learner_ready() or time.monotonic() > learner_deadline)
+                robots.all_ready()
+                and (self._learner_ready() or time.monotonic() > learner_deadline)
             ):
-                if not all(p.is_alive() for p in robots):
+                if not robots.all_alive():
                     raise RuntimeError("a robot process exited before its session opened")
                 await asyncio.sleep(_TICK_S)
             if not self._learner_ready():
@@ -493,15 +474,16 @@ class RunSystem:
             freeze_startup_heap()
             self._t0 = time.monotonic()
             self._live_since = 0.0
-            start.go(self._t0)
+            robots.go(self._t0)
             self.event(
                 "start",
-                f"serving {self.bundle_path} on {self._server.address} to {len(robots)} robots",
+                f"serving {self.bundle_path} on {self._server.address} to "
+                f"{len(robots.processes)} robots",
                 version=self._initial,
             )
-            await self._watch(robots, queue)
+            await self._watch(robots)
         finally:
-            await self._shutdown(robots, robot_stop, queue, intake)
+            await self._shutdown(robots, intake)
 
     def _learner_ready(self) -> bool:
         """The learner process has built its networks (it sets the deployed version last)."""
@@ -537,16 +519,16 @@ class RunSystem:
             )
             log.warning("AdminService on %s:%d", vcfg.admin_host, port)
 
-    async def _watch(self, robots: list[Any], queue: Any) -> None:
+    async def _watch(self, robots: RobotProcesses) -> None:
         """Until the duration is over (and every robot done) or a stop request."""
         mode = self.config.dashboard
         last_snapshot = 0.0
         with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 await asyncio.sleep(_TICK_S)
-                self._drain(queue)
+                self._drain(robots)
                 over = self.t_s() >= self.config.duration_s
-                if over and not any(p.is_alive() for p in robots):
+                if over and not robots.any_alive():
                     break
                 if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
                     last_snapshot = self.t_s()
@@ -554,19 +536,15 @@ class RunSystem:
                     self._snapshots.append(snap)
                     dash.update(snap, tuple(self._recent_events))
 
-    async def _shutdown(
-        self, robots: list[Any], robot_stop: SharedFlag, queue: Any, intake: threading.Thread
-    ) -> None:
-        robot_stop.set()
-        deadline = time.monotonic() + 10.0
-        while any(p.is_alive() for p in robots) and time.monotonic() < deadline:
-            self._drain(queue)
-            await asyncio.sleep(_TICK_S)
-        for p in robots:
-            if p.is_alive():
-                p.terminate()
-            p.join(timeout=5.0)
-        self._drain(queue)
+    async def _shutdown(self, robots: RobotProcesses | None, intake: threading.Thread) -> None:
+        if robots is not None:
+            robots.stop.set()
+            deadline = time.monotonic() + 10.0
+            while robots.any_alive() and time.monotonic() < deadline:
+                self._drain(robots)
+                await asyncio.sleep(_TICK_S)
+            robots.end()
+            self._drain(robots)
         self._stop.set()
         if intake.is_alive():
             intake.join(timeout=5.0)
@@ -579,7 +557,7 @@ class RunSystem:
         self._log.close()
         self._learner.stop()
         self._save_final_bundle()
-        collect_latency(self.run_dir, (p.name for p in robots))
+        collect_latency(self.run_dir, [] if robots is None else robots.names())
         # Nothing is dropped silently: every counter of the data path goes into the log.
         rec = self._recorder.stats()
         how = "finished" if self.interrupted_by is None else "interrupted"
