@@ -155,6 +155,7 @@ def test_the_double_precision_functions_are_accurate() -> None:
 _ASM = """
 from tether.policy import kernel
 kernel.warm()
+print("compiles of _network:", len(kernel._network.signatures))
 asm = kernel.act_rows.inspect_asm(kernel.act_rows.signatures[0])
 print(asm)
 """
@@ -225,6 +226,12 @@ def fresh_compiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshCo
         yield compiles
     finally:
         compiles.runs.close()
+
+
+def test_the_network_compiles_once_for_both_of_its_calls(fresh_compiles: FreshCompiles) -> None:
+    """The main network and the goal shift's call one compiled ``_network``: a constant
+    argument at either call would make numba compile it again (tether.compiled)."""
+    assert "compiles of _network: 1\n" in fresh_compiles.runs.output("host")
 
 
 def test_the_machine_code_has_no_fused_multiply_add(

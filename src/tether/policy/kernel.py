@@ -332,15 +332,17 @@ def _rows(
                 v = clip
             x[r, k] = v
             bufs[r, 0, k] = v
+    # Plain ints, not literals: both calls share one compile of _network (tether.compiled).
+    relu, first = int(0), int(_LAYERS)  # noqa: UP018, RUF046
     if n_goal > 0:  # the goal shift, as GoalShiftStage: relu net, tanh, * scale, added
-        out = _network(layout, weights, _LAYERS + 4 * n_layers, n_goal, rows, bufs, 0)
+        out = _network(layout, weights, _LAYERS + 4 * n_layers, n_goal, rows, bufs, relu)
         for r in range(rows):
             for j in range(g_stop - g_start):
                 t = np.float32(tanh64(float(bufs[r, out, j])))
                 x[r, g_start + j] = x[r, g_start + j] + t * consts[c_scale + j]
             for k in range(obs_dim):
                 bufs[r, 0, k] = x[r, k]
-    out = _network(layout, weights, _LAYERS, n_layers, rows, bufs, code)
+    out = _network(layout, weights, first, n_layers, rows, bufs, code)
     ls_min = consts[c_ls]
     ls_max = consts[c_ls + 1]
     f_cmd = layout[_FRAME_COMMAND]

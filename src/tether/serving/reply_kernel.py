@@ -158,7 +158,8 @@ def encode(
     rows = raw.shape[0]
     act = (raw.shape[1] // 4 - 2) // 2
     at = 0
-    joint_start = 0
+    # A plain int, not a literal (tether.compiled).
+    joint_start = zero = int(0)  # noqa: UP018, RUF046
     for i in range(rows):
         row = ints[i]
         log_prob_bits = _nonzero(raw[i], 8 * act)
@@ -189,7 +190,7 @@ def encode(
         # ActionResponse 1: action, packed floats.
         out[at] = 0x0A
         at = _put_varint(out, at + 1, 4 * act)
-        at = _put_bytes(out, at, raw[i], 0, 4 * act)
+        at = _put_bytes(out, at, raw[i], zero, 4 * act)
         if log_prob_bits != 0:  # 2: log_prob
             out[at] = 0x15
             at = _put_bytes(out, at + 1, raw[i], 8 * act, 8 * act + 4)
@@ -200,7 +201,7 @@ def encode(
         at += 4
         out[at] = 0x22  # 4: version
         at = _put_varint(out, at + 1, version.shape[0])
-        at = _put_bytes(out, at, version, 0, version.shape[0])
+        at = _put_bytes(out, at, version, zero, version.shape[0])
         out[at] = 0x2A  # 5: safety
         at = _put_varint(out, at + 1, verdict)
         if row[I_SOURCE]:

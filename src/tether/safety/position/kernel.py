@@ -854,6 +854,8 @@ def _cartesian(
         return 0, False
     if coasting:
         fraction = 0.0
+    # A plain bool, not a literal (tether.compiled).
+    not_exact = bool(False)  # noqa: UP018
     # The targets in turn: backed off along the segment, the previous command, the pose
     # (the command that holds the arm there: the pose less the sag); each judged where
     # the arm settles under it.
@@ -871,7 +873,7 @@ def _cartesian(
             target = reference
         else:
             target = pose_command
-        _clip(joints, q, v, gravity, reference, change, target, False, trial, moved, earlier)
+        _clip(joints, q, v, gravity, reference, change, target, not_exact, trial, moved, earlier)
         _round32(trial)
         for j in range(n):
             arrives[j] = trial[j] + sag[j]
@@ -1158,6 +1160,8 @@ def filter_batch(
     gravity, earlier, work, scratch, spare = _buffers(n)
     steady = np.float64(STEADY_RAD)
     apart = np.float64(REST_APART_RAD)
+    # A plain bool, not a literal (tether.compiled).
+    exact = bool(True)  # noqa: UP018
     given = 0
     for i in range(rows):
         slot = slots[i]
@@ -1216,7 +1220,7 @@ def filter_batch(
         for j in range(n):
             inputs[5 * n + j] = wide[slot, WIDE_SAG, j]
         row = report[i, :stepped]
-        _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, True, held, row,
+        _step_into(joints, geo, obstacles, groups, anchor_table[slot], inputs, exact, held, row,
                    gravity, earlier, work, scratch, spare)  # fmt: skip
         # _finish: the candidate is the Cartesian stage's command where it moved one,
         # else the joint stage's; the executed command is the proposal itself where
