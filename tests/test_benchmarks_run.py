@@ -39,6 +39,7 @@ SMALL_RUNS = {
         "| cached+unrecorded |",
     ),
     "bench_chunks.py": (["--rounds", "3", "--side", "16", "--horizon", "2"], "supervise_chunk"),
+    "bench_compile.py": (["--kernels", "replies"], "| replies |"),
     "bench_peers.py": (
         [
             *("--seconds", "0.2", "--clients", "2", "--rounds", "1"),
