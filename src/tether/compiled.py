@@ -7,11 +7,10 @@ as plain Python. Compiled functions are cached on disk, run with the GIL release
 never use fast-math (their results must not depend on the CPU). Serving's calls hand
 them writable arrays only (:func:`writable`), so the layouts ``warm()`` compiles are all
 they meet (``tests/serving/test_warm_start.py``). numba types a constant argument as a
-literal and compiles the callee once more for it, so a kernel calling one of its
-functions with a constant where it also calls it with a variable passes
-``int(0)`` or ``bool(True)`` instead (numba types those as plain ``int64`` and
-``bool``) (a cold compile of the three kernels: 28.5
-s with the literals, 25.0 without, on a 2-core VM).
+literal and compiles the callee once more for it, so where a kernel calls one of its
+functions with a constant and elsewhere with a variable, it passes ``int(0)`` or
+``bool(True)`` (plain ``int64`` and ``bool`` to numba); ``benchmarks/bench_compile.py``
+lists what a cold start compiles more than once.
 
 On CPUs whose 512-bit vectors run at full speed (:data:`WIDE_VECTOR_CPUS`) numba is told
 to use them: LLVM's tuning for every AVX-512 Intel core keeps its loops to 256 bits, a
