@@ -126,8 +126,8 @@ def test_a_robot_killed_mid_write_stops_no_other_robots_reports() -> None:
         robots.processes[1].join(30.0)
         assert robots.processes[1].exitcode == 0, "the reporting robot hung at its exit"
     finally:
-        robots.stop.set()
-        robots.end()
+        for _ in robots.winding_down(grace_s=5.0):
+            time.sleep(0.05)
 
 
 def test_with_one_queue_for_all_a_robot_killed_mid_write_silences_the_rest() -> None:

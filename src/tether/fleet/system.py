@@ -504,12 +504,9 @@ class FleetSystem:
 
     def _shutdown(self, robots: RobotProcesses | None) -> None:
         if robots is not None:
-            robots.stop.set()
-            deadline = time.monotonic() + 10.0
-            while robots.any_alive() and time.monotonic() < deadline:
+            for _ in robots.winding_down():
                 self._drain(robots)
                 time.sleep(_TICK_S)
-            robots.end()
             self._drain(robots)
         if not self.edges:
             return

@@ -24,7 +24,7 @@ import multiprocessing as mp
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,8 +428,14 @@ class RobotProcesses:
                     break
         return out
 
-    def end(self, join_s: float = 5.0) -> None:
-        """Terminate the robots still running (after :attr:`stop` and a grace) and join."""
+    def winding_down(self, grace_s: float = 10.0, join_s: float = 5.0) -> Iterator[None]:
+        """Set :attr:`stop`, then yield while a robot still runs, for up to ``grace_s``
+        (the caller drains :meth:`reports` and sleeps between); then terminate the robots
+        still running and join them."""
+        self.stop.set()
+        deadline = time.monotonic() + grace_s
+        while self.any_alive() and time.monotonic() < deadline:
+            yield
         for p in self.processes:
             if p.is_alive():
                 p.terminate()

@@ -538,12 +538,9 @@ class RunSystem:
 
     async def _shutdown(self, robots: RobotProcesses | None, intake: threading.Thread) -> None:
         if robots is not None:
-            robots.stop.set()
-            deadline = time.monotonic() + 10.0
-            while robots.any_alive() and time.monotonic() < deadline:
+            for _ in robots.winding_down():
                 self._drain(robots)
                 await asyncio.sleep(_TICK_S)
-            robots.end()
             self._drain(robots)
         self._stop.set()
         if intake.is_alive():
