@@ -12,6 +12,7 @@ must go wrong, so the test can fail.
 
 from __future__ import annotations
 
+import copy
 import gc
 import math
 from typing import Any
@@ -27,7 +28,7 @@ from tether.safety.for_spec import supervisor_for
 from tether.safety.position import PositionActionSupervisor, kernel
 from tether.safety.position.batch import filter_actions, filter_commands
 from tether.safety.position.states import states_for
-from tether.sim import arm_spec
+from tether.sim import ArmEnv, ArmEnvConfig, arm_spec
 
 pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the slots serve the compiled path")
 
@@ -248,3 +249,42 @@ def test_every_field_of_a_robot_state_moves_to_its_slot_and_back() -> None:
     assert state_of(position) == before
     position._pull()
     assert state_of(position) == before
+
+
+@pytest.mark.parametrize("level", ["action", "position"])
+def test_a_deep_copy_continues_the_robot_on_its_own(level: str) -> None:
+    """``copy.deepcopy`` of a supervisor mid-run answers the rest of the run as the
+    original does, bit for bit, while a third copy is driven elsewhere between its steps:
+    the copies share no slot and no memory."""
+    spec = arm_spec("position")
+    action_level = supervisor_for(spec)
+    assert isinstance(action_level, PositionActionSupervisor)
+    supervisor: Any = action_level if level == "action" else action_level.position
+    rng = np.random.default_rng(4)
+    env = ArmEnv(seed=4, config=ArmEnvConfig(command_interface="position"))
+    obs, _ = env.reset()
+    center, half = np.asarray(action_level._center), np.asarray(action_level._half)
+
+    def proposal() -> np.ndarray:
+        action = rng.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return action if level == "action" else (center + half * action).astype(np.float32)
+
+    def to_env(out: np.ndarray) -> np.ndarray:
+        return out if level == "action" else ((out - center) / half).astype(np.float32)
+
+    previous = None
+    for _ in range(150):
+        previous, _ = supervisor.filter(obs, proposal(), previous)
+        obs, *_ = env.step(to_env(previous))
+    twin, elsewhere = copy.deepcopy(supervisor), copy.deepcopy(supervisor)
+    twin_previous = previous
+    stray = None
+    for step in range(150):
+        command = proposal()
+        want, want_verdict = supervisor.filter(obs, command, previous)
+        stray, _ = elsewhere.filter(obs + np.float32(0.05), proposal(), stray)
+        got, got_verdict = twin.filter(obs, command, twin_previous)
+        assert got.tobytes() == want.tobytes(), step
+        assert got_verdict == want_verdict, step
+        previous, twin_previous = want, got
+        obs, *_ = env.step(to_env(want))

@@ -87,6 +87,16 @@ class SegmentClearance:
         other._start_robot()
         return other
 
+    def continued(self) -> SegmentClearance:
+        """The same checks continuing this robot on their own: its anchors and last
+        segment as they are now, later ones apart (the remembered clearances, a pure
+        function of the pose, start empty)."""
+        other = self.fresh()
+        other._last_segment = self._last_segment
+        other._anchor = list(self._anchor)
+        other._anchor_clearance = list(self._anchor_clearance)
+        return other
+
     def _start_robot(self) -> None:
         """The checks with their own remembered clearances, no anchors, no last segment."""
         chain, clearance = self.chain, self._clearance

@@ -104,6 +104,16 @@ class PositionActionSupervisor:
         other._start_robot()
         return other
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PositionActionSupervisor:
+        """Another supervisor continuing this robot from where it is now, on its own (see
+        :meth:`PositionSupervisor.__deepcopy__`)."""
+        self._pull()
+        twin = copy.copy(self)
+        twin.position = copy.deepcopy(self.position, memo)
+        if self._last_command is not None:
+            twin._last_command = self._last_command.copy()
+        return twin
+
     def with_limits(self, limits: SafetyLimits) -> PositionActionSupervisor:
         """The same supervisor enforcing ``limits``, with fresh robot state."""
         return PositionActionSupervisor(self.position.with_limits(limits), self.spec)

@@ -230,6 +230,17 @@ class PositionSupervisor:
         other._start_robot()
         return other
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PositionSupervisor:
+        """Another supervisor continuing this robot from where it is now, on its own: a
+        slot and memory of its own, so a ``filter`` on either leaves the other as it was
+        (a what-if from the robot's state). What the limits, gains and kinematics give
+        is shared, as :meth:`fresh` shares it."""
+        twin = self.fresh()
+        twin.take_state(self)  # brings this robot's state out of its slot first
+        twin._anchors = self._anchors.copy()
+        twin._segment = self._segment.continued()
+        return twin
+
     def _start_robot(self) -> None:
         # The command this supervisor last returned (float32 values) and the change it
         # made, for the next step's acceleration check; the last readable pose, which an
