@@ -5,29 +5,41 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from tether import compiled
 
+Warm = Callable[[float], Callable[[], float]]
 
-def _compile_for(seconds: float, calls: list[int]) -> None:
-    calls.append(1)
-    threading.Event().wait(seconds)
+
+@pytest.fixture
+def warm_for(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> tuple[list[int], Warm]:
+    """(the compiles run, a ``warm()`` whose compile takes the seconds given), with the
+    notice due after 0.1 s and not yet given in this process; warnings captured."""
+    monkeypatch.setattr(compiled, "COMPILING_NOTICE_S", 0.1)
+    monkeypatch.setattr(compiled, "_TOLD", threading.Event())
+    caplog.set_level(logging.WARNING, logger="tether.compiled")
+    calls: list[int] = []
+
+    def compile_for(seconds: float) -> None:
+        calls.append(1)
+        threading.Event().wait(seconds)
+
+    return calls, lambda seconds: compiled.warm_once(True, lambda: compile_for(seconds))
 
 
 def test_a_slow_first_warm_up_says_it_is_compiling(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    warm_for: tuple[list[int], Warm], caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(compiled, "COMPILING_NOTICE_S", 0.05)
-    monkeypatch.setattr(compiled, "_TOLD", threading.Event())
-    calls: list[int] = []
-    warm = compiled.warm_once(True, lambda: _compile_for(0.3, calls))
-    other = compiled.warm_once(True, lambda: _compile_for(0.3, calls))
-    with caplog.at_level(logging.WARNING, logger="tether.compiled"):
-        assert warm() >= 0.3
-        assert warm() == 0.0
-        assert other() >= 0.3  # the process was told once: the second kernel says nothing
+    calls, make = warm_for
+    warm, other = make(0.4), make(0.4)
+    assert warm() >= 0.4
+    assert warm() == 0.0
+    assert other() >= 0.4  # the process was told once: the second kernel says nothing
     assert calls == [1, 1]
     (record,) = caplog.records
     assert "compiling" in record.getMessage()
@@ -35,14 +47,11 @@ def test_a_slow_first_warm_up_says_it_is_compiling(
 
 
 def test_a_quick_warm_up_says_nothing(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    warm_for: tuple[list[int], Warm], caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(compiled, "COMPILING_NOTICE_S", 0.5)
-    monkeypatch.setattr(compiled, "_TOLD", threading.Event())
-    calls: list[int] = []
-    with caplog.at_level(logging.WARNING, logger="tether.compiled"):
-        assert compiled.warm_once(True, lambda: _compile_for(0.0, calls))() < 0.5
-        threading.Event().wait(0.6)  # past the notice's time: it was cancelled
-        assert compiled.warm_once(False, lambda: _compile_for(0.0, calls))() == 0.0
+    calls, make = warm_for
+    assert make(0.0)() < 0.1
+    threading.Event().wait(0.3)  # past the notice's time: it was cancelled
+    assert compiled.warm_once(False, lambda: calls.append(1))() == 0.0  # no numba: nothing
     assert calls == [1]
     assert caplog.records == []
