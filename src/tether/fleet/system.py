@@ -22,7 +22,6 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -50,15 +49,10 @@ from tether.runtime.dashboard import dashboard_for
 from tether.runtime.plans import robot_plans
 from tether.runtime.records import (
     CONFIG_FILE,
-    EPISODES_FILE,
-    EVENTS_FILE,
     FINAL_BUNDLE_DIR,
     FLEET_FILE,
-    SNAPSHOTS_FILE,
-    EpisodeRecord,
-    JsonlWriter,
-    RobotSnapshot,
     RunEvent,
+    RunJournal,
     SystemSnapshot,
     collect_latency,
 )
@@ -93,11 +87,7 @@ class FleetSystem:
         self._t0 = time.monotonic()
         self._t0_wall_ns = time.time_ns()
         self._stop = threading.Event()
-        self._events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
-        self._episodes = JsonlWriter[EpisodeRecord](run_dir / EPISODES_FILE)
-        self._snapshots = JsonlWriter[SystemSnapshot](run_dir / SNAPSHOTS_FILE)
-        self._robots: dict[str, RobotSnapshot] = {}
-        self._recent: deque[RunEvent] = deque(maxlen=8)
+        self._journal = RunJournal(run_dir)
         self._note_index: dict[str, int] = {}
         self._last_rejection = ""
         self._live_since = 0.0
@@ -120,8 +110,7 @@ class FleetSystem:
 
     def event(self, kind: str, message: str, **kw: Any) -> None:
         ev = RunEvent(t_s=self.t_s(), kind=kind, message=message, **kw)
-        self._events.append(ev)
-        self._recent.append(ev)
+        self._journal.event(ev)
         log.info("%s: %s", kind, message)
 
     def _note_event(self, source: str, note: ActorNote) -> None:
@@ -137,8 +126,7 @@ class FleetSystem:
             robot_id=note.robot_id,
             details=details,
         )
-        self._events.append(ev)
-        self._recent.append(ev)
+        self._journal.event(ev)
 
     def _collect_notes(self, name: str, handle: Any) -> None:
         try:
@@ -339,16 +327,6 @@ class FleetSystem:
             address_of=lambda i: self.edge_addresses[self.edge_of(i)],
         )
 
-    def _drain(self, robots: RobotProcesses) -> None:
-        for item in robots.reports():
-            if isinstance(item, EpisodeRecord):
-                self._episodes.append(item)
-            elif isinstance(item, RobotSnapshot):
-                self._robots[item.robot_id] = item
-            elif isinstance(item, RunEvent):
-                self._events.append(item)
-                self._recent.append(item)
-
     # ------------------------------------------------------------------ reads
 
     def fleet_versions(self) -> FleetVersions:
@@ -413,7 +391,7 @@ class FleetSystem:
             learner_updates_total=updates,
             replay_size=learner.counters.transitions if learner else 0,
             experience_log_bytes=log_bytes,
-            robots=tuple(self._robots[k] for k in sorted(self._robots)),
+            robots=self._journal.robots(),
         )
 
     # ------------------------------------------------------------------ running
@@ -489,7 +467,7 @@ class FleetSystem:
         with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 time.sleep(_TICK_S)
-                self._drain(robots)
+                self._journal.take(robots.reports())
                 if self.t_s() - last_notes >= _NOTES_EVERY_S:
                     last_notes = self.t_s()
                     self.collect_notes()
@@ -499,19 +477,19 @@ class FleetSystem:
                 if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
                     last_snapshot = self.t_s()
                     snap = self.snapshot()
-                    self._snapshots.append(snap)
-                    dash.update(snap, tuple(self._recent))
+                    self._journal.snapshots.append(snap)
+                    dash.update(snap, tuple(self._journal.recent))
 
     def _shutdown(self, robots: RobotProcesses | None) -> None:
         if robots is not None:
             for _ in robots.winding_down():
-                self._drain(robots)
+                self._journal.take(robots.reports())
                 time.sleep(_TICK_S)
-            self._drain(robots)
+            self._journal.take(robots.reports())
         if not self.edges:
             return
         self.collect_notes()
-        self._snapshots.append(self.snapshot())
+        self._journal.snapshots.append(self.snapshot())
         ray = self.ray
         finals: dict[str, Any] = {}
         for edge_id, edge in self.edges.items():
@@ -575,8 +553,7 @@ class FleetSystem:
                         ray.kill(handle, no_restart=True)
             if self._started_ray:
                 ray.shutdown()
-        for w in (self._events, self._episodes, self._snapshots):
-            w.close()
+        self._journal.close()
 
 
 _LEVEL_ORDER = ["NORMAL", "RESTRICTED", "PAUSED", "TAKEOVER"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -151,6 +152,43 @@ class JsonlWriter(Generic[RecordT]):
         with self._lock:
             if not self._fh.closed:
                 self._fh.close()
+
+
+class RunJournal:
+    """What a running system writes as it goes, in ``run_dir``: its events, the robots'
+    episodes and its snapshots as JSON lines; beside them the latest snapshot of each
+    robot and the last ``RECENT_EVENTS`` events, which the dashboard shows."""
+
+    RECENT_EVENTS = 8
+
+    def __init__(self, run_dir: Path) -> None:
+        self.events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
+        self.episodes = JsonlWriter[EpisodeRecord](run_dir / EPISODES_FILE)
+        self.snapshots = JsonlWriter[SystemSnapshot](run_dir / SNAPSHOTS_FILE)
+        self.recent: deque[RunEvent] = deque(maxlen=self.RECENT_EVENTS)
+        self._robots: dict[str, RobotSnapshot] = {}
+
+    def event(self, event: RunEvent) -> None:
+        self.events.append(event)
+        self.recent.append(event)
+
+    def take(self, reports: Iterable[EpisodeRecord | RobotSnapshot | RunEvent]) -> None:
+        """File what the robots reported: episodes, their latest snapshots, events."""
+        for item in reports:
+            if isinstance(item, EpisodeRecord):
+                self.episodes.append(item)
+            elif isinstance(item, RobotSnapshot):
+                self._robots[item.robot_id] = item
+            else:
+                self.event(item)
+
+    def robots(self) -> tuple[RobotSnapshot, ...]:
+        """Each robot's latest snapshot, by robot id."""
+        return tuple(self._robots[k] for k in sorted(self._robots))
+
+    def close(self) -> None:
+        for writer in (self.events, self.episodes, self.snapshots):
+            writer.close()
 
 
 def read_jsonl(path: Path, kind: type[RecordT]) -> Iterator[RecordT]:

@@ -23,7 +23,6 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -47,15 +46,10 @@ from tether.runtime.leftovers import forget_processes, record_processes, stop_le
 from tether.runtime.plans import robot_plans
 from tether.runtime.records import (
     CONFIG_FILE,
-    EPISODES_FILE,
-    EVENTS_FILE,
     EXPERIENCE_DIR,
     FINAL_BUNDLE_DIR,
-    SNAPSHOTS_FILE,
-    EpisodeRecord,
-    JsonlWriter,
-    RobotSnapshot,
     RunEvent,
+    RunJournal,
     SystemSnapshot,
     collect_latency,
 )
@@ -123,11 +117,7 @@ class RunSystem:
         self.limits = limits_for(spec)
         self._t0 = time.monotonic()
         self._stop = threading.Event()
-        self._events = JsonlWriter[RunEvent](run_dir / EVENTS_FILE)
-        self._episodes = JsonlWriter[EpisodeRecord](run_dir / EPISODES_FILE)
-        self._snapshots = JsonlWriter[SystemSnapshot](run_dir / SNAPSHOTS_FILE)
-        self._recent_events: deque[RunEvent] = deque(maxlen=8)
-        self._robots: dict[str, RobotSnapshot] = {}
+        self._journal = RunJournal(run_dir)
         self._passed = 0
         self._rejected = 0
         self._last_rejection = ""
@@ -146,8 +136,7 @@ class RunSystem:
 
     def event(self, kind: str, message: str, **kw: Any) -> None:
         ev = RunEvent(t_s=self.t_s(), kind=kind, message=message, control_s=self.control_s(), **kw)
-        self._events.append(ev)
-        self._recent_events.append(ev)
+        self._journal.event(ev)
         log.info("%s: %s", kind, message)
 
     def _on_degradation(self, tr: DegradationTransition) -> None:
@@ -353,16 +342,6 @@ class RunSystem:
             self.config, self.run_dir, pin_version=self._initial, address_of=lambda _: address
         )
 
-    def _drain(self, robots: RobotProcesses) -> None:
-        for item in robots.reports():
-            if isinstance(item, EpisodeRecord):
-                self._episodes.append(item)
-            elif isinstance(item, RobotSnapshot):
-                self._robots[item.robot_id] = item
-            elif isinstance(item, RunEvent):
-                self._events.append(item)
-                self._recent_events.append(item)
-
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> SystemSnapshot:
@@ -390,7 +369,7 @@ class RunSystem:
             learner_updates_total=counters.updates,
             replay_size=counters.transitions,
             experience_log_bytes=log_bytes,
-            robots=tuple(self._robots[k] for k in sorted(self._robots)),
+            robots=self._journal.robots(),
             canary_version=None if canary is None else canary.version,
             check_version=None if check is None else check.version,
         )
@@ -498,8 +477,7 @@ class RunSystem:
                     part.close()
                 except Exception:  # already failing: report the first error, not this one
                     log.exception("closing %s after a failed start", name)
-        for w in (self._events, self._episodes, self._snapshots):
-            w.close()
+        self._journal.close()
 
     async def _start_admin(self) -> None:
         vcfg = self.config.versions
@@ -526,26 +504,26 @@ class RunSystem:
         with dashboard_for(mode) as dash:
             while not self._stop.is_set():
                 await asyncio.sleep(_TICK_S)
-                self._drain(robots)
+                self._journal.take(robots.reports())
                 over = self.t_s() >= self.config.duration_s
                 if over and not robots.any_alive():
                     break
                 if self.t_s() - last_snapshot >= self.config.snapshot_interval_s:
                     last_snapshot = self.t_s()
                     snap = self.snapshot()
-                    self._snapshots.append(snap)
-                    dash.update(snap, tuple(self._recent_events))
+                    self._journal.snapshots.append(snap)
+                    dash.update(snap, tuple(self._journal.recent))
 
     async def _shutdown(self, robots: RobotProcesses | None, intake: threading.Thread) -> None:
         if robots is not None:
             for _ in robots.winding_down():
-                self._drain(robots)
+                self._journal.take(robots.reports())
                 await asyncio.sleep(_TICK_S)
-            self._drain(robots)
+            self._journal.take(robots.reports())
         self._stop.set()
         if intake.is_alive():
             intake.join(timeout=5.0)
-        self._snapshots.append(self.snapshot())
+        self._journal.snapshots.append(self.snapshot())
         if self._admin is not None:
             await self._admin.stop(self.config.server.grace_s)
         await self._server.stop()
@@ -571,8 +549,7 @@ class RunSystem:
         )
         self._channel.close()
         self._weights.close()
-        for w in (self._events, self._episodes, self._snapshots):
-            w.close()
+        self._journal.close()
 
     def _save_final_bundle(self) -> None:
         live = self._versions.live_engine()
