@@ -23,11 +23,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from trees import run_in_tree, tree_src
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,20 +58,10 @@ def _tree_counts(
     src: Path, arms: list[str], seeds: int, steps: int, hand: float, jobs: int
 ) -> list[tuple[str, int, int, int]]:
     """``_counts`` run with ``src`` as the package, in a process of its own."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "tests")])
     args = ["--_json", "--seeds", str(seeds), "--steps", str(steps), "--hand", str(hand)]
-    args += ["--jobs", str(jobs)]
-    done = subprocess.run(
-        [sys.executable, __file__, *args, "--arms", ",".join(arms)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the run on {src} failed:\n{done.stderr[-3000:]}")
-    return [tuple(row) for row in json.loads(done.stdout)]  # type: ignore[misc]
+    args += ["--jobs", str(jobs), "--arms", ",".join(arms)]
+    out = run_in_tree(src, [sys.executable, __file__, *args], ROOT / "tests")
+    return [tuple(row) for row in json.loads(out)]  # type: ignore[misc]
 
 
 def main() -> None:
@@ -89,10 +80,7 @@ def main() -> None:
         return
     trees = {"this tree": ROOT / "src"}
     if args.baseline_src is not None:
-        baseline = args.baseline_src.resolve() / "src"
-        if not (baseline / "tether" / "safety").is_dir():
-            raise SystemExit(f"--baseline-src: expected {baseline}/tether/safety")
-        trees = {"baseline": baseline, **trees}
+        trees = {"baseline": tree_src(args.baseline_src, "safety"), **trees}
     print(
         f"# bench_contacts: random commands, {args.seeds} seeds x {args.steps} steps, "
         f"hand {args.hand}, {args.jobs} processes; {platform.machine()}, "

@@ -72,6 +72,7 @@ from typing import Any
 import grpc
 import numpy as np
 import torch
+from trees import TREE_CWD, tree_env, tree_src
 
 from tether.assets import pretrained_bundle_path
 from tether.data import ExperienceLog, Recorder
@@ -471,16 +472,12 @@ class BaselineProcess:
     """The policy server of the tree at ``src_root`` (its ``src`` first on the path)."""
 
     def __init__(self, src_root: Path, bundle: str, max_batch: int) -> None:
-        src = src_root / "src"
-        if not (src / "tether" / "serving").is_dir():
-            raise SystemExit(f"--baseline-src {src_root}: expected {src}/tether/serving")
-        env = dict(os.environ, PYTHONPATH=str(src))
         config = json.dumps(policy_config(max_batch))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BASELINE_SERVER, bundle, config],
             stdout=subprocess.PIPE,
-            env=env,
-            cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the baseline's
+            env=tree_env(tree_src(src_root, "serving")),
+            cwd=TREE_CWD,
             text=True,
         )
         assert self.proc.stdout is not None

@@ -48,9 +48,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from trees import run_in_tree, tree_src
 
 from tether.safety import LimitsConfig, SafetyLimits, Supervisor
 from tether.safety.for_spec import limits_for, supervisor_for
@@ -329,17 +328,8 @@ print(best, corrected / len(calls), flush=True)
 def shipped_loop_us(src: Path, episodes: int, repeats: int) -> tuple[float, float]:
     """(µs per action, fraction corrected) of the supervisor of the tree at ``src`` on the
     shipped policy's closed loop (deterministic, nominal arm, episode seeds 0..)."""
-    if not (src / "tether" / "safety").is_dir():
-        raise SystemExit(f"--baseline-src: expected {src}/tether/safety")
-    out = subprocess.run(
-        [sys.executable, "-c", _SHIPPED_LOOP, str(episodes), str(repeats)],
-        env=dict(os.environ, PYTHONPATH=str(src)),
-        cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the other's
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    us, corrected = out.stdout.split()
+    out = run_in_tree(src, [sys.executable, "-c", _SHIPPED_LOOP, str(episodes), str(repeats)])
+    us, corrected = out.split()
     return float(us), float(corrected)
 
 
@@ -516,26 +506,10 @@ def serving_batch_side_by_side(
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(rounds):
         for name, src in trees.items():
-            if not (src / "tether" / "safety").is_dir():
-                raise SystemExit(f"--baseline-src: expected {src}/tether/safety")
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    "--serving-batch",
-                    "--json",
-                    "--episodes",
-                    str(episodes),
-                    "--repeats",
-                    str(repeats),
-                ],
-                env=dict(os.environ, PYTHONPATH=str(src)),
-                cwd=tempfile.gettempdir(),  # not this tree: its src must not shadow the other's
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            script = [sys.executable, str(Path(__file__).resolve()), "--serving-batch", "--json"]
+            args = ["--episodes", str(episodes), "--repeats", str(repeats)]
+            out = run_in_tree(src, [*script, *args])
+            runs[name].append(json.loads(out.strip().splitlines()[-1]))
     return runs
 
 
@@ -658,7 +632,7 @@ def main() -> None:
             }
         else:
             here = Path(__file__).resolve().parents[1] / "src"
-            trees = {"before": args.baseline_src.resolve() / "src", "after": here}
+            trees = {"before": tree_src(args.baseline_src, "safety"), "after": here}
             runs = serving_batch_side_by_side(trees, args.rounds, args.episodes, args.repeats)
         print_serving_batch(runs)
         print(f"load after: {os.getloadavg()}")
@@ -860,7 +834,7 @@ def main() -> None:
     rows = per_call_us(cases, args.calls, args.repeats)
     if args.baseline_src is not None:
         here = Path(__file__).resolve().parents[1] / "src"
-        trees = {"before": args.baseline_src.resolve() / "src", "after": here}
+        trees = {"before": tree_src(args.baseline_src, "safety"), "after": here}
         shipped_best: dict[str, tuple[float, float]] = {}
         for _ in range(3):  # rounds alternate, so a burst of load hits both alike
             for name, src in trees.items():
