@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tether.safety import ActionSource, SafetyCheck
@@ -18,6 +19,7 @@ from tether.safety.position import (
     PositionSupervisor,
     PositionSupervisorConfig,
     PositionVerdict,
+    kernel,
 )
 from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmKinematics, arm_spec
@@ -108,6 +110,33 @@ def test_an_arm_inside_the_margin_may_leave_it() -> None:
     away = np.array([-1.2, *PITCH], dtype=np.float32)
     _, verdict = sup.filter(obs(inside), away)
     assert not verdict.checks & SafetyCheck.OBSTACLE
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_an_arm_inside_the_margin_that_would_be_held_there_is_brought_out(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest inside the obstacle's margin (a hand left it there), the arm's command held
+    where it is: no better than the pose, so the supervisor moves it along the way out
+    (``kernel.RETREAT_RAD`` a step, inside the rate limits), step after step, until the
+    arm is clear. With no way out taken (a step of 0, the Python path) the command stays
+    where the arm is, inside the margin."""
+    inside = np.array([0.0, *PITCH])
+    sup = PositionSupervisor(LIMITS, ARM_IMPEDANCE, kinematics=KINEMATICS, compiled=compiled)
+    held = inside.astype(np.float32)
+    gained = []
+    for step in range(3):
+        out, verdict = sup.filter(obs(inside), held, held)
+        assert step or verdict.checks & SafetyCheck.OBSTACLE  # then the rate limits carry it on
+        assert segment_breach(inside, out) == []
+        gained.append(clearances(out.astype(np.float64))[0] - clearances(inside)[0])
+        held = out
+    assert 0.0 < gained[0] < gained[1] < gained[2]
+    monkeypatch.setattr(kernel, "RETREAT_RAD", 0.0)
+    stay = PositionSupervisor(LIMITS, ARM_IMPEDANCE, kinematics=KINEMATICS, compiled=False)
+    held = inside.astype(np.float32)
+    out, _ = stay.filter(obs(inside), held, held)
+    assert out.tobytes() == held.tobytes()
 
 
 @st.composite

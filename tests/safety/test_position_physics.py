@@ -36,10 +36,12 @@ def test_short_random_command_run_is_safe_with_the_supervisor_and_not_without(ar
 def test_a_sagging_arm_is_judged_where_it_settles(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drifted seed 125 rests below its commands under its payload; judged by the
     straight segment to the command alone, it touched the obstacle on 49 steps of 2,000
-    (the sag learning switched off, on the Python path); judged where it settles, never."""
+    (the sag learning switched off, and the way out of a margin, which brings the sunk
+    arm back out too, on the Python path); judged where it settles, never."""
     spec = arm_spec("position")
     assert random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=125) == (0, 0)
     monkeypatch.setattr(kernel, "ENABLED", False)
+    monkeypatch.setattr(kernel, "RETREAT_RAD", 0.0)
     monkeypatch.setattr(PositionSupervisor, "_learn_sag", lambda *args: None)
     contacts, _ = random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=125)
     assert contacts > 0
@@ -58,6 +60,22 @@ def test_a_hand_that_held_the_arm_leaves_no_sag_behind(monkeypatch: pytest.Monke
     monkeypatch.setattr(kernel, "ENABLED", False)
     monkeypatch.setattr(kernel, "REST_APART_RAD", math.inf)
     contacts, _ = random_command_run(ARMS["nominal"], supervisor_for(spec), 2000, seed=8, hand=0.4)
+    assert contacts > 0
+
+
+def test_a_weak_arm_a_hand_left_on_the_obstacle_is_brought_off_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hand pushes the drifted arm onto the obstacle and lets go (``random_commands``,
+    seed 29): deep inside the margin, the weak arm's held command left it resting there,
+    touching the obstacle on 42 steps of 2,000 (no way out taken: a step of 0, on the
+    Python path). The previous command moved part of the way out each step brings it off."""
+    spec = arm_spec("position")
+    supervised = random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=29, hand=0.4)
+    assert supervised == (0, 0)
+    monkeypatch.setattr(kernel, "ENABLED", False)
+    monkeypatch.setattr(kernel, "RETREAT_RAD", 0.0)
+    contacts, _ = random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=29, hand=0.4)
     assert contacts > 0
 
 

@@ -194,6 +194,50 @@ class SegmentClearance:
             self._last_segment = (list(start), end_pose, (bits, fraction))
         return bits, fraction
 
+    def way_out(
+        self,
+        q: Sequence[float],
+        bits: int,
+        probe: float,
+        tolerance: float,
+        fraction: float,
+        most: float,
+    ) -> list[float] | None:
+        """The joint change that takes a pose deep inside a margin part of the way out: of
+        the checks in ``bits`` whose clearance at ``q`` is below ``-tolerance`` (m), the
+        lowest (the first on a tie); its growth per joint by forward differences of
+        ``probe`` rad; the change along that growth that regains ``fraction`` of the depth
+        beyond ``tolerance`` where the clearance grows as it does at ``q``, shrunk so that
+        no joint changes more than ``most`` rad. None when ``q`` lies that deep inside none
+        of those margins, or the clearance does not change along any joint there."""
+        worst = -tolerance
+        chosen: Measure | None = None
+        for bit, measure in self._checks:
+            if bits & bit:
+                clearance = measure(q)
+                if clearance < worst:
+                    worst, chosen = clearance, measure
+        if chosen is None:
+            return None
+        probed = list(q)
+        growth: list[float] = []
+        squared = 0.0
+        for j, x in enumerate(q):
+            probed[j] = x + probe
+            g = (chosen(probed) - worst) / probe
+            probed[j] = x
+            growth.append(g)
+            squared += g * g
+        if not squared > 0.0:
+            return None
+        scale = (-tolerance - worst) * fraction / squared
+        change = [g * scale for g in growth]
+        largest = max(map(abs, change))
+        if largest > most:
+            shrink = most / largest
+            change = [c * shrink for c in change]
+        return change
+
     def _margins(
         self, reach: Sequence[float], start: Sequence[float], end: Sequence[float]
     ) -> tuple[float, list[tuple[float, float]]]:

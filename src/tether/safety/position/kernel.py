@@ -110,6 +110,17 @@ STEADY_RAD = 1e-3
 # is at a new place; an arm this far from it has left it (``PositionSupervisor._learn_sag``).
 REST_APART_RAD = 0.05
 
+# Deeper than RETREAT_TOLERANCE_M inside a margin, a command that would be held (or the
+# pose) moves out instead: the previous command changed by what regains RETREAT_FRACTION
+# of the depth beyond the tolerance where the clearance grows as it does at the arm's
+# pose, no joint more than RETREAT_RAD (``SegmentClearance.way_out``, forward differences
+# of RETREAT_PROBE_RAD), inside the rate limits like any target. Within the tolerance an
+# arm that lags or sags a little into the margin is held, and comes to rest there.
+RETREAT_TOLERANCE_M = 0.02
+RETREAT_FRACTION = 0.1
+RETREAT_RAD = 0.01
+RETREAT_PROBE_RAD = 1e-4
+
 # Check bits as globals numba freezes in at compile time (SafetyCheck's own values).
 _POSITION = int(POSITION_BIT)
 _VELOCITY = int(VELOCITY_BIT)
@@ -774,6 +785,59 @@ def _clear_fraction(
 
 
 @_jit
+def _way_out(
+    joints: np.ndarray,
+    geo: np.ndarray,
+    obstacles: np.ndarray,
+    groups: np.ndarray,
+    q: np.ndarray,
+    bits: int,
+    scratch: np.ndarray,
+    probed: np.ndarray,
+    out: np.ndarray,
+) -> bool:
+    """``SegmentClearance.way_out`` with the ``RETREAT_*`` constants into ``out``; False
+    for its None."""
+    n = joints.shape[0]
+    worst = -RETREAT_TOLERANCE_M
+    chosen = -1
+    for index in range(_n_checks(geo)):
+        kind = _check_kind(geo, index)
+        if bits & (_WORKSPACE if kind == 0 else _OBSTACLE):
+            clearance = _measure(kind, joints, geo, obstacles, groups, q, scratch)
+            if clearance < worst:
+                worst = clearance
+                chosen = kind
+    if chosen < 0:
+        return False
+    probed[:] = q
+    squared = 0.0
+    for j in range(n):
+        probed[j] = q[j] + RETREAT_PROBE_RAD
+        grown = _measure(chosen, joints, geo, obstacles, groups, probed, scratch)
+        g = (grown - worst) / RETREAT_PROBE_RAD
+        probed[j] = q[j]
+        out[j] = g
+        squared += g * g
+    if not squared > 0.0:
+        return False
+    scale = (-RETREAT_TOLERANCE_M - worst) * RETREAT_FRACTION / squared
+    for j in range(n):
+        out[j] = out[j] * scale
+    # max() of Python: the first of the largest, a NaN first stays.
+    largest = abs(out[0])
+    for j in range(1, n):
+        a = abs(out[j])
+        if a > largest:
+            largest = a
+    if largest > RETREAT_RAD:
+        shrink = RETREAT_RAD / largest
+        for j in range(n):
+            out[j] = out[j] * shrink
+    return True
+
+
+@_jit
 def _cartesian(
     joints: np.ndarray,
     geo: np.ndarray,
@@ -806,6 +870,7 @@ def _cartesian(
     settled_reference = work[9]
     arrives = work[10]
     pose_command = work[11]
+    retreat = work[12]
     for j in range(n):
         settled[j] = candidate[j] + sag[j]
         settled_reference[j] = reference[j] + sag[j] if held else q[j]
@@ -856,10 +921,15 @@ def _cartesian(
         fraction = 0.0
     # A plain bool, not a literal (tether.compiled).
     not_exact = bool(False)  # noqa: UP018
-    # The targets in turn: backed off along the segment, the previous command, the pose
-    # (the command that holds the arm there: the pose less the sag); each judged where
-    # the arm settles under it.
-    for t in range(3):
+    # Inside a margin, the previous command moved along the way out of it.
+    way_out = held and _way_out(joints, geo, obstacles, groups, q, bits, scratch, work[13], retreat)
+    if way_out:
+        for j in range(n):
+            retreat[j] = reference[j] + retreat[j]
+    # The targets in turn: backed off along the segment, the previous command moved out
+    # of the margin the arm is in, the previous command, the pose (the command that holds
+    # the arm there: the pose less the sag); each judged where the arm settles under it.
+    for t in range(4):
         if t == 0:
             if not fraction > 0.0:
                 continue
@@ -868,6 +938,10 @@ def _cartesian(
                 fallback[j] = a + fraction * (settled[j] - a) - sag[j]
             target = fallback
         elif t == 1:
+            if not way_out:
+                continue
+            target = retreat
+        elif t == 2:
             if not held:
                 continue
             target = reference
@@ -968,9 +1042,9 @@ def _step_into(
 
 @_jit
 def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (12, n),
+    """Work space for :func:`_step_into`: gravity (n), earlier (8), work (14, n),
     scratch (4, n), spare (4)."""
-    return np.empty(n), np.empty(8), np.empty((12, n)), np.empty((4, n)), np.empty(4)
+    return np.empty(n), np.empty(8), np.empty((14, n)), np.empty((4, n)), np.empty(4)
 
 
 @_jit

@@ -21,10 +21,12 @@ verdict entry says how far it moved the command:
    segment from the measured pose to the command (``WORKSPACE``, ``OBSTACLE``;
    :mod:`tether.safety.segment`): a command whose segment breaches a margin, and is no
    better than where the arm is (nor, from the previous command, than that command), is
-   backed off along the segment to where it is clear,
-   else the previous command is held (a sagging arm sinks once, not every step), else
-   it is ramped toward the measured pose inside the intervals, else set to the measured
-   pose itself (the clearance outranks the rate limits: the previous command held as
+   backed off along the segment to where it is clear, else (an arm already deep inside a
+   margin: a hand pushed it there) the previous command moved part of the way out of it
+   (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``), step after step until the
+   arm follows, else the previous command is held (a sagging arm sinks once, not
+   every step), else it is ramped toward the measured pose inside the intervals, else
+   set to the measured pose itself (the clearance outranks the rate limits: the previous command held as
    it is, else the pose; the next command's change is then judged against none). A
    moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
    plus a step of delay) would take it deeper into a margin brakes the same way,
@@ -591,8 +593,20 @@ class PositionSupervisor:
         # step (ratcheting into the obstacle); a held command lets it sink once, to where
         # the impedance holds it, and the pose less the learnt sag holds it where it is.
         # A held command ahead of a moving arm toward the obstacle breaches, and the
-        # pose (braking) is next.
+        # pose (braking) is next. An arm already inside a margin (a hand pushed it there,
+        # or it sagged there) is brought out of it first: the previous command moved
+        # along the way out, step by step, until the arm follows.
         if held:
+            way = segment.way_out(
+                q,
+                bits,
+                kernel.RETREAT_PROBE_RAD,
+                kernel.RETREAT_TOLERANCE_M,
+                kernel.RETREAT_FRACTION,
+                kernel.RETREAT_RAD,
+            )
+            if way is not None:
+                targets.append([r + w for r, w in zip(reference, way, strict=True)])
             targets.append(reference)
         pose_command = [x - d for x, d in zip(q, sag, strict=True)]
         targets.append(pose_command)
