@@ -921,14 +921,10 @@ def _cartesian(
         fraction = 0.0
     # A plain bool, not a literal (tether.compiled).
     not_exact = bool(False)  # noqa: UP018
-    # Inside a margin, the previous command moved along the way out of it.
-    way_out = held and _way_out(joints, geo, obstacles, groups, q, bits, scratch, work[13], retreat)
-    if way_out:
-        for j in range(n):
-            retreat[j] = reference[j] + retreat[j]
-    # The targets in turn: backed off along the segment, the previous command moved out
-    # of the margin the arm is in, the previous command, the pose (the command that holds
-    # the arm there: the pose less the sag); each judged where the arm settles under it.
+    # The targets in turn, each made only when the one before it breached: backed off
+    # along the segment, the previous command moved part of the way out of a margin the
+    # arm is deep inside, the previous command, the pose (the command that holds the arm
+    # there: the pose less the sag); each judged where the arm settles under it.
     for t in range(4):
         if t == 0:
             if not fraction > 0.0:
@@ -938,8 +934,12 @@ def _cartesian(
                 fallback[j] = a + fraction * (settled[j] - a) - sag[j]
             target = fallback
         elif t == 1:
-            if not way_out:
+            if not held or not _way_out(
+                joints, geo, obstacles, groups, q, bits, scratch, work[13], retreat
+            ):
                 continue
+            for j in range(n):
+                retreat[j] = reference[j] + retreat[j]
             target = retreat
         elif t == 2:
             if not held:

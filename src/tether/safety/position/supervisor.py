@@ -24,10 +24,11 @@ verdict entry says how far it moved the command:
    backed off along the segment to where it is clear, else (an arm already deep inside a
    margin: a hand pushed it there) the previous command moved part of the way out of it
    (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``), step after step until the
-   arm follows, else the previous command is held (a sagging arm sinks once, not
-   every step), else it is ramped toward the measured pose inside the intervals, else
-   set to the measured pose itself (the clearance outranks the rate limits: the previous command held as
-   it is, else the pose; the next command's change is then judged against none). A
+   arm follows, else the previous command is held (a sagging arm sinks once, not every
+   step), else it is ramped toward the measured pose inside the intervals, else set to
+   the measured pose itself (the clearance outranks the rate limits: the previous
+   command held as it is, else the pose; the next command's change is then judged
+   against none). A
    moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
    plus a step of delay) would take it deeper into a margin brakes the same way,
    whatever the command asks. Every command is judged where the arm settles under it:
@@ -63,7 +64,7 @@ import copy
 import math
 import operator
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import compress
 from typing import Any, NamedTuple
 
@@ -581,35 +582,10 @@ class PositionSupervisor:
         if not bits:
             return 0, candidate, False
         envelope = self.envelope
-        targets: list[list[float]] = []
         if coasting:
             fraction = 0.0
-        if fraction > 0.0:
-            targets.append(
-                [a + fraction * (b - a) - d for a, b, d in zip(q, settled, sag, strict=True)]
-            )
-        # Then the previous command, then the pose. A command reset to the measured pose
-        # every step lets an arm that sags under an unmodelled load sink by its sag every
-        # step (ratcheting into the obstacle); a held command lets it sink once, to where
-        # the impedance holds it, and the pose less the learnt sag holds it where it is.
-        # A held command ahead of a moving arm toward the obstacle breaches, and the
-        # pose (braking) is next. An arm already inside a margin (a hand pushed it there,
-        # or it sagged there) is brought out of it first: the previous command moved
-        # along the way out, step by step, until the arm follows.
-        if held:
-            way = segment.way_out(
-                q,
-                bits,
-                kernel.RETREAT_PROBE_RAD,
-                kernel.RETREAT_TOLERANCE_M,
-                kernel.RETREAT_FRACTION,
-                kernel.RETREAT_RAD,
-            )
-            if way is not None:
-                targets.append([r + w for r, w in zip(reference, way, strict=True)])
-            targets.append(reference)
         pose_command = [x - d for x, d in zip(q, sag, strict=True)]
-        targets.append(pose_command)
+        targets = self._fallbacks(q, settled, sag, fraction, held, reference, bits, pose_command)
         for target in targets:
             placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
             trial = _rounded(placed.values)
@@ -626,6 +602,42 @@ class PositionSupervisor:
             if not segment.breaches(q, _settled(trial, sag)):
                 return bits, trial, True
         return bits, _rounded(envelope.hold(pose_command)), True
+
+    def _fallbacks(
+        self,
+        q: list[float],
+        settled: list[float],
+        sag: list[float],
+        fraction: float,
+        held: bool,
+        reference: list[float],
+        bits: int,
+        pose_command: list[float],
+    ) -> Iterator[list[float]]:
+        """Step 6's targets for a breaching command, in turn (each made only when the one
+        before it breached): backed off along the segment; deep inside a margin (a hand
+        pushed the arm there), the previous command moved part of the way out, step after
+        step until the arm follows; the previous command; the pose. A command reset to
+        the measured pose every step lets an arm that sags under an unmodelled load sink
+        by its sag every step (ratcheting into the obstacle); a held command lets it sink
+        once, to where the impedance holds it, and the pose less the learnt sag holds it
+        where it is. A held command ahead of a moving arm toward the obstacle breaches,
+        and the pose (braking) is next."""
+        if fraction > 0.0:
+            yield [a + fraction * (b - a) - d for a, b, d in zip(q, settled, sag, strict=True)]
+        if held:
+            way = self._segment.way_out(
+                q,
+                bits,
+                kernel.RETREAT_PROBE_RAD,
+                kernel.RETREAT_TOLERANCE_M,
+                kernel.RETREAT_FRACTION,
+                kernel.RETREAT_RAD,
+            )
+            if way is not None:
+                yield [r + w for r, w in zip(reference, way, strict=True)]
+            yield reference
+        yield pose_command
 
     def _reading(self) -> tuple[int, int, np.ndarray, float]:
         """Where an observation's joint positions and velocities start, the plausible
