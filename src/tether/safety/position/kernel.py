@@ -871,6 +871,7 @@ def _cartesian(
     arrives = work[10]
     pose_command = work[11]
     retreat = work[12]
+    probed = work[13]
     for j in range(n):
         settled[j] = candidate[j] + sag[j]
         settled_reference[j] = reference[j] + sag[j] if held else q[j]
@@ -935,7 +936,7 @@ def _cartesian(
             target = fallback
         elif t == 1:
             if not held or not _way_out(
-                joints, geo, obstacles, groups, q, bits, scratch, work[13], retreat
+                joints, geo, obstacles, groups, q, bits, scratch, probed, retreat
             ):
                 continue
             for j in range(n):

@@ -28,10 +28,9 @@ verdict entry says how far it moved the command:
    step), else it is ramped toward the measured pose inside the intervals, else set to
    the measured pose itself (the clearance outranks the rate limits: the previous
    command held as it is, else the pose; the next command's change is then judged
-   against none). A
-   moving arm whose coasting distance (its speed braked at the guaranteed deceleration,
-   plus a step of delay) would take it deeper into a margin brakes the same way,
-   whatever the command asks. Every command is judged where the arm settles under it:
+   against none). A moving arm whose coasting distance (its speed braked at the
+   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
+   brakes the same way, whatever the command asks. Every command is judged where the arm settles under it:
    the command plus the robot's **sag**, the offset from its command the arm shows at
    rest under a steady one (an unmodelled payload or weak motors hold it below its
    commands), bounded per joint by torque limit / stiffness, trusted away from the place
