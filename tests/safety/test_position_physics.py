@@ -8,6 +8,7 @@ the default suite. ``benchmarks/bench_contacts.py`` runs the same over many seed
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from safety.random_commands import ARMS, HOLD_STEPS, random_command_run
 from tether.safety.for_spec import supervisor_for
 from tether.safety.position import kernel
 from tether.safety.position.actions import _command_range
+from tether.safety.position.envelope import CommandEnvelope, JointResult
 from tether.safety.position.supervisor import PositionSupervisor
 from tether.safety.verdict import SafetyCheck
 from tether.sim import ArmEnv, ArmEnvConfig, arm_spec
@@ -77,6 +79,28 @@ def test_a_weak_arm_a_hand_left_on_the_obstacle_is_brought_off_it(
     monkeypatch.setattr(kernel, "RETREAT_RAD", 0.0)
     contacts, _ = random_command_run(ARMS["drifted"], supervisor_for(spec), 2000, seed=29, hand=0.4)
     assert contacts > 0
+
+
+def test_a_weak_arm_resting_beyond_its_command_stays_off_a_joint_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Drifted seed 178 rests 0.08 rad beyond its shoulder command held at the margin
+    (1.8 rad); a swing of the elbow and wrist then carried it to its 1.9 rad limit, 13
+    steps over it by step 3,730, with the joint range judged at the command (the sag
+    left out of the joint checks, on the Python path). Judged where the arm settles,
+    never."""
+    spec = arm_spec("position")
+    assert random_command_run(ARMS["drifted"], supervisor_for(spec), 3730, seed=178) == (0, 0)
+    monkeypatch.setattr(kernel, "ENABLED", False)
+    clip = CommandEnvelope.clip
+
+    def at_the_command(self: CommandEnvelope, *args: Any, exact: bool = True) -> JointResult:
+        *state, sag = args
+        return clip(self, *state, [0.0] * len(sag), exact=exact)
+
+    monkeypatch.setattr(CommandEnvelope, "clip", at_the_command)
+    _, violations = random_command_run(ARMS["drifted"], supervisor_for(spec), 3730, seed=178)
+    assert violations > 0
 
 
 def test_a_stop_outside_the_rate_limits_is_held_not_carried_on() -> None:

@@ -9,13 +9,17 @@ deceleration the robot can guarantee):
 
 1. ``POSITION`` (hard range): ``c`` inside the untightened range shrunk by its margin.
 2. ``VELOCITY`` (per-step change): ``|c − r| ≤ velocity_limit·dt``.
-3. ``POSITION`` (range with margin, braking): the command must still be able to stop
-   inside the margin-shrunk range decelerating at ``b``:
-   ``c + (c − r)²/(2b) ≤ high`` (and the mirror image), i.e. ``c − r ≤ b·(√(1 + 2d/b) − 1)``
-   with ``d`` the distance from ``r`` to the limit, so a command slows along a braking
-   curve instead of being clamped at the limit (which would break the acceleration
-   limit). From a command that met this bound, braking by ``b ≤ s`` meets it again, so
-   checks 3 and 4 never conflict on a command this envelope produced.
+3. ``POSITION`` (range with margin, braking): where the arm settles under the command
+   (``c`` plus the robot's sag ``σ``, the offset it rests at from a steady command, where
+   that points toward the limit) must still be able to stop inside the margin-shrunk
+   range decelerating at ``b``: ``c + max(σ, 0) + (c − r)²/(2b) ≤ high`` (and the mirror
+   image), i.e. ``c − r ≤ b·(√(1 + 2d/b) − 1)`` with ``d`` the distance from ``r`` to the
+   limit less that sag, so a command slows along a braking curve instead of being
+   clamped at the limit (which would break the acceleration limit). From a command that
+   met this bound, braking by ``b ≤ s`` meets it again, so checks 3 and 4 never conflict
+   on a command this envelope produced under the same sag; a sag that grows toward a
+   limit steers a command already there back like a tightened range. A sag away from
+   the limit never loosens it.
 4. ``ACCELERATION`` (change of the change): ``|(c − r) − Δp| ≤ s``. A command outside
    this interval is not simply clipped to its nearer end: it is moved toward the
    proposal no faster than it could still stop there at ``s`` per step, then into the
@@ -146,12 +150,14 @@ class CommandEnvelope:
         reference: Sequence[float],
         previous_change: Sequence[float],
         command: Sequence[float],
+        sag: Sequence[float],
         exact: bool = True,
     ) -> JointResult:
-        """``command`` moved into every interval for this state, and which checks moved
-        it how far. ``exact``: the command's values are float32 already (a policy's
-        command), so one inside every interval is returned as it is; otherwise (a
-        backup's target, a backed-off command) every value is kept ``inset`` inside."""
+        """``command`` moved into every interval for this state and the robot's ``sag``
+        (check 3), and which checks moved it how far. ``exact``: the command's values are
+        float32 already (a policy's command), so one inside every interval is returned as
+        it is; otherwise (a backup's target, a backed-off command) every value is kept
+        ``inset`` inside."""
         # Hot path (every command): the interval meets are written out inline, since a
         # Python call costs more than the arithmetic it wraps.
         sqrt = math.sqrt
@@ -174,8 +180,8 @@ class CommandEnvelope:
             kd,
             tau,
             hard_in,
-        ), r, dp, qi, vi, gi, x in zip(
-            self._joints, reference, previous_change, q, v, gravity_nm, command, strict=True
+        ), r, dp, qi, vi, gi, x, sg in zip(
+            self._joints, reference, previous_change, q, v, gravity_nm, command, sag, strict=True
         ):
             # 1. hard range.
             lo1, hi1 = h_lo, h_hi
@@ -186,8 +192,13 @@ class CommandEnvelope:
             hi2 = b if b < hi1 else hi1
             if lo2 > hi2:
                 lo2 = hi2 = _edge(lo1, hi1, b < lo1)
-            # 3. range with margin, reachable with a braking curve at the acceleration
-            # limit (from `far` on, the curve allows more than the per-step change).
+            # 3. range with margin where the arm settles (less a sag toward the limit),
+            # reachable with a braking curve at the acceleration limit (from `far` on,
+            # the curve allows more than the per-step change).
+            if sg > 0.0:
+                s_hi -= sg
+            elif sg < 0.0:
+                s_lo -= sg
             hi3 = hi2
             d = s_hi - r
             if d < far:

@@ -272,6 +272,7 @@ def _clip(
     reference: np.ndarray,
     change: np.ndarray,
     command: np.ndarray,
+    sag: np.ndarray,
     exact: bool,
     out: np.ndarray,
     moved: np.ndarray,
@@ -305,6 +306,11 @@ def _clip(
         vi = v[i]
         gi = gravity[i]
         x = command[i]
+        sg = sag[i]
+        if sg > 0.0:
+            s_hi -= sg
+        elif sg < 0.0:
+            s_lo -= sg
         lo1 = h_lo
         hi1 = h_hi
         a = r - step
@@ -948,7 +954,9 @@ def _cartesian(
             target = reference
         else:
             target = pose_command
-        _clip(joints, q, v, gravity, reference, change, target, not_exact, trial, moved, earlier)
+        _clip(
+            joints, q, v, gravity, reference, change, target, sag, not_exact, trial, moved, earlier
+        )
         _round32(trial)
         for j in range(n):
             arrives[j] = trial[j] + sag[j]
@@ -1008,7 +1016,7 @@ def _step_into(
     _gravity(joints, geo, q, gravity)
     moved = extra[OUT_MOVED : OUT_MOVED + 4]
     inside, checks = _clip(
-        joints, q, v, gravity, reference, change, command, exact, placed, moved, earlier
+        joints, q, v, gravity, reference, change, command, sag, exact, placed, moved, earlier
     )
     if not inside:
         _round32(placed)

@@ -11,8 +11,9 @@ verdict entry says how far it moved the command:
    that is misshapen, non-finite, or outside the physical envelope, a joint more than
    ``observation_range_slack_rad`` beyond its range or faster than
    ``observation_speed_factor`` times its velocity limit);
-2. joint range with margin, 3. per-step change (velocity limit × period), 4. change of
-   that change against the previous command (acceleration limit × period²), 5. the
+2. joint range with margin (where the arm settles under the command: the command plus
+   its sag toward the limit, see 6), 3. per-step change (velocity limit × period), 4.
+   change of that change against the previous command (acceleration limit × period²), 5. the
    impedance torque the command demands within the motor limits
    (``POSITION``, ``VELOCITY``, ``ACCELERATION``, ``TORQUE``; per-joint intervals,
    :mod:`tether.safety.position.envelope`): a command inside all of them passes
@@ -473,7 +474,7 @@ class PositionSupervisor:
         checks (float32 values), whether it was inside them already, their bits and
         squared moves, the Cartesian bits and the command to execute."""
         gravity = self._gravity(q)
-        joint = self.envelope.clip(q, v, gravity, reference, change, command, exact=exact)
+        joint = self.envelope.clip(q, v, gravity, reference, change, command, sag, exact=exact)
         placed = joint.values if joint.inside else _rounded(joint.values)
         cartesian = 0
         candidate = placed
@@ -586,7 +587,7 @@ class PositionSupervisor:
         pose_command = [x - d for x, d in zip(q, sag, strict=True)]
         targets = self._fallbacks(q, settled, sag, fraction, held, reference, bits, pose_command)
         for target in targets:
-            placed = envelope.clip(q, v, gravity, reference, change, target, exact=False)
+            placed = envelope.clip(q, v, gravity, reference, change, target, sag, exact=False)
             trial = _rounded(placed.values)
             arrives = _settled(trial, sag)
             if not segment.breaches(q, arrives) and not (
