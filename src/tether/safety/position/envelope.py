@@ -2,10 +2,10 @@
 
 Each joint check is an interval of the commanded position ``c`` (rad), from the state
 (measured ``q``, ``q̇``), the nominal gravity torque ``g`` (N·m), the reference ``r`` (the
-previous command, or ``q`` when there is none) and the previous command's own change
-``Δp`` (rad per step). With ``dt`` the control period, ``s = acceleration_limit·dt²``
-(the command's own acceleration) and ``b = min(braking_deceleration·dt², s)`` (the
-deceleration the robot can guarantee):
+previous command, or ``q`` when there is none), the previous command's own change
+``Δp`` (rad per step) and the robot's learnt sag ``σ`` (rad). With ``dt`` the control
+period, ``s = acceleration_limit·dt²`` (the command's own acceleration) and
+``b = min(braking_deceleration·dt², s)`` (the deceleration the robot can guarantee):
 
 1. ``POSITION`` (hard range): ``c`` inside the untightened range shrunk by its margin.
 2. ``VELOCITY`` (per-step change): ``|c − r| ≤ velocity_limit·dt``.
@@ -36,8 +36,8 @@ hold together (a command left outside a tightened range by a switch of level is
 steered back at the velocity limit rather than jumped in; a lagging arm whose command is
 far ahead saturates its torque rather than have its command jump back).
 
-Invariant: the intervals depend only on the state, the reference and ``Δp``, never on
-the proposed command, which is what makes filtering idempotent. Arithmetic is plain
+Invariant: the intervals depend only on the state, the reference, ``Δp`` and the sag,
+never on the proposed command, which is what makes filtering idempotent. Arithmetic is plain
 Python floats, joint by joint: numpy costs about a microsecond per call on a 4-vector,
 more than the whole per-joint computation.
 """
