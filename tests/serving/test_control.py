@@ -6,13 +6,14 @@ import asyncio
 import dataclasses
 import itertools
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.serving.serving_harness import MakeServer, server_config
+from tests.serving.serving_harness import MakeServer, RunningServer, relaxed_limits, server_config
 from tether.data.step import StepRecord
 from tether.policy.engine import PolicyEngine
 from tether.serving.client import ClientOptions, PolicyClient
@@ -220,6 +221,61 @@ def test_the_default_backup_holds_the_limits_the_server_enforces(
                 await session.close()
 
     np.testing.assert_array_equal(asyncio.run(aio()), want)
+
+
+def test_the_configured_backup_answers_takeover_and_the_robots_watchdog(
+    make_server: MakeServer, arm: RobotSpec
+) -> None:
+    """``supervision.backup`` (go_home here) is what a session gets at TAKEOVER and what
+    the robot's own watchdog executes on a missed deadline (``Describe`` names it); the
+    default backup would hold the arm where it is instead."""
+    from tether.safety import BackupConfig, DegradationLevel, DegradationMachine
+    from tether.safety.for_spec import supervisor_for
+    from tether.serving.supervision import SupervisorFactory
+
+    limits = relaxed_limits(arm)
+    go_home = BackupConfig(kind="go_home")
+    machine = DegradationMachine(limits=limits)
+    running = make_server(
+        server_config(),
+        supervisors=SupervisorFactory(arm, limits=limits, degradation=machine, backup=go_home),
+    )
+    obs = np.zeros(arm.obs_dim, np.float32)
+    obs[: arm.act_dim] = np.asarray(arm.home_position_rad) + 0.4  # away from home
+    want, _ = supervisor_for(arm, limits, backup=go_home).backup_action(obs, None)
+    held, _ = supervisor_for(arm, limits).backup_action(obs, None)
+    assert not np.array_equal(want, held)
+    with PolicyClient(running.address) as client:
+        assert BackupConfig.model_validate_json(client.describe().backup_json) == go_home
+        session = client.session(arm, robot_id="arm-1", control_deadline_s=5.0)
+        np.testing.assert_array_equal(session.watchdog.backup(obs, None), want)
+        machine.escalate(DegradationLevel.TAKEOVER, reason="operator takes over", robot="arm-1")
+        result = session.step(obs)
+        session.close()
+    assert result.verdict is not None
+    assert result.verdict.source == "backup"
+    np.testing.assert_array_equal(result.action, want)
+
+
+def test_a_server_config_names_its_backup_and_an_unknown_one_is_held(
+    bundle_path: Path,
+) -> None:
+    """``tether serve --config`` with ``supervision.backup.kind: brake`` serves that
+    backup; a client reading a backup it does not know (a newer server) holds."""
+    from tether.safety import BackupConfig
+    from tether.serving.client.watchdog import served_backup
+    from tether.serving.launch import build_server
+
+    config = server_config(supervision={"backup": {"kind": "brake"}})
+    running = RunningServer(build_server(bundle_path, config))
+    try:
+        with PolicyClient(running.address) as client:
+            described = client.describe().backup_json
+    finally:
+        running.stop()
+    assert served_backup(described) == BackupConfig(kind="brake")
+    assert served_backup("") is None
+    assert served_backup('{"kind": "teleport"}') is None
 
 
 def test_session_pinned_to_a_version_the_server_does_not_serve_is_refused(

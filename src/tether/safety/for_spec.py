@@ -16,6 +16,7 @@ supervises another robot does not load MuJoCo.
 
 from __future__ import annotations
 
+from tether.safety.backups import BackupConfig
 from tether.safety.errors import LimitsError
 from tether.safety.kinematics import Kinematics
 from tether.safety.limits import SafetyLimits
@@ -80,10 +81,12 @@ def supervisor_for(
     *,
     config: SupervisorConfig | None = None,
     kinematics: Kinematics | None = None,
+    backup: BackupConfig | None = None,
 ) -> ActionSupervisor:
     """A supervisor for one robot of ``spec`` on its normalized actions: ``limits``
     (default :func:`limits_for`) and ``kinematics`` (default :func:`kinematics_for`).
-    ``config`` is the torque supervisor's (a position spec refuses one)."""
+    ``config`` is the torque supervisor's (a position spec refuses one); ``backup``
+    (default: hold) is either interface's, and replaces ``config``'s."""
     limits = limits if limits is not None else limits_for(spec)
     kinematics = kinematics if kinematics is not None else kinematics_for(spec)
     if spec.command_interface == "position":
@@ -94,8 +97,15 @@ def supervisor_for(
             )
         from tether.safety.position.actions import PositionActionSupervisor
         from tether.safety.position.impedance import ImpedanceModel
-        from tether.safety.position.supervisor import PositionSupervisor
+        from tether.safety.position.supervisor import PositionSupervisor, PositionSupervisorConfig
 
-        position = PositionSupervisor(limits, ImpedanceModel.from_spec(spec), kinematics=kinematics)
+        position = PositionSupervisor(
+            limits,
+            ImpedanceModel.from_spec(spec),
+            kinematics=kinematics,
+            config=None if backup is None else PositionSupervisorConfig(backup=backup),
+        )
         return PositionActionSupervisor(position, spec)
+    if backup is not None:
+        config = (config or SupervisorConfig()).model_copy(update={"backup": backup})
     return Supervisor(limits, kinematics=kinematics, config=config)

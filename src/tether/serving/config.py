@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tether.config import describe_validation_error
 from tether.errors import ConfigError
+from tether.safety.backups import BackupConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -253,6 +254,21 @@ class OpenpiConfig(BaseModel):
         return v
 
 
+class SupervisionConfig(BaseModel):
+    """What every session's safety supervisor does besides enforcing the limits (which
+    come from the robot spec, or ``--limits``)."""
+
+    model_config = _FROZEN
+
+    backup: BackupConfig = Field(
+        default_factory=BackupConfig,
+        description="The action a session gets in place of an unusable or stale proposal "
+        "or observation, and at TAKEOVER: hold (the previous command held; a torque robot "
+        "damped to standstill), brake (stop where the arm is) or go_home (slowly to the "
+        "spec's home pose), each through every check like a policy action",
+    )
+
+
 class ServerConfig(BaseModel):
     """The whole serving edge."""
 
@@ -310,6 +326,9 @@ class ServerConfig(BaseModel):
     security: SecurityConfig = Field(default_factory=SecurityConfig, description="TLS and auth")
     kserve: KServeConfig = Field(default_factory=KServeConfig, description="KServe v2 gRPC")
     openpi: OpenpiConfig = Field(default_factory=OpenpiConfig, description="openpi websocket")
+    supervision: SupervisionConfig = Field(
+        default_factory=SupervisionConfig, description="Safety supervisor"
+    )
 
     @field_validator("port")
     @classmethod

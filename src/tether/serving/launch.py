@@ -73,7 +73,11 @@ def build_server(
         config,
         spec=ServedSpec.from_robot_spec(spec),
         supervisors=SupervisorFactory(
-            spec, limits=limits, kinematics=kinematics, degradation=degradation
+            spec,
+            limits=limits,
+            kinematics=kinematics,
+            degradation=degradation,
+            backup=config.supervision.backup,
         ),
         engine=engine,
         record_steps=record_steps,

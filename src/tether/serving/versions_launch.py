@@ -69,7 +69,9 @@ async def serve_versions(
     versions = PolicyVersions(
         versions_config,
         engine_factory=for_robot(engine_factory, spec, first),
-        shadow_supervisor=supervisor_for(spec, limits, kinematics=kinematics),
+        shadow_supervisor=supervisor_for(
+            spec, limits, kinematics=kinematics, backup=config.supervision.backup
+        ),
         degradation=degradation,
     )
     versions.load(Path(bundle_path))

@@ -107,11 +107,11 @@ class AsyncPolicyClient:
         backup: BackupPolicy | None = None,
         pin_version: int | None = None,
     ) -> AsyncControlSession:
-        limits = ""
+        described = None
         if backup is None and isinstance(robot, RobotSpec):
-            limits = (await self.describe()).safety_limits_json
+            described = await self.describe()
         identity, deadline, policy = session_parts(
-            robot, robot_id, control_deadline_s, backup, pin_version, limits
+            robot, robot_id, control_deadline_s, backup, pin_version, described
         )
         session = AsyncControlSession(self, identity, Watchdog(policy, deadline))
         await session.open()

@@ -36,6 +36,7 @@ from tether.serving.client.watchdog import (
     BackupPolicy,
     Watchdog,
     safety_backup,
+    served_backup,
     served_limits,
 )
 from tether.serving.errors import RemoteError
@@ -156,11 +157,9 @@ class PolicyClient:
         ``pin_version`` serves the whole session from that version (live or retired), e.g.
         for a frozen baseline.
         """
-        limits = ""
-        if backup is None and isinstance(robot, RobotSpec):
-            limits = self.describe().safety_limits_json
+        described = self.describe() if backup is None and isinstance(robot, RobotSpec) else None
         identity, deadline, policy = session_parts(
-            robot, robot_id, control_deadline_s, backup, pin_version, limits
+            robot, robot_id, control_deadline_s, backup, pin_version, described
         )
         session = ControlSession(self, identity, Watchdog(policy, deadline))
         session.open()
@@ -176,10 +175,11 @@ def session_parts(
     control_deadline_s: float | None,
     backup: BackupPolicy | None,
     pin_version: int | None = None,
-    limits_json: str = "",
+    described: pb.DescribeResponse | None = None,
 ) -> tuple[RobotIdentity, float, BackupPolicy]:
     """Identity, control deadline and backup policy of a session (shared with asyncio);
-    ``limits_json``: the limits the server enforces, for the default backup."""
+    ``described``: the server's ``Describe``, whose limits and backup the default backup
+    follows."""
     if isinstance(robot, RobotSpec):
         identity = RobotIdentity(
             robot_id,
@@ -190,7 +190,14 @@ def session_parts(
             pinned_version=pin_version,
         )
         deadline = control_deadline_s or robot.control_period_s
-        return identity, deadline, backup or safety_backup(robot, served_limits(robot, limits_json))
+        if backup is None:
+            served = described or pb.DescribeResponse()
+            backup = safety_backup(
+                robot,
+                served_limits(robot, served.safety_limits_json),
+                backup=served_backup(served.backup_json),
+            )
+        return identity, deadline, backup
     if control_deadline_s is None or backup is None:
         raise ValueError(
             "a session opened with a RobotIdentity needs control_deadline_s and backup; "

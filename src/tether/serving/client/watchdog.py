@@ -2,9 +2,10 @@
 
 When the server's reply does not arrive within the control deadline (or the step
 failed), the session asks the watchdog for a backup action — by default the safety
-layer's own backup (hold position against gravity), computed locally from the robot
-spec under the limits the server enforces (its ``Describe``: a deployment's stricter
-``--limits`` hold for the backup too) — flags it ``from_watchdog`` and counts the miss.
+layer's own backup, computed locally from the robot spec under the limits the server
+enforces and of the kind its supervisor answers with (its ``Describe``: a deployment's
+stricter ``--limits`` and its ``supervision.backup`` hold for the watchdog too; hold
+where the server names none) — flags it ``from_watchdog`` and counts the miss.
 The running miss count travels to the server in the next step, so the server sees its
 robots' misses in its metrics.
 
@@ -14,6 +15,7 @@ Invariant: ``fallback`` does no I/O and never waits, so the control loop keeps i
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,28 +25,35 @@ from tether.serving.client.records import ActionResult
 from tether.spec import RobotSpec
 
 if TYPE_CHECKING:
+    from tether.safety.backups import BackupConfig
     from tether.safety.kinematics import Kinematics
     from tether.safety.limits import SafetyLimits
+
+logger = logging.getLogger(__name__)
 
 # (observation, previous executed action or None) -> action to execute instead.
 BackupPolicy = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 
 
 def safety_backup(
-    spec: RobotSpec, limits: SafetyLimits | None = None, kinematics: Kinematics | None = None
+    spec: RobotSpec,
+    limits: SafetyLimits | None = None,
+    kinematics: Kinematics | None = None,
+    backup: BackupConfig | None = None,
 ) -> BackupPolicy:
-    """The supervisor's backup action for ``spec`` (hold against gravity, within limits):
-    under ``limits`` and with ``kinematics`` where given (the ones the server was started
-    with, ``--limits`` and ``--kinematics``), else the defaults ``supervisor_for`` takes."""
+    """The supervisor's backup action for ``spec``, within limits: under ``limits``, with
+    ``kinematics`` and of the ``backup`` kind where given (the server's: ``--limits``,
+    ``--kinematics``, ``supervision.backup``), else the defaults ``supervisor_for``
+    takes (hold)."""
     from tether.safety.for_spec import supervisor_for
 
-    supervisor = supervisor_for(spec, limits, kinematics=kinematics)
+    supervisor = supervisor_for(spec, limits, kinematics=kinematics, backup=backup)
 
-    def backup(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
+    def backup_action(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
         action, _ = supervisor.backup_action(observation, previous)
         return action
 
-    return backup
+    return backup_action
 
 
 def served_limits(spec: RobotSpec, limits_json: str) -> SafetyLimits | None:
@@ -57,6 +66,27 @@ def served_limits(spec: RobotSpec, limits_json: str) -> SafetyLimits | None:
 
     limits = SafetyLimits.from_dict(json.loads(limits_json))
     return limits if limits.joint_names == spec.joint_names else None
+
+
+def served_backup(backup_json: str) -> BackupConfig | None:
+    """The backup a server's supervisor answers with (``DescribeResponse.backup_json``);
+    None where it sent none, or one this client cannot read (the watchdog then holds,
+    and says so in the log)."""
+    if not backup_json:
+        return None
+    from pydantic import ValidationError
+
+    from tether.safety.backups import BackupConfig
+
+    try:
+        return BackupConfig.model_validate_json(backup_json)
+    except ValidationError as exc:
+        logger.warning(
+            "the server's backup %s is not one this client knows (%s); the watchdog holds",
+            backup_json,
+            exc.errors()[0]["msg"],
+        )
+        return None
 
 
 class Watchdog:
