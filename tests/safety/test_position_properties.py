@@ -23,6 +23,7 @@ from tether.safety.position import (
     ImpedanceModel,
     PositionSupervisor,
     PositionSupervisorConfig,
+    kernel,
 )
 from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmKinematics, arm_spec
@@ -113,6 +114,18 @@ class State:
         obs = self.observation().astype(np.float64)
         return obs[:N], obs[N : 2 * N]
 
+    def sag(self, impedance: ImpedanceModel = ARM_IMPEDANCE) -> np.ndarray:
+        """The sag a fresh supervisor learns on this call (``_learn_sag``): at rest under
+        its own steady command, the arm's offset from it, within torque limit / stiffness;
+        else none."""
+        q, v = self.measured()
+        if not (self.own and self.usable_previous) or self.previous is None:
+            return np.zeros(N)
+        if np.abs(v).max() > 0.05 or np.abs(self.change).max() > kernel.STEADY_RAD:
+            return np.zeros(N)
+        bound = np.asarray(LIMITS.torque_limit_nm) / np.asarray(impedance.stiffness_nm_per_rad)
+        return np.clip(q - self.previous.astype(np.float64), -bound, bound)
+
 
 @st.composite
 def states(draw: st.DrawFn, reach: float = 0.2) -> State:
@@ -164,7 +177,10 @@ def oracle(
     step = np.asarray(limits.velocity_limit_rad_s) * limits.control_period_s
     s = np.asarray(limits.acceleration_limit_rad_s2) * limits.control_period_s**2
     b = np.minimum(np.asarray(limits.braking_deceleration_rad_s2) * limits.control_period_s**2, s)
-    soft_lo, soft_hi = low + margin, high - margin
+    # Where the arm settles under the command: a sag toward a limit narrows the range.
+    sag = state.sag(impedance)
+    soft_lo = low + margin - np.minimum(sag, 0.0)
+    soft_hi = high - margin - np.maximum(sag, 0.0)
     # Largest step Δ with Δ + Δ²/2b ≤ d: the command can still stop within d.
     d_hi, d_lo = soft_hi - ref, ref - soft_lo
     with np.errstate(invalid="ignore"):
