@@ -139,6 +139,23 @@ def test_an_arm_inside_the_margin_that_would_be_held_there_is_brought_out(
     assert out.tobytes() == held.tobytes()
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_with_the_way_out_off_a_held_command_stays_where_the_arm_is(compiled: bool) -> None:
+    """``way_out=False`` (``supervision.way_out``): the arm inside the margin is held, the
+    command moved by nothing but a command, at every step."""
+    inside = np.array([0.0, *PITCH])
+    config = PositionSupervisorConfig(way_out=False)
+    sup = PositionSupervisor(
+        LIMITS, ARM_IMPEDANCE, kinematics=KINEMATICS, config=config, compiled=compiled
+    )
+    assert sup.compiled == compiled
+    held = inside.astype(np.float32)
+    for _ in range(3):
+        out, verdict = sup.filter(obs(inside), held, held)
+        assert verdict.checks & SafetyCheck.OBSTACLE  # the breach is seen, and held
+        assert out.tobytes() == held.tobytes()
+
+
 @st.composite
 def poses(draw: st.DrawFn, margin: float = 0.0) -> np.ndarray:
     f = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=N, max_size=N)))

@@ -230,23 +230,24 @@ def test_the_configured_backup_answers_takeover_and_the_robots_watchdog(
     the robot's own watchdog executes on a missed deadline (``Describe`` names it); the
     default backup would hold the arm where it is instead."""
     from tether.safety import BackupConfig, DegradationLevel, DegradationMachine
-    from tether.safety.for_spec import supervisor_for
+    from tether.safety.for_spec import SupervisionConfig, supervisor_for
     from tether.serving.supervision import SupervisorFactory
 
     limits = relaxed_limits(arm)
-    go_home = BackupConfig(kind="go_home")
+    go_home = SupervisionConfig(backup=BackupConfig(kind="go_home"))
     machine = DegradationMachine(limits=limits)
     running = make_server(
         server_config(),
-        supervisors=SupervisorFactory(arm, limits=limits, degradation=machine, backup=go_home),
+        supervisors=SupervisorFactory(arm, limits=limits, degradation=machine, supervision=go_home),
     )
     obs = np.zeros(arm.obs_dim, np.float32)
     obs[: arm.act_dim] = np.asarray(arm.home_position_rad) + 0.4  # away from home
-    want, _ = supervisor_for(arm, limits, backup=go_home).backup_action(obs, None)
+    want, _ = supervisor_for(arm, limits, supervision=go_home).backup_action(obs, None)
     held, _ = supervisor_for(arm, limits).backup_action(obs, None)
     assert not np.array_equal(want, held)
     with PolicyClient(running.address) as client:
-        assert BackupConfig.model_validate_json(client.describe().backup_json) == go_home
+        described = client.describe().supervision_json
+        assert SupervisionConfig.model_validate_json(described) == go_home
         session = client.session(arm, robot_id="arm-1", control_deadline_s=5.0)
         np.testing.assert_array_equal(session.watchdog.backup(obs, None), want)
         machine.escalate(DegradationLevel.TAKEOVER, reason="operator takes over", robot="arm-1")
@@ -257,25 +258,29 @@ def test_the_configured_backup_answers_takeover_and_the_robots_watchdog(
     np.testing.assert_array_equal(result.action, want)
 
 
-def test_a_server_config_names_its_backup_and_an_unknown_one_is_held(
+def test_a_server_config_names_its_supervision_and_one_unknown_is_held(
     bundle_path: Path,
 ) -> None:
-    """``tether serve --config`` with ``supervision.backup.kind: brake`` serves that
-    backup; a client reading a backup it does not know (a newer server) holds."""
+    """``tether serve --config`` with ``supervision: {backup: {kind: brake}, way_out:
+    false}`` serves those; a client reading settings it does not know (a newer server)
+    holds."""
     from tether.safety import BackupConfig
-    from tether.serving.client.watchdog import served_backup
+    from tether.safety.for_spec import SupervisionConfig
+    from tether.serving.client.watchdog import served_supervision
     from tether.serving.launch import build_server
 
-    config = server_config(supervision={"backup": {"kind": "brake"}})
+    config = server_config(supervision={"backup": {"kind": "brake"}, "way_out": False})
     running = RunningServer(build_server(bundle_path, config))
     try:
         with PolicyClient(running.address) as client:
-            described = client.describe().backup_json
+            described = client.describe().supervision_json
     finally:
         running.stop()
-    assert served_backup(described) == BackupConfig(kind="brake")
-    assert served_backup("") is None
-    assert served_backup('{"kind": "teleport"}') is None
+    assert served_supervision(described) == SupervisionConfig(
+        backup=BackupConfig(kind="brake"), way_out=False
+    )
+    assert served_supervision("") is None
+    assert served_supervision('{"backup": {"kind": "teleport"}}') is None
 
 
 def test_session_pinned_to_a_version_the_server_does_not_serve_is_refused(

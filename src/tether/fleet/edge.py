@@ -134,7 +134,7 @@ class EdgeServer:
         self._versions = PolicyVersions(
             cfg.versions,
             engine_factory=for_robot(self._engine_for_bundle, spec, bundle),
-            shadow_supervisor=supervisor_for(spec, limits, backup=cfg.server.supervision.backup),
+            shadow_supervisor=supervisor_for(spec, limits, supervision=cfg.server.supervision),
             degradation=self._degradation,
         )
         self._versions.add_live_listener(self._on_live_change)

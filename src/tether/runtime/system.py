@@ -245,7 +245,7 @@ class RunSystem:
         serving = learner_placement().serving_cores
         if set(serving) != set(self._learner.cores):
             os.sched_setaffinity(0, serving)
-        shadow = supervisor_for(spec, self.limits, backup=cfg.server.supervision.backup)
+        shadow = supervisor_for(spec, self.limits, supervision=cfg.server.supervision)
         self._versions = PolicyVersions(
             cfg.versions,
             engine_factory=for_robot(self._engine_for_bundle, spec, self.bundle),

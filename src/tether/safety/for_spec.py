@@ -8,13 +8,17 @@ position supervisor in its action space (:class:`PositionActionSupervisor`, with
 impedance gains the spec declares); a torque-commanded one the torque
 :class:`Supervisor`. The server, the version gate's shadow stage, the client watchdog,
 the learner's simulation stage and ``tether run`` all ask here, so they can never
-disagree on which limits or which supervisor apply.
+disagree on which limits or which supervisor apply. :class:`SupervisionConfig` is what
+a deployment sets besides the limits (a server config's ``supervision``: the backup,
+the way out of a margin), which a server announces to its robots' watchdogs.
 
 ``tether.sim`` is imported only when asked about the arm, so a client install that
 supervises another robot does not load MuJoCo.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from tether.safety.backups import BackupConfig
 from tether.safety.errors import LimitsError
@@ -75,18 +79,41 @@ def unchecked_cartesian(
     )
 
 
+class SupervisionConfig(BaseModel):
+    """What a robot's safety supervisor does besides enforcing its limits (which come
+    from the robot spec, or a limits file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backup: BackupConfig = Field(
+        default_factory=BackupConfig,
+        description="The action a session gets in place of an unusable or stale proposal "
+        "or observation, and at TAKEOVER: hold (the previous command held; a torque robot "
+        "damped to standstill), brake (stop where the arm is) or go_home (slowly to the "
+        "spec's home pose), each through every check like a policy action",
+    )
+    way_out: bool = Field(
+        default=True,
+        description="A position-commanded robot more than 2 cm inside a breached margin (a "
+        "hand left it there) has the command that would be held moved part of the way out, "
+        "step after step, at any degradation level, TAKEOVER's hold included; off: the "
+        "command is held, and the arm moves only where a command takes it",
+    )
+
+
 def supervisor_for(
     spec: RobotSpec,
     limits: SafetyLimits | None = None,
     *,
     config: SupervisorConfig | None = None,
     kinematics: Kinematics | None = None,
-    backup: BackupConfig | None = None,
+    supervision: SupervisionConfig | None = None,
 ) -> ActionSupervisor:
     """A supervisor for one robot of ``spec`` on its normalized actions: ``limits``
     (default :func:`limits_for`) and ``kinematics`` (default :func:`kinematics_for`).
-    ``config`` is the torque supervisor's (a position spec refuses one); ``backup``
-    (default: hold) is either interface's, and replaces ``config``'s."""
+    ``config`` is the torque supervisor's (a position spec refuses one); ``supervision``
+    (default: :class:`SupervisionConfig`'s defaults) is either interface's, its backup
+    replacing ``config``'s."""
     limits = limits if limits is not None else limits_for(spec)
     kinematics = kinematics if kinematics is not None else kinematics_for(spec)
     if spec.command_interface == "position":
@@ -103,9 +130,11 @@ def supervisor_for(
             limits,
             ImpedanceModel.from_spec(spec),
             kinematics=kinematics,
-            config=None if backup is None else PositionSupervisorConfig(backup=backup),
+            config=None
+            if supervision is None
+            else PositionSupervisorConfig(backup=supervision.backup, way_out=supervision.way_out),
         )
         return PositionActionSupervisor(position, spec)
-    if backup is not None:
-        config = (config or SupervisorConfig()).model_copy(update={"backup": backup})
+    if supervision is not None:
+        config = (config or SupervisorConfig()).model_copy(update={"backup": supervision.backup})
     return Supervisor(limits, kinematics=kinematics, config=config)

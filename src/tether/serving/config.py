@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tether.config import describe_validation_error
 from tether.errors import ConfigError
-from tether.safety.backups import BackupConfig
+from tether.safety.for_spec import SupervisionConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -252,21 +252,6 @@ class OpenpiConfig(BaseModel):
         if not v:
             raise ValueError("observation_keys must map at least one openpi key to an input")
         return v
-
-
-class SupervisionConfig(BaseModel):
-    """What every session's safety supervisor does besides enforcing the limits (which
-    come from the robot spec, or ``--limits``)."""
-
-    model_config = _FROZEN
-
-    backup: BackupConfig = Field(
-        default_factory=BackupConfig,
-        description="The action a session gets in place of an unusable or stale proposal "
-        "or observation, and at TAKEOVER: hold (the previous command held; a torque robot "
-        "damped to standstill), brake (stop where the arm is) or go_home (slowly to the "
-        "spec's home pose), each through every check like a policy action",
-    )
 
 
 class ServerConfig(BaseModel):

@@ -77,7 +77,7 @@ def build_server(
             limits=limits,
             kinematics=kinematics,
             degradation=degradation,
-            backup=config.supervision.backup,
+            supervision=config.supervision,
         ),
         engine=engine,
         record_steps=record_steps,

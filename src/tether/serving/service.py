@@ -104,7 +104,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
         self._versions = versions
         self._degradation_level = supervisors.level
         self._safety_limits_json = safety_limits_json
-        self._backup_json = supervisors.backup.model_dump_json()
+        self._supervision_json = supervisors.supervision.model_dump_json()
         self._max_obs = config.validation.max_abs_observation
         # How long a Control step may wait for its batch (s), None: no limit of its own.
         self._step_limit_s = config.step_deadline(spec.control_period_s, 0.0)
@@ -392,7 +392,7 @@ class PolicyService(pb_grpc.PolicyServiceServicer):
             ),
             degradation=degradation_to_proto(self._degradation_level()),
             safety_limits_json=self._safety_limits_json,
-            backup_json=self._backup_json,
+            supervision_json=self._supervision_json,
             action_horizon=self._signature.horizon,
         )
         if self._signature.named:

@@ -34,10 +34,10 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from tether.safety.backups import BackupConfig
 from tether.safety.degradation import DEFAULT_ROBOT, DegradationMachine
 from tether.safety.degradation_config import DegradationConfig
 from tether.safety.for_spec import (
+    SupervisionConfig,
     kinematics_for,
     limits_for,
     supervisor_for,
@@ -289,11 +289,11 @@ class SupervisorFactory:
         kinematics: Kinematics | None = None,
         degradation: DegradationMachine | None = None,
         level_poll_s: float = LEVEL_POLL_S,
-        backup: BackupConfig | None = None,
+        supervision: SupervisionConfig | None = None,
     ) -> None:
         self.spec = spec
         self.limits = limits if limits is not None else limits_for(spec)
-        self.backup = backup if backup is not None else BackupConfig()
+        self.supervision = supervision if supervision is not None else SupervisionConfig()
         self.kinematics = kinematics if kinematics is not None else kinematics_for(spec)
         # Limits declared and checked by nothing (no kinematics for this robot), in words.
         self.unchecked = unchecked_cartesian(spec, self.limits, self.kinematics)
@@ -307,7 +307,7 @@ class SupervisorFactory:
 
             self.kernel_warm_s = kernel.warm()
         self._prototype = supervisor_for(
-            spec, self.limits, kinematics=self.kinematics, backup=self.backup
+            spec, self.limits, kinematics=self.kinematics, supervision=self.supervision
         )
         # One built supervisor per set of limits a session may be supervised under (the
         # base, RESTRICTED's, a canary's); the sessions get fresh() copies (``under``).

@@ -70,7 +70,7 @@ async def serve_versions(
         versions_config,
         engine_factory=for_robot(engine_factory, spec, first),
         shadow_supervisor=supervisor_for(
-            spec, limits, kinematics=kinematics, backup=config.supervision.backup
+            spec, limits, kinematics=kinematics, supervision=config.supervision
         ),
         degradation=degradation,
     )

@@ -258,7 +258,7 @@ class ServerLimits(_message.Message):
     def __init__(self, max_batch_size: _Optional[int] = ..., batch_timeout_s: _Optional[float] = ..., max_queued_requests: _Optional[int] = ..., rate_limit_hz: _Optional[float] = ..., rate_burst: _Optional[float] = ..., max_abs_observation: _Optional[float] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("status", "spec", "version", "action_low", "action_high", "limits", "degradation", "safety_limits_json", "inputs", "action_horizon", "backup_json")
+    __slots__ = ("status", "spec", "version", "action_low", "action_high", "limits", "degradation", "safety_limits_json", "inputs", "action_horizon", "supervision_json")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -269,7 +269,7 @@ class DescribeResponse(_message.Message):
     SAFETY_LIMITS_JSON_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     ACTION_HORIZON_FIELD_NUMBER: _ClassVar[int]
-    BACKUP_JSON_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISION_JSON_FIELD_NUMBER: _ClassVar[int]
     status: str
     spec: RobotSpecInfo
     version: PolicyVersion
@@ -280,8 +280,8 @@ class DescribeResponse(_message.Message):
     safety_limits_json: str
     inputs: _containers.RepeatedCompositeFieldContainer[InputDescription]
     action_horizon: int
-    backup_json: str
-    def __init__(self, status: _Optional[str] = ..., spec: _Optional[_Union[RobotSpecInfo, _Mapping]] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., safety_limits_json: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[InputDescription, _Mapping]]] = ..., action_horizon: _Optional[int] = ..., backup_json: _Optional[str] = ...) -> None: ...
+    supervision_json: str
+    def __init__(self, status: _Optional[str] = ..., spec: _Optional[_Union[RobotSpecInfo, _Mapping]] = ..., version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., safety_limits_json: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[InputDescription, _Mapping]]] = ..., action_horizon: _Optional[int] = ..., supervision_json: _Optional[str] = ...) -> None: ...
 
 class InputDescription(_message.Message):
     __slots__ = ("name", "dtype", "shape")

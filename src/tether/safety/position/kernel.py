@@ -94,8 +94,9 @@ _J = 19
     _HAS_GRAVITY,
     _CARTESIAN,
     _COASTING,
-) = range(19)
-_GEO = 19
+    _WAY_OUT,
+) = range(20)
+_GEO = 20
 # Output layout of :func:`step`: placed (n), candidate (n), then these slots.
 OUT_MOVED = 0  # four squared distances
 OUT_JOINT_CHECKS = 4
@@ -154,11 +155,17 @@ class Packed:
 
 
 def pack(
-    envelope: Any, segment: Any, gravity: Any, half_over_brake: Any, coasting: float
+    envelope: Any,
+    segment: Any,
+    gravity: Any,
+    half_over_brake: Any,
+    coasting: float,
+    way_out: bool,
 ) -> Packed:
     """The constants of ``envelope`` (:class:`CommandEnvelope`), ``segment``
     (:class:`SegmentClearance`, with a closed form when active) and ``gravity``
-    (:class:`ChainGravity` or None: no gravity)."""
+    (:class:`ChainGravity` or None: no gravity); ``way_out``: whether a held command
+    takes the way out of a margin (``PositionSupervisorConfig.way_out``)."""
     n = envelope.n
     joints = np.zeros((n, _J))
     for i, row in enumerate(envelope._joints):
@@ -183,6 +190,7 @@ def pack(
     geo = np.zeros(_GEO)
     geo[_DT] = envelope.dt
     geo[_COASTING] = coasting
+    geo[_WAY_OUT] = 1.0 if way_out else 0.0
     if gravity is not None:
         geo[_HAS_GRAVITY] = 1.0
         joints[: n - 1, _WEIGHT] = gravity.weights_nm
@@ -941,8 +949,10 @@ def _cartesian(
                 fallback[j] = a + fraction * (settled[j] - a) - sag[j]
             target = fallback
         elif t == 1:
-            if not held or not _way_out(
-                joints, geo, obstacles, groups, q, bits, scratch, probed, retreat
+            if (
+                not held
+                or geo[_WAY_OUT] == 0.0
+                or not _way_out(joints, geo, obstacles, groups, q, bits, scratch, probed, retreat)
             ):
                 continue
             for j in range(n):

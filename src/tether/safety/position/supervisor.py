@@ -24,7 +24,8 @@ verdict entry says how far it moved the command:
    better than where the arm is (nor, from the previous command, than that command), is
    backed off along the segment to where it is clear, else (an arm already deep inside a
    margin: a hand pushed it there) the previous command moved part of the way out of it
-   (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``), step after step until the
+   (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``; ``way_out`` off: not
+   taken), step after step until the
    arm follows, else the previous command is held (a sagging arm sinks once, not every
    step), else it is ramped toward the measured pose inside the intervals, else set to
    the measured pose itself (the clearance outranks the rate limits: the previous
@@ -130,6 +131,13 @@ class PositionSupervisorConfig(BaseModel):
     backup: BackupConfig = Field(
         default_factory=lambda: BackupConfig(),
         description="Backup command for unusable or stale inputs and TAKEOVER (-)",
+    )
+    way_out: bool = Field(
+        default=True,
+        description="Move a command that would be held, with the arm more than "
+        "kernel.RETREAT_TOLERANCE_M inside a breached margin (a hand left it there), part "
+        "of the way out step after step, at any degradation level; off: hold it, and "
+        "the arm moves only where a command takes it (-)",
     )
     sweep_spacing_m: float = Field(
         default=0.01,
@@ -625,7 +633,7 @@ class PositionSupervisor:
         and the pose (braking) is next."""
         if fraction > 0.0:
             yield [a + fraction * (b - a) - d for a, b, d in zip(q, settled, sag, strict=True)]
-        if held:
+        if held and self.config.way_out:
             way = self._segment.way_out(
                 q,
                 bits,
@@ -907,4 +915,5 @@ def _packed_for(supervisor: PositionSupervisor) -> kernel.Packed | None:
         supervisor._chain_gravity,
         supervisor._half_over_brake,
         _COASTING_SPEED,
+        supervisor.config.way_out,
     )

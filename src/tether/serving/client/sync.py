@@ -36,8 +36,8 @@ from tether.serving.client.watchdog import (
     BackupPolicy,
     Watchdog,
     safety_backup,
-    served_backup,
     served_limits,
+    served_supervision,
 )
 from tether.serving.errors import RemoteError
 from tether.spec import RobotSpec
@@ -178,8 +178,8 @@ def session_parts(
     described: pb.DescribeResponse | None = None,
 ) -> tuple[RobotIdentity, float, BackupPolicy]:
     """Identity, control deadline and backup policy of a session (shared with asyncio);
-    ``described``: the server's ``Describe``, whose limits and backup the default backup
-    follows."""
+    ``described``: the server's ``Describe``, whose limits and supervision the default
+    backup follows."""
     if isinstance(robot, RobotSpec):
         identity = RobotIdentity(
             robot_id,
@@ -195,7 +195,7 @@ def session_parts(
             backup = safety_backup(
                 robot,
                 served_limits(robot, served.safety_limits_json),
-                backup=served_backup(served.backup_json),
+                supervision=served_supervision(served.supervision_json),
             )
         return identity, deadline, backup
     if control_deadline_s is None or backup is None:

@@ -4,8 +4,8 @@ When the server's reply does not arrive within the control deadline (or the step
 failed), the session asks the watchdog for a backup action — by default the safety
 layer's own backup, computed locally from the robot spec under the limits the server
 enforces and of the kind its supervisor answers with (its ``Describe``: a deployment's
-stricter ``--limits`` and its ``supervision.backup`` hold for the watchdog too; hold
-where the server names none) — flags it ``from_watchdog`` and counts the miss.
+stricter ``--limits`` and its ``supervision`` hold for the watchdog too; hold where the
+server names none) — flags it ``from_watchdog`` and counts the miss.
 The running miss count travels to the server in the next step, so the server sees its
 robots' misses in its metrics.
 
@@ -25,7 +25,7 @@ from tether.serving.client.records import ActionResult
 from tether.spec import RobotSpec
 
 if TYPE_CHECKING:
-    from tether.safety.backups import BackupConfig
+    from tether.safety.for_spec import SupervisionConfig
     from tether.safety.kinematics import Kinematics
     from tether.safety.limits import SafetyLimits
 
@@ -39,15 +39,15 @@ def safety_backup(
     spec: RobotSpec,
     limits: SafetyLimits | None = None,
     kinematics: Kinematics | None = None,
-    backup: BackupConfig | None = None,
+    supervision: SupervisionConfig | None = None,
 ) -> BackupPolicy:
     """The supervisor's backup action for ``spec``, within limits: under ``limits``, with
-    ``kinematics`` and of the ``backup`` kind where given (the server's: ``--limits``,
-    ``--kinematics``, ``supervision.backup``), else the defaults ``supervisor_for``
+    ``kinematics`` and ``supervision`` where given (the server's: ``--limits``,
+    ``--kinematics``, its config's ``supervision``), else the defaults ``supervisor_for``
     takes (hold)."""
     from tether.safety.for_spec import supervisor_for
 
-    supervisor = supervisor_for(spec, limits, kinematics=kinematics, backup=backup)
+    supervisor = supervisor_for(spec, limits, kinematics=kinematics, supervision=supervision)
 
     def backup_action(observation: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
         action, _ = supervisor.backup_action(observation, previous)
@@ -68,22 +68,22 @@ def served_limits(spec: RobotSpec, limits_json: str) -> SafetyLimits | None:
     return limits if limits.joint_names == spec.joint_names else None
 
 
-def served_backup(backup_json: str) -> BackupConfig | None:
-    """The backup a server's supervisor answers with (``DescribeResponse.backup_json``);
-    None where it sent none, or one this client cannot read (the watchdog then holds,
-    and says so in the log)."""
-    if not backup_json:
+def served_supervision(supervision_json: str) -> SupervisionConfig | None:
+    """A server's supervisor settings (``DescribeResponse.supervision_json``: its
+    backup); None where it sent none, or settings this client cannot read (the watchdog
+    then holds, and says so in the log)."""
+    if not supervision_json:
         return None
     from pydantic import ValidationError
 
-    from tether.safety.backups import BackupConfig
+    from tether.safety.for_spec import SupervisionConfig
 
     try:
-        return BackupConfig.model_validate_json(backup_json)
+        return SupervisionConfig.model_validate_json(supervision_json)
     except ValidationError as exc:
         logger.warning(
-            "the server's backup %s is not one this client knows (%s); the watchdog holds",
-            backup_json,
+            "the server's supervision %s is not one this client knows (%s); the watchdog holds",
+            supervision_json,
             exc.errors()[0]["msg"],
         )
         return None
