@@ -26,9 +26,10 @@ import numpy as np
 import pytest
 
 from tests.safety.position_corpus import random_target_policy
+from tests.safety.random_commands import ARMS, random_command_run
 from tether.safety import SafetyVerdict
 from tether.safety.for_spec import limits_for, supervisor_for
-from tether.safety.position import PositionSupervisor, kernel
+from tether.safety.position import PositionSupervisor, PositionSupervisorConfig, kernel
 from tether.safety.position.actions import PositionActionSupervisor
 from tether.safety.position.presets import arm_impedance, arm_position_limits
 from tether.sim import ArmEnv, ArmEnvConfig, ArmKinematics, arm_spec
@@ -279,3 +280,40 @@ def test_tiny_segments_match_the_python_path() -> None:
             want = python.filter(obs, command, last_python)
             assert same(got, want), (step, got, want)
             last_live, last_python = got[0], want[0]
+
+
+class _SideBySide:
+    """Both paths on the same calls, as ``random_command_run``'s supervisor: each call's
+    results compared, the Python path's returned."""
+
+    def __init__(self, way_out: bool) -> None:
+        config = PositionSupervisorConfig(way_out=way_out)
+        self.paths = [
+            PositionActionSupervisor(
+                PositionSupervisor(
+                    limits_for(SPEC),
+                    arm_impedance(),
+                    kinematics=KINEMATICS,
+                    config=config,
+                    compiled=compiled,
+                ),
+                SPEC,
+            )
+            for compiled in (True, False)
+        ]
+        self.calls = 0
+
+    def filter(self, obs: Any, action: Any, previous: Any) -> tuple[np.ndarray, SafetyVerdict]:
+        got, want = (path.filter(obs, action, previous) for path in self.paths)
+        assert same(got, want), (self.calls, obs, action, previous, got, want)
+        self.calls += 1
+        return want
+
+
+@pytest.mark.parametrize("way_out", [True, False])
+def test_a_hand_run_matches_with_the_way_out_on_and_off(way_out: bool) -> None:
+    """Drifted seed 29 with a hand (the arm left deep inside the obstacle's margin, where
+    the way out acts): both paths decide alike, the way out taken or not."""
+    both = _SideBySide(way_out)
+    random_command_run(ARMS["drifted"], both, 2000, seed=29, hand=0.4)  # type: ignore[arg-type]
+    assert both.calls == 2000

@@ -633,15 +633,17 @@ class PositionSupervisor:
         and the pose (braking) is next."""
         if fraction > 0.0:
             yield [a + fraction * (b - a) - d for a, b, d in zip(q, settled, sag, strict=True)]
-        if held and self.config.way_out:
-            way = self._segment.way_out(
-                q,
-                bits,
-                kernel.RETREAT_PROBE_RAD,
-                kernel.RETREAT_TOLERANCE_M,
-                kernel.RETREAT_FRACTION,
-                kernel.RETREAT_RAD,
-            )
+        if held:
+            way = None
+            if self.config.way_out:
+                way = self._segment.way_out(
+                    q,
+                    bits,
+                    kernel.RETREAT_PROBE_RAD,
+                    kernel.RETREAT_TOLERANCE_M,
+                    kernel.RETREAT_FRACTION,
+                    kernel.RETREAT_RAD,
+                )
             if way is not None:
                 yield [r + w for r, w in zip(reference, way, strict=True)]
             yield reference
