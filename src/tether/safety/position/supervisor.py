@@ -12,9 +12,9 @@ verdict entry says how far it moved the command:
    ``observation_range_slack_rad`` beyond its range or faster than
    ``observation_speed_factor`` times its velocity limit);
 2. joint range with margin (where the arm settles under the command: the command plus
-   its sag toward the limit, see 6), 3. per-step change (velocity limit × period), 4.
-   change of that change against the previous command (acceleration limit × period²), 5. the
-   impedance torque the command demands within the motor limits
+   its sag toward the limit, see 6), 3. per-step change (velocity limit × period),
+   4. change of that change against the previous command (acceleration limit × period²),
+   5. the impedance torque the command demands within the motor limits
    (``POSITION``, ``VELOCITY``, ``ACCELERATION``, ``TORQUE``; per-joint intervals,
    :mod:`tether.safety.position.envelope`): a command inside all of them passes
    bit-identical, any other is moved to the nearest point inside them;
@@ -24,20 +24,20 @@ verdict entry says how far it moved the command:
    better than where the arm is (nor, from the previous command, than that command), is
    backed off along the segment to where it is clear, else (an arm already deep inside a
    margin: a hand pushed it there) the previous command moved part of the way out of it
-   (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``; ``way_out`` off: not
-   taken), step after step until the
-   arm follows, else the previous command is held (a sagging arm sinks once, not every
-   step), else it is ramped toward the measured pose inside the intervals, else set to
-   the measured pose itself (the clearance outranks the rate limits: the previous
-   command held as it is, else the pose; the next command's change is then judged
-   against none). A moving arm whose coasting distance (its speed braked at the
-   guaranteed deceleration, plus a step of delay) would take it deeper into a margin
-   brakes the same way, whatever the command asks. Every command is judged where the arm settles under it:
-   the command plus the robot's **sag**, the offset from its command the arm shows at
-   rest under a steady one (an unmodelled payload or weak motors hold it below its
-   commands), bounded per joint by torque limit / stiffness, trusted away from the place
-   it was seen only as far as the place of rest before agrees (``_learn_sag``); the
-   pose is braked to with the command that holds the arm there, the pose less the sag;
+   (``SegmentClearance.way_out`` with ``kernel.RETREAT_*``; not with ``way_out`` off),
+   step after step until the arm follows, else the previous command is held (a sagging
+   arm sinks once, not every step), else it is ramped toward the measured pose inside
+   the intervals, else set to the measured pose itself (the clearance outranks the rate
+   limits: the previous command held as it is, else the pose; the next command's
+   change is then judged against none). A moving arm whose coasting distance (its speed
+   braked at the guaranteed deceleration, plus a step of delay) would take it deeper
+   into a margin brakes the same way, whatever the command asks. Every command is
+   judged where the arm settles under it: the command plus the robot's **sag**, the
+   offset from its command the arm shows at rest under a steady one (an unmodelled
+   payload or weak motors hold it below its commands), bounded per joint by torque
+   limit / stiffness, trusted away from the place it was seen only as far as the place
+   of rest before agrees (``_learn_sag``); the pose is braked to with the command that
+   holds the arm there, the pose less the sag;
 7. a stale observation (``STALE``) gets the backup, which holds the last command.
 
 The arithmetic of checks 2-6 runs in the compiled kernel
